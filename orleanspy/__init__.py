@@ -1,0 +1,82 @@
+"""orleanspy: virtual actors (grains) for Python on asyncio, in the spirit of Orleans."""
+
+from orleanspy.errors import (
+    ActivationFailedError,
+    ConfigurationError,
+    DeadlockError,
+    GrainCallError,
+    GrainCallTimeoutError,
+    InconsistentStateError,
+    MailboxFullError,
+    MessageRejectedError,
+    OrleansPyError,
+    RemoteGrainError,
+    SerializationError,
+    SiloUnavailableError,
+)
+from orleanspy.grains.context import allow_call_chain_reentrancy
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.interface import (
+    OverflowPolicy,
+    always_interleave,
+    call_chain_reentrant,
+    collection_age,
+    grain_type,
+    mailbox,
+    one_way,
+    read_only,
+    reentrant,
+    stateless_worker,
+)
+from orleanspy.grains.reference import GrainReference
+from orleanspy.grains.state import PersistentState, persistent_state
+from orleanspy.ids import GrainId, SiloAddress
+from orleanspy.options import ClientOptions, SiloOptions
+from orleanspy.reminders.service import TickStatus
+from orleanspy.runtime.activation import DeactivationReason
+from orleanspy.runtime.client import ClusterClient
+from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.runtime.timers import GrainTimer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActivationFailedError",
+    "ClientOptions",
+    "ClusterClient",
+    "ConfigurationError",
+    "DeactivationReason",
+    "DeadlockError",
+    "Grain",
+    "GrainCallError",
+    "GrainCallTimeoutError",
+    "GrainId",
+    "GrainReference",
+    "GrainTimer",
+    "InconsistentStateError",
+    "MailboxFullError",
+    "MessageRejectedError",
+    "OrleansPyError",
+    "OverflowPolicy",
+    "PersistentState",
+    "RemoteGrainError",
+    "SerializationError",
+    "Silo",
+    "SiloAddress",
+    "SiloOptions",
+    "SiloUnavailableError",
+    "SystemTarget",
+    "TickStatus",
+    "allow_call_chain_reentrancy",
+    "always_interleave",
+    "call_chain_reentrant",
+    "collection_age",
+    "grain_type",
+    "mailbox",
+    "one_way",
+    "persistent_state",
+    "read_only",
+    "reentrant",
+    "stateless_worker",
+]

@@ -1,0 +1,1 @@
+"""Small internal helpers: clock, stable hashing, eager coroutine start."""

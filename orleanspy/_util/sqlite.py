@@ -1,0 +1,152 @@
+"""SqliteDatabase: one sqlite3 connection driven from asyncio through one dedicated thread.
+
+Every call runs on the same worker thread (a single-worker ``ThreadPoolExecutor``), in
+submission order, so the connection is never shared between threads and calls issued by one
+task run one after the other. The database is opened in WAL mode with ``synchronous=NORMAL``:
+a committed transaction survives a crash of the process (``kill -9``), not a power loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar, TypeVarTuple
+
+__all__ = ["SqliteDatabase"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+_BUSY_TIMEOUT_MS = 5000
+
+
+class SqliteDatabase:
+    """A SQLite database file (or ``":memory:"``) used from asyncio code.
+
+    The connection is opened lazily on the worker thread by the first call (or by ``open``);
+    parent directories of ``path`` are created. ``close`` is idempotent; calls made after it
+    raise ``RuntimeError``.
+    """
+
+    __slots__ = ("_close_future", "_conn", "_executor", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orleanspy-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._close_future: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteDatabase({self.path!r})"
+
+    @property
+    def closed(self) -> bool:
+        return self._close_future is not None
+
+    # -- worker-thread side ---------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]) -> T:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._connect()
+        return fn(conn, *args)
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    @staticmethod
+    def _transaction(
+        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts
+    ) -> T:
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            return fn(conn, *args)
+
+    @staticmethod
+    def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> int:
+        with conn:
+            return conn.execute(sql, params).rowcount
+
+    @staticmethod
+    def _executemany(
+        conn: sqlite3.Connection, sql: str, seq_of_params: Iterable[Sequence[Any]]
+    ) -> int:
+        with conn:
+            return conn.executemany(sql, seq_of_params).rowcount
+
+    @staticmethod
+    def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+        return conn.execute(sql, params).fetchall()
+
+    @staticmethod
+    def _fetchone(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> Any:
+        return conn.execute(sql, params).fetchone()
+
+    # -- asyncio side ---------------------------------------------------------------------
+    async def run(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+        """Run ``fn(conn, *args)`` on the database thread and return its result.
+
+        ``fn`` manages its own transaction (``with conn:``); see also ``transaction``.
+        """
+        if self._close_future is not None:
+            raise RuntimeError(f"{self!r} is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn, args)
+
+    async def transaction(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+        """Run ``fn(conn, *args)`` inside one ``BEGIN IMMEDIATE`` transaction.
+
+        It commits if ``fn`` returns and rolls back if it raises. The write lock is taken at
+        the start, so a read-check-write sequence in ``fn`` is atomic even against other
+        processes using the same file.
+        """
+        return await self.run(self._transaction, fn, *args)
+
+    async def open(self) -> None:
+        """Open the connection now (otherwise the first call opens it)."""
+        await self.run(_noop)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute one statement in its own transaction; returns the cursor's rowcount."""
+        return await self.run(self._execute, sql, params)
+
+    async def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> int:
+        """Execute a statement for each parameter set, all in one transaction."""
+        return await self.run(self._executemany, sql, seq_of_params)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of a query, as tuples."""
+        return await self.run(self._fetchall, sql, params)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first row of a query as a tuple, or None."""
+        return await self.run(self._fetchone, sql, params)
+
+    async def close(self) -> None:
+        """Close the connection once every call already submitted has run. Idempotent."""
+        if self._close_future is None:
+            loop = asyncio.get_running_loop()
+            self._close_future = loop.run_in_executor(self._executor, self._close_connection)
+            self._executor.shutdown(wait=False)
+        await asyncio.shield(self._close_future)
+
+
+def _noop(conn: sqlite3.Connection) -> None:
+    return None

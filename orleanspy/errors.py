@@ -1,0 +1,171 @@
+"""Every exception orleanspy raises.
+
+Hierarchy::
+
+    OrleansPyError
+    ├── ConfigurationError            bad option, bad config file key (names the key and the fix)
+    ├── SerializationError            a value that cannot cross a process boundary (TypeError too)
+    ├── GrainCallError
+    │   ├── GrainCallTimeoutError     the request timed out (also a TimeoutError)
+    │   ├── MessageRejectedError      the runtime refused the request (kind says why)
+    │   │   └── MailboxFullError      a bounded mailbox refused or evicted a message
+    │   ├── SiloUnavailableError      the target silo or gateway is gone
+    │   ├── DeadlockError             a call cycle would wait on itself
+    │   └── RemoteGrainError          an exception whose type is not importable here
+    ├── ActivationFailedError         on_activate or the state read failed
+    ├── InconsistentStateError        etag mismatch on a state write
+    ├── ProtocolError                 a malformed frame or handshake
+    ├── StreamError                   (streams issue)
+    ├── MembershipError
+    ├── WouldBlockError               a *_nowait call that would have to wait
+    └── InternalError                 a bug in orleanspy: please report it
+
+Errors keep their fields in ``args`` so that they cross process boundaries intact.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActivationFailedError",
+    "ConfigurationError",
+    "DeadlockError",
+    "GrainCallError",
+    "GrainCallTimeoutError",
+    "InconsistentStateError",
+    "InternalError",
+    "MailboxFullError",
+    "MembershipError",
+    "MessageRejectedError",
+    "OrleansPyError",
+    "ProtocolError",
+    "RemoteGrainError",
+    "SerializationError",
+    "SiloUnavailableError",
+    "StreamError",
+    "WouldBlockError",
+]
+
+
+class OrleansPyError(Exception):
+    """Root of every orleanspy error."""
+
+
+class ConfigurationError(OrleansPyError, ValueError):
+    """An option or config-file key has a bad value; the message names it and the fix."""
+
+
+class SerializationError(OrleansPyError, TypeError):
+    """A value cannot be serialised with msgpack (the wire and storage format)."""
+
+
+class GrainCallError(OrleansPyError):
+    """A grain call did not produce a result."""
+
+
+class GrainCallTimeoutError(GrainCallError, TimeoutError):
+    """The request's timeout elapsed before a response arrived."""
+
+
+class MessageRejectedError(GrainCallError):
+    """The runtime refused to deliver a request. ``kind`` says why."""
+
+    def __init__(self, message: str, kind: str = "transient") -> None:
+        super().__init__(message, kind)
+
+    @property
+    def kind(self) -> str:
+        return str(self.args[1])
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class MailboxFullError(MessageRejectedError):
+    """A bounded mailbox refused (policy ``reject``) or evicted (``drop_oldest``) a message."""
+
+    def __init__(self, message: str, kind: str = "mailbox_full") -> None:
+        super().__init__(message, kind)
+
+
+class SiloUnavailableError(GrainCallError):
+    """The silo or gateway that should handle the call is not reachable."""
+
+
+class DeadlockError(GrainCallError):
+    """A call cycle would wait on itself. ``chain`` lists the grains in call order."""
+
+    def __init__(self, message: str, chain: tuple[str, ...] = ()) -> None:
+        super().__init__(message, tuple(chain))
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return tuple(self.args[1])
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RemoteGrainError(GrainCallError):
+    """An exception raised in a grain whose type cannot be imported by the caller."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str = "") -> None:
+        super().__init__(type_name, message, remote_traceback)
+
+    @property
+    def type_name(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def message(self) -> str:
+        return str(self.args[1])
+
+    @property
+    def remote_traceback(self) -> str:
+        return str(self.args[2])
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}: {self.args[1]}"
+
+
+class ActivationFailedError(OrleansPyError):
+    """A grain could not be activated (state read or ``on_activate`` failed)."""
+
+
+class InconsistentStateError(OrleansPyError):
+    """A state write or clear carried a stale etag: another writer got there first."""
+
+    def __init__(
+        self, message: str, stored_etag: str | None = None, current_etag: str | None = None
+    ) -> None:
+        super().__init__(message, stored_etag, current_etag)
+
+    @property
+    def stored_etag(self) -> str | None:
+        return self.args[1]  # type: ignore[no-any-return]
+
+    @property
+    def current_etag(self) -> str | None:
+        return self.args[2]  # type: ignore[no-any-return]
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ProtocolError(OrleansPyError):
+    """A peer sent a malformed frame, an oversized frame or a bad handshake."""
+
+
+class StreamError(OrleansPyError):
+    """Base of stream errors."""
+
+
+class MembershipError(OrleansPyError):
+    """The membership table could not be read or written."""
+
+
+class WouldBlockError(OrleansPyError):
+    """A ``*_nowait`` operation would have had to wait."""
+
+
+class InternalError(OrleansPyError):
+    """A bug in orleanspy. Please report it with the log."""

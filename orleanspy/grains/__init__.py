@@ -1,0 +1,1 @@
+"""Grains: the Grain base, decorators, references and persistent state."""

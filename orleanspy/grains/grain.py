@@ -1,0 +1,112 @@
+"""Grain: the base class of user grains (turn-based virtual actors)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from orleanspy.grains.context import allow_call_chain_reentrancy
+from orleanspy.ids import GrainId, GrainKey
+
+if TYPE_CHECKING:
+    from orleanspy.reminders.base import ReminderEntry
+    from orleanspy.runtime.activation import Activation, DeactivationReason
+    from orleanspy.runtime.timers import GrainTimer
+
+__all__ = ["Grain"]
+
+G = TypeVar("G")
+
+
+class Grain:
+    """Base class for grains.
+
+    Subclass it and write ``async def`` methods; every public coroutine method can be called
+    through a reference: ``ref = client.get_grain(MyGrain, key)``, ``await ref.method(...)``.
+    One request runs at a time per activation unless the class or method says otherwise
+    (``@reentrant``, ``@always_interleave``, ``@read_only``).
+
+    The runtime creates grains: ``__init__`` takes no arguments and may use ``self.key``.
+    """
+
+    _activation: Activation
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def grain_id(self) -> GrainId:
+        return self._activation.grain_id
+
+    @property
+    def key(self) -> GrainKey:
+        """The grain's key (str, int, UUID or tuple)."""
+        return self._activation.grain_id.key
+
+    @property
+    def silo(self) -> Any:
+        """The silo hosting this activation."""
+        return self._activation.silo
+
+    # -- lifecycle hooks ------------------------------------------------------------------
+    async def on_activate(self) -> None:
+        """Called after persistent state is read, before the first request."""
+
+    async def on_deactivate(self, reason: DeactivationReason) -> None:
+        """Called before the activation goes away (best effort: a crash skips it)."""
+
+    def deactivate_on_idle(self) -> None:
+        """Deactivate once the current request completes."""
+        from orleanspy.runtime.activation import DeactivationReason
+
+        self._activation.deactivate(DeactivationReason.REQUESTED)
+
+    def delay_deactivation(self, seconds: float) -> None:
+        """Keep the activation alive for at least ``seconds`` (<= 0 cancels keep-alive)."""
+        act = self._activation
+        now = act.silo.clock.monotonic()
+        act.keep_alive_until = now + seconds if seconds > 0 else 0.0
+
+    # -- calls ----------------------------------------------------------------------------
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+        """A reference to another grain (or to this one)."""
+        return self._activation.silo.get_grain(grain_class, key)  # type: ignore[no-any-return]
+
+    allow_call_chain_reentrancy = staticmethod(allow_call_chain_reentrancy)
+
+    # -- timers and reminders -------------------------------------------------------------
+    def register_timer(
+        self,
+        callback: Callable[[], Awaitable[Any]],
+        due: float,
+        period: float | None = None,
+        *,
+        interleave: bool = False,
+        keep_alive: bool = False,
+        name: str | None = None,
+    ) -> GrainTimer:
+        """Call ``callback`` after ``due`` seconds, then every ``period`` seconds.
+
+        Ticks are turns like requests (they wait for a running request unless
+        ``interleave``), never overlap themselves (the next is scheduled ``period`` after
+        the previous finished), do not keep the grain alive unless ``keep_alive``, and stop
+        when the activation deactivates.
+        """
+        from orleanspy.runtime.timers import GrainTimer
+
+        timer = GrainTimer(
+            self._activation, callback, due, period, interleave=interleave,
+            keep_alive=keep_alive, name=name,
+        )
+        timer.start()
+        return timer
+
+    async def register_reminder(self, name: str, due: float, period: float) -> ReminderEntry:
+        """Create or replace a durable reminder: ``receive_reminder(name, status)`` runs
+        after ``due`` seconds and then every ``period`` seconds, surviving restarts."""
+        return await self._activation.silo.reminders.register(self, name, due, period)  # type: ignore[no-any-return]
+
+    async def unregister_reminder(self, name: str) -> bool:
+        """Delete a reminder of this grain; False if it did not exist."""
+        return await self._activation.silo.reminders.unregister(self.grain_id, name)  # type: ignore[no-any-return]
+
+    async def get_reminders(self) -> list[ReminderEntry]:
+        return await self._activation.silo.reminders.list(self.grain_id)  # type: ignore[no-any-return]

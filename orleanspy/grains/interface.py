@@ -1,0 +1,217 @@
+"""Grain class metadata: method flags, class decorators and the per-class method table.
+
+The method table is built once per class (``class_info(cls)``) and read on every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final, TypeVar
+
+from orleanspy.errors import ConfigurationError
+
+__all__ = [
+    "GrainClassInfo",
+    "MethodInfo",
+    "OverflowPolicy",
+    "always_interleave",
+    "call_chain_reentrant",
+    "class_info",
+    "collection_age",
+    "grain_type",
+    "mailbox",
+    "one_way",
+    "read_only",
+    "reentrant",
+    "stateless_worker",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=type)
+
+_INFO_ATTR: Final = "_orleanspy_class_info"
+
+
+class OverflowPolicy(str, Enum):
+    """What a full mailbox does with a one-way message (requests always suspend the caller)."""
+
+    SUSPEND = "suspend"
+    REJECT = "reject"
+    DROP_NEWEST = "drop_newest"
+    DROP_OLDEST = "drop_oldest"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInfo:
+    name: str
+    always_interleave: bool
+    read_only: bool
+    one_way: bool
+    flags: int
+
+
+@dataclass(slots=True)
+class GrainClassInfo:
+    """Everything the runtime needs to know about a grain class, computed once."""
+
+    cls: type
+    type_name: str
+    methods: dict[str, MethodInfo]
+    reentrant: bool
+    call_chain_reentrant: bool
+    stateless_worker: bool
+    max_local_workers: int | None
+    mailbox_capacity: int | None
+    overflow: OverflowPolicy
+    collection_age: float | None
+    states: dict[str, Any] = field(default_factory=dict)
+    is_system_target: bool = False
+
+
+def _mark(fn: F, attr: str) -> F:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"@{attr.strip('_').removeprefix('orleanspy_')} needs an async def method")
+    setattr(fn, attr, True)
+    return fn
+
+
+def always_interleave(fn: F) -> F:
+    """The method may run while any other request is running on the activation."""
+    return _mark(fn, "_orleanspy_always_interleave")
+
+
+def read_only(fn: F) -> F:
+    """The method does not change state: read-only calls interleave with each other."""
+    return _mark(fn, "_orleanspy_read_only")
+
+
+def one_way(fn: F) -> F:
+    """Calls to the method return once the message is enqueued; no result, no error."""
+    return _mark(fn, "_orleanspy_one_way")
+
+
+def reentrant(cls: C) -> C:
+    """Every request of the class may interleave with every other."""
+    cls._orleanspy_reentrant = True  # type: ignore[attr-defined]
+    return cls
+
+
+def call_chain_reentrant(cls: C) -> C:
+    """A call chain that leaves this grain may call back into it (A→B→A proceeds)."""
+    cls._orleanspy_call_chain_reentrant = True  # type: ignore[attr-defined]
+    return cls
+
+
+def stateless_worker(max_local: int | None = None) -> Callable[[C], C]:
+    """Several activations per grain id on each silo, at most ``max_local`` (default: CPUs)."""
+    if max_local is not None and max_local < 1:
+        raise ConfigurationError(f"stateless_worker(max_local={max_local}): must be >= 1")
+
+    def deco(cls: C) -> C:
+        cls._orleanspy_stateless_worker = True  # type: ignore[attr-defined]
+        cls._orleanspy_max_local_workers = max_local  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def mailbox(
+    capacity: int | None = None, overflow: OverflowPolicy | str = OverflowPolicy.SUSPEND
+) -> Callable[[C], C]:
+    """Bound the activation's mailbox and choose what one-way calls do when it is full."""
+    if capacity is not None and capacity < 1:
+        raise ConfigurationError(f"mailbox(capacity={capacity}): must be >= 1 (or None)")
+    try:
+        policy = OverflowPolicy(overflow)
+    except ValueError:
+        names = ", ".join(p.value for p in OverflowPolicy)
+        raise ConfigurationError(
+            f"mailbox(overflow={overflow!r}): unknown policy; use one of {names}"
+        ) from None
+
+    def deco(cls: C) -> C:
+        cls._orleanspy_mailbox_capacity = capacity  # type: ignore[attr-defined]
+        cls._orleanspy_overflow = policy  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def collection_age(seconds: float) -> Callable[[C], C]:
+    """Deactivate the class's activations after ``seconds`` without requests."""
+    if seconds <= 0:
+        raise ConfigurationError(f"collection_age({seconds}): must be > 0")
+
+    def deco(cls: C) -> C:
+        cls._orleanspy_collection_age = float(seconds)  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def grain_type(name: str) -> Callable[[C], C]:
+    """Give the class a stable type name (default: its ``__qualname__``)."""
+    if not name or "/" in name:
+        raise ConfigurationError(f"grain_type({name!r}): must be non-empty without '/'")
+
+    def deco(cls: C) -> C:
+        cls._orleanspy_type_name = name  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def type_name_of(cls: type) -> str:
+    name = cls.__dict__.get("_orleanspy_type_name")
+    return name if isinstance(name, str) else cls.__qualname__
+
+
+def _build(cls: type) -> GrainClassInfo:
+    from orleanspy.grains.grain import Grain
+    from orleanspy.grains.state import StateSpec
+    from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
+
+    base_names = set(dir(Grain))
+    methods: dict[str, MethodInfo] = {}
+    for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
+        if name.startswith("_") or (name in base_names and name != "receive_reminder"):
+            continue
+        ai = bool(getattr(fn, "_orleanspy_always_interleave", False))
+        ro = bool(getattr(fn, "_orleanspy_read_only", False))
+        flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
+        ow = bool(getattr(fn, "_orleanspy_one_way", False))
+        methods[name] = MethodInfo(name, ai, ro, ow, flags)
+    states = {
+        name: value
+        for klass in reversed(cls.__mro__)
+        for name, value in vars(klass).items()
+        if isinstance(value, StateSpec)
+    }
+    from orleanspy.runtime.system_target import SystemTarget
+
+    return GrainClassInfo(
+        cls=cls,
+        type_name=type_name_of(cls),
+        methods=methods,
+        reentrant=bool(getattr(cls, "_orleanspy_reentrant", False)),
+        call_chain_reentrant=bool(getattr(cls, "_orleanspy_call_chain_reentrant", False)),
+        stateless_worker=bool(getattr(cls, "_orleanspy_stateless_worker", False)),
+        max_local_workers=getattr(cls, "_orleanspy_max_local_workers", None),
+        mailbox_capacity=getattr(cls, "_orleanspy_mailbox_capacity", None),
+        overflow=getattr(cls, "_orleanspy_overflow", OverflowPolicy.SUSPEND),
+        collection_age=getattr(cls, "_orleanspy_collection_age", None),
+        states=states,
+        is_system_target=issubclass(cls, SystemTarget),
+    )
+
+
+def class_info(cls: type) -> GrainClassInfo:
+    """The cached metadata of a grain class."""
+    info = cls.__dict__.get(_INFO_ATTR)
+    if info is None:
+        info = _build(cls)
+        setattr(cls, _INFO_ATTR, info)
+    return info  # type: ignore[no-any-return]

@@ -1,0 +1,154 @@
+"""GrainReference: a proxy whose attribute calls become grain calls (caller → message).
+
+A reference class is generated once per grain class with one real method per grain method,
+so a call costs an ordinary method call plus the runtime's ``call``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from orleanspy.grains.interface import class_info, type_name_of
+from orleanspy.ids import GrainId, GrainKey, normalize_key
+from orleanspy.messaging.codec import qualified_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["GrainReference", "RuntimeClient", "make_reference"]
+
+G = TypeVar("G")
+
+
+class RuntimeClient(Protocol):
+    """What a reference needs from its runtime (a silo or a ClusterClient)."""
+
+    async def call(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+    ) -> Any: ...
+
+    async def send_one_way(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+    ) -> None: ...
+
+
+class GrainReference:
+    """A reference to a grain: ``await ref.method(...)`` calls it wherever it lives."""
+
+    __slots__ = ("_class_name", "_grain_id", "_runtime", "_timeout")
+
+    def __init__(
+        self,
+        runtime: RuntimeClient,
+        grain_id: GrainId,
+        class_name: str = "",
+        timeout: float | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._grain_id = grain_id
+        self._class_name = class_name
+        self._timeout = timeout
+
+    @property
+    def grain_id(self) -> GrainId:
+        return self._grain_id
+
+    @property
+    def key(self) -> GrainKey:
+        return self._grain_id.key
+
+    def with_timeout(self, seconds: float) -> Any:
+        """A copy of this reference whose calls time out after ``seconds``."""
+        if seconds <= 0:
+            raise ValueError(f"with_timeout({seconds}): the timeout must be > 0")
+        return type(self)(self._runtime, self._grain_id, self._class_name, seconds)
+
+    async def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a method by name (for tools and for classes not importable here)."""
+        return await self._runtime.call(
+            self._grain_id, method, args, kwargs or None, self._timeout
+        )
+
+    async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send a one-way call by name: returns once enqueued, without a result."""
+        await self._runtime.send_one_way(self._grain_id, method, args, kwargs or None)
+
+    def __grain_reference_state__(self) -> tuple[str, GrainId]:
+        return self._class_name, self._grain_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GrainReference) and other._grain_id == self._grain_id
+
+    def __hash__(self) -> int:
+        return hash(self._grain_id)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._grain_id}>"
+
+
+def _call_method(name: str) -> Callable[..., Any]:
+    async def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
+        return await self._runtime.call(self._grain_id, name, args, kwargs or None, self._timeout)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _one_way_method(name: str) -> Callable[..., Any]:
+    async def method(self: GrainReference, *args: Any, **kwargs: Any) -> None:
+        await self._runtime.send_one_way(self._grain_id, name, args, kwargs or None)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+_reference_classes: dict[type, type[GrainReference]] = {}
+
+
+def reference_class(cls: type) -> type[GrainReference]:
+    ref_cls = _reference_classes.get(cls)
+    if ref_cls is None:
+        info = class_info(cls)
+        ns: dict[str, Any] = {"__slots__": ()}
+        for name, m in info.methods.items():
+            ns[name] = _one_way_method(name) if m.one_way else _call_method(name)
+        ref_cls = type(f"{cls.__name__}Reference", (GrainReference,), ns)
+        _reference_classes[cls] = ref_cls
+    return ref_cls
+
+
+class _DynamicReference(GrainReference):
+    """A reference to a grain type known only by name: any attribute is a method."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def method(*args: Any, **kwargs: Any) -> Any:
+            return await self.invoke(name, *args, **kwargs)
+
+        return method
+
+
+def make_reference(
+    runtime: RuntimeClient, grain_class: type[G] | str, key: Any, grain_id: GrainId | None = None
+) -> G:
+    """Build a typed reference; ``grain_class`` may be a class or a grain type name."""
+    if isinstance(grain_class, str):
+        gid = grain_id or GrainId(grain_class, normalize_key(key))
+        return cast(G, _DynamicReference(runtime, gid, ""))
+    if not isinstance(grain_class, type):
+        raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
+    gid = grain_id or GrainId(type_name_of(grain_class), normalize_key(key))
+    return cast(G, reference_class(grain_class)(runtime, gid, qualified_name(grain_class)))

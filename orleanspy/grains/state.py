@@ -1,0 +1,176 @@
+"""PersistentState[T]: a grain's typed, etag-checked state, read before on_activate."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from orleanspy.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from orleanspy.ids import GrainId
+    from orleanspy.messaging.codec import Codec
+    from orleanspy.storage.base import GrainStorage
+
+__all__ = ["PersistentState", "StateSpec", "persistent_state"]
+
+T = TypeVar("T")
+
+
+class PersistentState(Generic[T]):
+    """One named state of one activation.
+
+    ``value`` is the in-memory state (a dataclass instance). Nothing is stored until
+    ``await write()``; a write whose etag is stale raises ``InconsistentStateError`` and the
+    runtime then deactivates the activation so that the next call reads the stored state.
+    On deactivation (idle, requested or silo shutdown) a state whose value changed since it
+    was last read or written is written once more (``write_on_deactivate``).
+    """
+
+    __slots__ = (
+        "_codec",
+        "_factory",
+        "_grain_id",
+        "_last",
+        "_name",
+        "_storage",
+        "etag",
+        "record_exists",
+        "value",
+    )
+
+    def __init__(
+        self,
+        factory: Callable[[], T],
+        name: str,
+        storage: GrainStorage,
+        grain_id: GrainId,
+        codec: Codec,
+    ) -> None:
+        self._factory = factory
+        self._name = name
+        self._storage = storage
+        self._grain_id = grain_id
+        self._codec = codec
+        self.value: T = factory()
+        self.etag: str | None = None
+        self.record_exists = False
+        self._last: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def read(self) -> None:
+        """Replace ``value`` with the stored state (or a fresh default if none is stored)."""
+        stored = await self._storage.read(self._grain_id, self._name)
+        if stored is None:
+            self.value = self._factory()
+            self.etag = None
+            self.record_exists = False
+            self._last = None
+            return
+        self.value = self._codec.unpackb(stored.data)
+        self.etag = stored.etag
+        self.record_exists = True
+        self._last = stored.data
+
+    async def write(self) -> None:
+        """Store ``value``; raises ``InconsistentStateError`` if someone else wrote first."""
+        data = self._codec.packb(self.value)
+        self.etag = await self._storage.write(self._grain_id, self._name, data, self.etag)
+        self.record_exists = True
+        self._last = data
+
+    async def clear(self) -> None:
+        """Delete the stored record and reset ``value`` to its default."""
+        await self._storage.clear(self._grain_id, self._name, self.etag)
+        self.value = self._factory()
+        self.etag = None
+        self.record_exists = False
+        self._last = None
+
+    def is_dirty(self) -> bool:
+        """True if ``value`` differs from what was last read or written."""
+        current = self._codec.packb(self.value)
+        if self._last is None:
+            return current != self._codec.packb(self._factory())
+        return current != self._last
+
+
+class StateSpec(Generic[T]):
+    """Class-level declaration of a persistent state (see ``persistent_state``)."""
+
+    __slots__ = ("attr", "factory", "name", "storage", "write_on_deactivate")
+
+    def __init__(
+        self,
+        factory: Callable[[], T],
+        name: str | None,
+        storage: str,
+        write_on_deactivate: bool,
+    ) -> None:
+        self.factory = factory
+        self.name = name
+        self.storage = storage
+        self.write_on_deactivate = write_on_deactivate
+        self.attr = ""
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+        if self.name is None:
+            self.name = attr
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> StateSpec[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> PersistentState[T]: ...
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        try:
+            return obj.__dict__["_orleanspy_states"][self.attr]
+        except KeyError:
+            raise RuntimeError(
+                f"state {self.attr!r} is only available on an activated grain "
+                "(not in __init__ of a grain created outside the runtime)"
+            ) from None
+
+
+def persistent_state(
+    factory: Callable[[], T],
+    *,
+    name: str | None = None,
+    storage: str = "default",
+    write_on_deactivate: bool = True,
+) -> StateSpec[T]:
+    """Declare a persistent state on a grain class.
+
+    Example::
+
+        @dataclass
+        class AccountState:
+            balance: int = 0
+
+        class Account(Grain):
+            state = persistent_state(AccountState)
+
+            async def deposit(self, amount: int) -> int:
+                self.state.value.balance += amount
+                await self.state.write()
+                return self.state.value.balance
+
+    Args:
+        factory: makes the default value, usually the dataclass itself.
+        name: the state's name in storage (default: the attribute name).
+        storage: the silo's storage provider to use (default ``"default"``).
+        write_on_deactivate: write a changed state when the activation deactivates.
+    """
+    if not callable(factory):
+        raise ConfigurationError("persistent_state(factory): factory must be callable")
+    if isinstance(factory, type) and not dataclasses.is_dataclass(factory):
+        raise ConfigurationError(
+            f"persistent_state({factory.__name__}): the state type must be a dataclass"
+        )
+    return StateSpec(factory, name, storage, write_on_deactivate)

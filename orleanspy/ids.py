@@ -1,0 +1,130 @@
+"""Identities: GrainId, SiloAddress. Immutable, slotted, with cached hashes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final, TypeAlias, Union
+
+__all__ = ["GrainId", "GrainKey", "SiloAddress", "normalize_key"]
+
+GrainKey: TypeAlias = Union[str, int, uuid.UUID, tuple["GrainKey", ...]]
+
+_SCALARS: Final = (str, int, uuid.UUID)
+
+
+def normalize_key(key: Any) -> GrainKey:
+    """Validate a grain key: str, int, UUID, or a (nested) tuple of those."""
+    t = type(key)
+    if t is str or t is int or t is uuid.UUID:
+        return key  # type: ignore[no-any-return]
+    if isinstance(key, bool):
+        raise TypeError("a grain key cannot be a bool; use an int or a str")
+    if isinstance(key, _SCALARS):
+        return key  # type: ignore[no-any-return]
+    if isinstance(key, (tuple, list)):
+        return tuple(normalize_key(k) for k in key)
+    raise TypeError(
+        f"a grain key must be a str, int, UUID or a tuple of those, not {type(key).__name__}"
+    )
+
+
+def _key_text(key: GrainKey) -> str:
+    if isinstance(key, tuple):
+        return "(" + ",".join(_key_text(k) for k in key) + ")"
+    return str(key)
+
+
+def _canonical_key(key: GrainKey) -> str:
+    if isinstance(key, tuple):
+        return "t(" + ",".join(_canonical_key(k) for k in key) + ")"
+    if isinstance(key, int):
+        return f"i:{key}"
+    if isinstance(key, uuid.UUID):
+        return f"u:{key}"
+    return "s:" + key.replace("\\", "\\\\").replace(",", "\\,").replace(")", "\\)")
+
+
+class GrainId:
+    """The identity of a grain: its type name and its key."""
+
+    __slots__ = ("_hash", "key", "type_name")
+
+    type_name: str
+    key: GrainKey
+    _hash: int
+
+    def __init__(self, type_name: str, key: GrainKey) -> None:
+        object.__setattr__(self, "type_name", type_name)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "_hash", hash((type_name, key)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GrainId is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not GrainId:
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self.type_name == other.type_name
+            and self.key == other.key
+        )
+
+    def __repr__(self) -> str:
+        return f"GrainId({self.type_name!r}, {self.key!r})"
+
+    def __str__(self) -> str:
+        return f"{self.type_name}/{_key_text(self.key)}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GrainId, (self.type_name, self.key))
+
+    def canonical(self) -> str:
+        """A text form that tells ``1`` from ``"1"``: the key under which storage keeps a grain."""
+        return f"{self.type_name}/{_canonical_key(self.key)}"
+
+
+class SiloAddress:
+    """Where a silo listens, plus a generation that tells restarts apart."""
+
+    __slots__ = ("_hash", "generation", "host", "port")
+
+    host: str
+    port: int
+    generation: int
+    _hash: int
+
+    def __init__(self, host: str, port: int, generation: int = 0) -> None:
+        object.__setattr__(self, "host", host)
+        object.__setattr__(self, "port", port)
+        object.__setattr__(self, "generation", generation)
+        object.__setattr__(self, "_hash", hash((host, port, generation)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("SiloAddress is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not SiloAddress:
+            return NotImplemented
+        return (self.host, self.port, self.generation) == (
+            other.host,
+            other.port,
+            other.generation,
+        )
+
+    def __repr__(self) -> str:
+        return f"SiloAddress({self.host!r}, {self.port}, {self.generation})"
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}@{self.generation}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SiloAddress, (self.host, self.port, self.generation))

@@ -1,0 +1,1 @@
+"""Messages, msgpack codec, framing and connections."""

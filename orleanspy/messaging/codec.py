@@ -1,0 +1,232 @@
+"""msgpack encoding of values, with ext types for the Python types grains exchange.
+
+Supported beyond msgpack's own types: tuple, set, frozenset, UUID, datetime, date, time,
+timedelta, Decimal, Enum members, dataclass instances, GrainId and grain references.
+Dataclasses and enums are encoded by ``module:qualname`` and resolved on the other side by
+import; dataclass fields travel by name, so adding a field with a default stays compatible.
+Nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import importlib
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgpack
+
+from orleanspy.errors import SerializationError
+from orleanspy.ids import GrainId
+
+__all__ = ["Codec", "is_immutable", "qualified_name", "resolve_name"]
+
+EXT_TUPLE: Final = 1
+EXT_UUID: Final = 2
+EXT_DATETIME: Final = 3
+EXT_DATE: Final = 4
+EXT_TIME: Final = 5
+EXT_TIMEDELTA: Final = 6
+EXT_ENUM: Final = 7
+EXT_DATACLASS: Final = 8
+EXT_SET: Final = 9
+EXT_FROZENSET: Final = 10
+EXT_REFERENCE: Final = 11
+EXT_DECIMAL: Final = 12
+EXT_GRAIN_ID: Final = 13
+
+_IMMUTABLE_SCALARS: Final = frozenset({int, str, float, bool, type(None), bytes})
+
+_name_cache: dict[type, str] = {}
+_type_cache: dict[str, type] = {}
+_dc_fields: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def is_immutable(value: Any) -> bool:
+    """True for values that need no copy to be shared between grains (scalars)."""
+    return type(value) in _IMMUTABLE_SCALARS
+
+
+def qualified_name(cls: type) -> str:
+    name = _name_cache.get(cls)
+    if name is None:
+        name = f"{cls.__module__}:{cls.__qualname__}"
+        _name_cache[cls] = name
+    return name
+
+
+def resolve_name(name: str) -> type | None:
+    """Find a class by ``module:qualname``, importing the module if needed; None if absent."""
+    cls = _type_cache.get(name)
+    if cls is not None:
+        return cls
+    module_name, _, qualname = name.partition(":")
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            return None
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if not isinstance(obj, type):
+        return None
+    _type_cache[name] = obj
+    return obj
+
+
+def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    cached = _dc_fields.get(cls)
+    if cached is None:
+        fields = dataclasses.fields(cls)
+        cached = (
+            tuple(f.name for f in fields if f.init),
+            tuple(f.name for f in fields if not f.init),
+        )
+        _dc_fields[cls] = cached
+    return cached
+
+
+class Codec:
+    """Encodes and decodes values; ``reference_factory`` rebuilds grain references."""
+
+    __slots__ = ("_packer", "reference_factory")
+
+    def __init__(
+        self, reference_factory: Callable[[str, GrainId], Any] | None = None
+    ) -> None:
+        self.reference_factory = reference_factory
+        self._packer = msgpack.Packer(
+            default=self._default, strict_types=True, use_bin_type=True, autoreset=True
+        )
+
+    # -- encode --------------------------------------------------------------------------
+    def packb(self, obj: Any) -> bytes:
+        try:
+            return self._packer.pack(obj)  # type: ignore[no-any-return]
+        except SerializationError:
+            self._packer.reset()
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer.reset()
+            raise SerializationError(f"cannot serialise with msgpack: {exc}") from exc
+
+    def _nested(self, obj: Any) -> bytes:
+        return msgpack.packb(obj, default=self._default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+
+    def _default(self, obj: Any) -> Any:  # noqa: PLR0911, C901
+        t = type(obj)
+        if t is tuple:
+            return msgpack.ExtType(EXT_TUPLE, self._nested(list(obj)))
+        if isinstance(obj, enum.Enum):
+            return msgpack.ExtType(EXT_ENUM, self._nested([qualified_name(t), obj.value]))
+        if t is uuid.UUID:
+            return msgpack.ExtType(EXT_UUID, obj.bytes)
+        if t is _dt.datetime:
+            return msgpack.ExtType(EXT_DATETIME, obj.isoformat().encode())
+        if t is _dt.date:
+            return msgpack.ExtType(EXT_DATE, obj.isoformat().encode())
+        if t is _dt.time:
+            return msgpack.ExtType(EXT_TIME, obj.isoformat().encode())
+        if t is _dt.timedelta:
+            return msgpack.ExtType(
+                EXT_TIMEDELTA, self._nested([obj.days, obj.seconds, obj.microseconds])
+            )
+        if t is decimal.Decimal:
+            return msgpack.ExtType(EXT_DECIMAL, str(obj).encode())
+        if t is set:
+            return msgpack.ExtType(EXT_SET, self._nested(list(obj)))
+        if t is frozenset:
+            return msgpack.ExtType(EXT_FROZENSET, self._nested(list(obj)))
+        if t is GrainId:
+            return msgpack.ExtType(EXT_GRAIN_ID, self._nested([obj.type_name, obj.key]))
+        ref_state = getattr(obj, "__grain_reference_state__", None)
+        if ref_state is not None:
+            cls_name, grain_id = ref_state()
+            return msgpack.ExtType(
+                EXT_REFERENCE, self._nested([cls_name, grain_id.type_name, grain_id.key])
+            )
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            init_names, other_names = _dataclass_fields(t)
+            values = {name: getattr(obj, name) for name in init_names}
+            for name in other_names:
+                values[name] = getattr(obj, name)
+            return msgpack.ExtType(EXT_DATACLASS, self._nested([qualified_name(t), values]))
+        if isinstance(obj, dict):
+            return dict(obj)
+        if isinstance(obj, list):
+            return list(obj)
+        if isinstance(obj, (str, int, float, bytes)):
+            for base in (str, int, float, bytes):
+                if isinstance(obj, base):
+                    return base(obj)
+        raise SerializationError(
+            f"cannot serialise a value of type {t.__module__}.{t.__qualname__} with msgpack; "
+            "use a dataclass, enum, tuple, list, dict or scalar (see docs/serialization.md)"
+        )
+
+    # -- decode --------------------------------------------------------------------------
+    def unpackb(self, data: bytes | bytearray | memoryview) -> Any:
+        return msgpack.unpackb(
+            data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
+        )
+
+    def _ext_hook(self, code: int, data: bytes) -> Any:  # noqa: PLR0911, C901
+        if code == EXT_TUPLE:
+            return tuple(self.unpackb(data))
+        if code == EXT_UUID:
+            return uuid.UUID(bytes=data)
+        if code == EXT_DATETIME:
+            return _dt.datetime.fromisoformat(data.decode())
+        if code == EXT_DATE:
+            return _dt.date.fromisoformat(data.decode())
+        if code == EXT_TIME:
+            return _dt.time.fromisoformat(data.decode())
+        if code == EXT_TIMEDELTA:
+            d, s, us = self.unpackb(data)
+            return _dt.timedelta(days=d, seconds=s, microseconds=us)
+        if code == EXT_DECIMAL:
+            return decimal.Decimal(data.decode())
+        if code == EXT_SET:
+            return set(self.unpackb(data))
+        if code == EXT_FROZENSET:
+            return frozenset(self.unpackb(data))
+        if code == EXT_ENUM:
+            name, value = self.unpackb(data)
+            cls = resolve_name(name)
+            if cls is None or not issubclass(cls, enum.Enum):
+                raise SerializationError(
+                    f"enum {name} is not importable here; install or import its module"
+                )
+            return cls(value)
+        if code == EXT_DATACLASS:
+            name, values = self.unpackb(data)
+            cls = resolve_name(name)
+            if cls is None or not dataclasses.is_dataclass(cls):
+                raise SerializationError(
+                    f"dataclass {name} is not importable here; install or import its module"
+                )
+            init_names, other_names = _dataclass_fields(cls)
+            obj = cls(**{k: values[k] for k in init_names if k in values})
+            for k in other_names:
+                if k in values:
+                    object.__setattr__(obj, k, values[k])
+            return obj
+        if code == EXT_GRAIN_ID:
+            type_name, key = self.unpackb(data)
+            return GrainId(type_name, key)
+        if code == EXT_REFERENCE:
+            cls_name, type_name, key = self.unpackb(data)
+            grain_id = GrainId(type_name, key)
+            if self.reference_factory is None:
+                return grain_id
+            return self.reference_factory(cls_name, grain_id)
+        return msgpack.ExtType(code, data)

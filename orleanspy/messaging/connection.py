@@ -1,0 +1,137 @@
+"""FramedConnection: an asyncio Protocol that reads and writes length-prefixed frames.
+
+Reads parse every complete frame in the buffer at once; writes are coalesced into one
+``transport.write`` per event-loop iteration. A frame longer than ``max_frame_size`` or a
+payload that a subclass rejects closes this connection only (``ProtocolError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orleanspy.errors import ProtocolError
+
+__all__ = ["FramedConnection"]
+
+
+class FramedConnection(asyncio.Protocol):
+    """Base protocol: subclasses implement ``frame_received`` and ``on_close``."""
+
+    def __init__(self, max_frame_size: int, log: Any) -> None:
+        self.max_frame_size = max_frame_size
+        self.log = log
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self._write_paused = False
+        self._write_resumed: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        limit = self.max_frame_size
+        try:
+            while n - pos >= 4:
+                size = int.from_bytes(buf[pos : pos + 4], "big")
+                if size > limit:
+                    raise ProtocolError(
+                        f"frame of {size} bytes exceeds the maximum of {limit} bytes "
+                        "(max_frame_size)"
+                    )
+                end = pos + 4 + size
+                if end > n:
+                    break
+                payload = bytes(buf[pos + 4 : end])
+                pos = end
+                self.frame_received(payload)
+                if self.closed:
+                    return
+        except ProtocolError as exc:
+            self.protocol_error(str(exc))
+            return
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        self._buf.clear()
+        self._out.clear()
+        if self._write_resumed is not None and not self._write_resumed.done():
+            self._write_resumed.set_result(None)
+        self.on_close(exc, was_closed)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._write_resumed is not None and not self._write_resumed.done():
+            self._write_resumed.set_result(None)
+        self._write_resumed = None
+
+    # -- for subclasses -------------------------------------------------------------------
+    def frame_received(self, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def on_close(self, exc: Exception | None, by_us: bool) -> None:
+        """Called once when the connection is gone."""
+
+    def protocol_error(self, reason: str) -> None:
+        self.log.warning("connection_protocol_error", peer=self.peer, reason=reason)
+        self.close()
+
+    # -- writing --------------------------------------------------------------------------
+    def send(self, payload: bytes) -> None:
+        if self.closed:
+            return
+        out = self._out
+        out.append(len(payload).to_bytes(4, "big"))
+        out.append(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def send_now(self, payload: bytes) -> None:
+        self.send(payload)
+        self._flush()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if out and self.transport is not None and not self.closed:
+            data = b"".join(out)
+            out.clear()
+            self.transport.write(data)
+
+    async def wait_writable(self) -> None:
+        """Wait while the peer is not reading (transport buffer above its high-water mark)."""
+        if self._write_paused and not self.closed:
+            if self._write_resumed is None:
+                self._write_resumed = self._loop.create_future()
+            await self._write_resumed
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()

@@ -1,0 +1,94 @@
+"""Message: one request, one-way call or response, as it travels from caller to activation.
+
+A request is created by a grain reference (or a timer/reminder), routed by the dispatcher and
+queued in an activation's mailbox. ``reply`` decides where the result goes: a local Future, a
+connection back to a remote caller, or nowhere (one-way).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Any, Final
+
+from orleanspy.ids import GrainId
+
+__all__ = ["CallChainEntry", "Direction", "Message", "ResultKind", "new_message_id"]
+
+# Ids are unique across processes: a random 30-bit process prefix and a 33-bit counter.
+_PREFIX: Final = int.from_bytes(os.urandom(4), "little") & 0x3FFFFFFF
+_counter = itertools.count(1)
+
+
+def new_message_id() -> int:
+    return (_PREFIX << 33) | (next(_counter) & 0x1FFFFFFFF)
+
+
+class Direction(IntEnum):
+    REQUEST = 0
+    ONE_WAY = 1
+    RESPONSE = 2
+
+
+class ResultKind(IntEnum):
+    OK = 0
+    ERROR = 1
+
+
+# A call-chain entry: (grain id text, id of the request running in that grain, may re-enter).
+CallChainEntry = tuple[str, int, bool]
+
+# Message flags
+FLAG_ALWAYS_INTERLEAVE: Final = 1
+FLAG_READ_ONLY: Final = 2
+FLAG_SUPPRESS_KEEP_ALIVE: Final = 4
+FLAG_SELF_CALL: Final = 8
+
+
+class Message:
+    """A request or one-way call addressed to a grain (or system target)."""
+
+    __slots__ = (
+        "args",
+        "chain",
+        "direction",
+        "flags",
+        "id",
+        "invoke",
+        "kwargs",
+        "method",
+        "reply",
+        "target",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        direction: Direction,
+        target: GrainId,
+        method: str,
+        args: tuple[Any, ...] | list[Any],
+        kwargs: dict[str, Any] | None,
+        chain: tuple[CallChainEntry, ...] = (),
+        flags: int = 0,
+        timeout: float | None = None,
+        msg_id: int | None = None,
+    ) -> None:
+        self.id = new_message_id() if msg_id is None else msg_id
+        self.direction = direction
+        self.target = target
+        self.method = method
+        self.args = args
+        self.kwargs = kwargs
+        self.chain = chain
+        self.flags = flags
+        self.timeout = timeout
+        # Where the outcome goes: called as reply(ok, value) or None for one-way calls.
+        self.reply: Callable[[bool, Any], None] | None = None
+        # A runtime-local callable to invoke instead of a method (timer ticks).
+        self.invoke: Callable[[], Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Message {self.direction.name} {self.target}.{self.method} id={self.id}>"

@@ -1,0 +1,65 @@
+"""The wire format: length-prefixed msgpack frames, the handshake, requests and responses.
+
+Frame: 4-byte big-endian length N, then N bytes of msgpack. Frames on a connection:
+
+* handshake (client → silo): ``{"v": 1, "cluster": str, "secret": str|None, "client": str}``
+* handshake reply: ``{"v": 1, "ok": true, "silo": str}`` or ``{"ok": false, "error": str}``
+* request: ``[0 | 1, id, type_name, key, method, args, kwargs|None, timeout|None, chain]``
+  (0 = request, 1 = one-way)
+* response: ``[2, id, ok, value]``; an error value is ``{"type", "args", "message", "tb"}``
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Final
+
+from orleanspy.errors import RemoteGrainError, SerializationError
+from orleanspy.messaging.codec import Codec, qualified_name, resolve_name
+
+__all__ = [
+    "HEADER",
+    "PROTOCOL_VERSION",
+    "decode_error",
+    "encode_error",
+    "frame",
+]
+
+PROTOCOL_VERSION: Final = 1
+HEADER: Final = 4
+
+
+def frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def encode_error(codec: Codec, exc: BaseException) -> dict[str, Any]:
+    """An exception as a msgpack-able map: type, args (if serialisable), message, traceback."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    args: Any = list(exc.args)
+    try:
+        codec.packb(args)
+    except SerializationError:
+        args = None
+    return {"type": qualified_name(type(exc)), "args": args, "message": str(exc), "tb": tb}
+
+
+def decode_error(value: Any) -> BaseException:
+    """Rebuild an exception: the same type where importable, else ``RemoteGrainError``."""
+    if not isinstance(value, dict):
+        return RemoteGrainError("unknown", repr(value), "")
+    type_name = str(value.get("type", "unknown"))
+    message = str(value.get("message", ""))
+    tb = str(value.get("tb", ""))
+    cls = resolve_name(type_name)
+    args = value.get("args")
+    if cls is not None and issubclass(cls, BaseException) and args is not None:
+        try:
+            exc = cls(*args)
+        except Exception:
+            exc = None
+        if exc is not None:
+            exc.add_note("remote traceback:\n" + tb.rstrip())
+            exc.remote_traceback = tb  # type: ignore[attr-defined]
+            return exc
+    return RemoteGrainError(type_name.replace(":", "."), message, tb)

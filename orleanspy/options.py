@@ -1,0 +1,98 @@
+"""Options of the silo and the client: frozen dataclasses, validated on creation."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+from orleanspy.errors import ConfigurationError
+
+__all__ = ["ClientOptions", "SiloOptions"]
+
+
+def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None:
+    if not ok:
+        raise ConfigurationError(f"{cls_name}.{name} = {value!r}: {rule}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiloOptions:
+    """Everything a silo needs to start. Durations are float seconds.
+
+    ``storage`` and ``reminders`` are URLs: ``memory`` or ``sqlite:PATH`` (relative paths
+    resolve against ``data_dir``).
+    """
+
+    cluster_id: str = "dev"
+    host: str = "127.0.0.1"
+    port: int = 11111
+    gateway_port: int | None = 30000
+    secret: str | None = None
+    storage: str = "memory"
+    reminders: str = "memory"
+    data_dir: str = ".orleanspy"
+    response_timeout: float = 30.0
+    collection_age: float = 900.0
+    collection_quantum: float = 60.0
+    mailbox_capacity: int = 10_000
+    max_frame_size: int = 16 * 1024 * 1024
+    max_local_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    shutdown_timeout: float = 30.0
+    minimum_reminder_period: float = 60.0
+    log_format: str = "console"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        n = "SiloOptions"
+        _check(n, "cluster_id", bool(self.cluster_id), self.cluster_id, "must be non-empty")
+        _check(n, "port", 0 <= self.port < 65536, self.port, "must be 0..65535")
+        if self.gateway_port is not None:
+            _check(
+                n, "gateway_port", 0 <= self.gateway_port < 65536, self.gateway_port,
+                "must be 0..65535 (0 picks a free port; None disables the gateway)",
+            )
+        for name in ("response_timeout", "collection_age", "collection_quantum",
+                     "shutdown_timeout", "minimum_reminder_period"):
+            value = getattr(self, name)
+            _check(n, name, value > 0, value, "must be > 0 seconds")
+        _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,
+               "must be >= 1")
+        _check(n, "max_frame_size", self.max_frame_size >= 1024, self.max_frame_size,
+               "must be >= 1024 bytes")
+        _check(n, "max_local_workers", self.max_local_workers >= 1, self.max_local_workers,
+               "must be >= 1")
+        _check(n, "log_format", self.log_format in ("console", "json"), self.log_format,
+               "must be 'console' or 'json'")
+        _check(n, "log_level", self.log_level in ("debug", "info", "warning", "error"),
+               self.log_level, "must be debug, info, warning or error")
+        for name in ("storage", "reminders"):
+            url = getattr(self, name)
+            _check(n, name, url == "memory" or url.startswith("sqlite:"), url,
+                   "must be 'memory' or 'sqlite:PATH'")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    """Options of a ClusterClient."""
+
+    cluster_id: str = "dev"
+    gateways: tuple[str, ...] = ("127.0.0.1:30000",)
+    secret: str | None = None
+    response_timeout: float = 30.0
+    connect_timeout: float = 5.0
+    max_frame_size: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        n = "ClientOptions"
+        _check(n, "gateways", bool(self.gateways), self.gateways, "needs at least one host:port")
+        for gw in self.gateways:
+            host, _, port = gw.rpartition(":")
+            _check(n, "gateways", bool(host) and port.isdigit(), gw, "each must be host:port")
+        _check(n, "response_timeout", self.response_timeout > 0, self.response_timeout,
+               "must be > 0 seconds")
+        _check(n, "connect_timeout", self.connect_timeout > 0, self.connect_timeout,
+               "must be > 0 seconds")

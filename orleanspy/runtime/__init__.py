@@ -1,0 +1,1 @@
+"""The runtime: activations, scheduling, the silo, the gateway and the client."""

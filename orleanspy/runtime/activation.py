@@ -1,0 +1,602 @@
+"""Activation: one live instance of a grain, its mailbox and its turns.
+
+Rationale. Admission follows Orleans' ``MayInvokeRequest`` (see docs/architecture.md):
+nothing running → run; always-interleave → run; no blocking request → run; read-only
+with a read-only blocking request → run; a call chain that passes through a running request
+of this activation → run if call-chain reentrancy is allowed, else ``DeadlockError`` if that
+request is the blocking one; reentrant class → run; otherwise queue.
+
+A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
+suspension (``_util.eager``). A method that never suspends costs no task and no loop
+iteration; one that does continues in a Task that owns the rest of the turn.
+
+The mailbox (``waiting``) is bounded by the class's capacity. Requests that find it full
+wait in ``blocked`` (their callers stay suspended) and move in as room frees; one-way
+messages follow the class's overflow policy. Calls a grain makes to itself and timer ticks
+are never held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Coroutine
+from contextvars import copy_context
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import TYPE_CHECKING, Any, Final
+
+from orleanspy._util.eager import continue_in_generator
+from orleanspy.errors import (
+    ActivationFailedError,
+    DeadlockError,
+    InconsistentStateError,
+    MailboxFullError,
+    MessageRejectedError,
+)
+from orleanspy.grains.context import current_turn
+from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
+from orleanspy.messaging.message import (
+    FLAG_ALWAYS_INTERLEAVE,
+    FLAG_READ_ONLY,
+    FLAG_SUPPRESS_KEEP_ALIVE,
+    Direction,
+    Message,
+)
+
+if TYPE_CHECKING:
+    from orleanspy.grains.state import PersistentState
+    from orleanspy.ids import GrainId
+    from orleanspy.runtime.silo import Silo
+    from orleanspy.runtime.timers import GrainTimer
+
+__all__ = [
+    "Activation",
+    "ActivationState",
+    "ActivationStatistics",
+    "DeactivationReason",
+    "TurnFuture",
+]
+
+_INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY
+
+
+class ActivationState(IntEnum):
+    ACTIVATING = 1
+    VALID = 2
+    DEACTIVATING = 3
+    INVALID = 4
+
+
+class DeactivationReason(str, Enum):
+    IDLE = "idle"
+    REQUESTED = "requested"
+    SHUTTING_DOWN = "shutting_down"
+    ACTIVATION_FAILED = "activation_failed"
+    INCONSISTENT_STATE = "inconsistent_state"
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationStatistics:
+    grain_id: str
+    state: str
+    received: int
+    completed: int
+    failed: int
+    running: int
+    queued: int
+    max_queued: int
+    blocked_senders: int
+    suspended: int
+    rejected: int
+    dropped_newest: int
+    dropped_oldest: int
+    idle_seconds: float
+
+
+class TurnFuture(asyncio.Future[Any]):
+    """The future a caller awaits when its request could not finish inline."""
+
+    __slots__ = ()
+
+    def reply(self, ok: bool, value: Any) -> None:
+        if self.done():
+            return
+        if ok:
+            self.set_result(value)
+        else:
+            self.set_exception(value)
+
+
+# Returned by ``try_inline`` when the request must be queued instead.
+NOT_NOW: Final = object()
+
+
+class Activation:
+    """One live instance of a grain class for one grain id."""
+
+    __slots__ = (
+        "_deactivated",
+        "_pumping",
+        "_teardown_started",
+        "blocked",
+        "blocking",
+        "capacity",
+        "completed",
+        "dropped_newest",
+        "dropped_oldest",
+        "failed",
+        "grain",
+        "grain_id",
+        "info",
+        "keep_alive_until",
+        "last_active",
+        "max_queued",
+        "name",
+        "policy",
+        "reason",
+        "received",
+        "rejected",
+        "running",
+        "silo",
+        "special_waiting",
+        "state",
+        "states",
+        "suspended",
+        "tasks",
+        "timers",
+        "waiting",
+    )
+
+    def __init__(self, silo: Silo, grain_id: GrainId, info: GrainClassInfo) -> None:
+        self.silo = silo
+        self.grain_id = grain_id
+        self.name = str(grain_id)
+        self.info = info
+        self.grain: Any = None
+        self.state = ActivationState.ACTIVATING
+        self.waiting: deque[Message] = deque()
+        self.blocked: deque[tuple[Message, asyncio.Future[None] | None]] = deque()
+        self.running: dict[int, Message] = {}
+        self.blocking: Message | None = None
+        self.special_waiting = 0
+        cap = info.mailbox_capacity
+        self.capacity: int = silo.options.mailbox_capacity if cap is None else cap
+        self.policy: OverflowPolicy = info.overflow
+        self.last_active = silo.clock.monotonic()
+        self.keep_alive_until = 0.0
+        self.reason: DeactivationReason | None = None
+        self.timers: set[GrainTimer] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.states: dict[str, PersistentState[Any]] = {}
+        self._deactivated: asyncio.Future[None] | None = None
+        self._pumping = False
+        self._teardown_started = False
+        self.received = self.completed = self.failed = 0
+        self.max_queued = self.suspended = self.rejected = 0
+        self.dropped_newest = self.dropped_oldest = 0
+
+    def __repr__(self) -> str:
+        return f"<Activation {self.name} {self.state.name}>"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the grain object, read its state and run on_activate (eagerly)."""
+        self._run_internal(self._activate())
+
+    async def _activate(self) -> None:
+        info = self.info
+        try:
+            grain = info.cls.__new__(info.cls)
+            grain._activation = self
+            grain.__dict__["_orleanspy_states"] = self.states
+            for attr, spec in info.states.items():
+                ps = self.silo.make_state(spec, self.grain_id)
+                self.states[attr] = ps
+                await ps.read()
+            grain.__init__()
+            self.grain = grain
+            await grain.on_activate()
+        except Exception as exc:
+            self.silo.log.warning(
+                "grain_activation_failed", grain=self.name, error=repr(exc)
+            )
+            err = ActivationFailedError(f"activation of {self.name} failed: {exc!r}")
+            err.__cause__ = exc
+            self._fail_activation(err)
+            return
+        if self.state is ActivationState.ACTIVATING:
+            self.state = ActivationState.VALID
+        self.last_active = self.silo.clock.monotonic()
+        if self.state is ActivationState.DEACTIVATING:
+            self._maybe_teardown()
+        elif self.waiting:
+            self._pump()
+
+    def _fail_activation(self, err: BaseException) -> None:
+        self.state = ActivationState.INVALID
+        self.reason = DeactivationReason.ACTIVATION_FAILED
+        self.silo.catalog.remove(self)
+        pending = list(self.waiting) + [m for m, _ in self.blocked]
+        self.waiting.clear()
+        self.blocked.clear()
+        for msg in pending:
+            self._deliver(msg, False, err)
+        self._set_deactivated()
+
+    def deactivate(self, reason: DeactivationReason) -> None:
+        """Start deactivation: queued and new messages go to the next activation."""
+        if self.state >= ActivationState.DEACTIVATING:
+            return
+        self.reason = reason
+        was_activating = self.state is ActivationState.ACTIVATING
+        self.state = ActivationState.DEACTIVATING
+        for timer in list(self.timers):
+            timer.dispose()
+        if not was_activating:
+            self._maybe_teardown()
+
+    async def wait_deactivated(self) -> None:
+        if self.state is ActivationState.INVALID:
+            return
+        if self._deactivated is None:
+            self._deactivated = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._deactivated)
+
+    def _set_deactivated(self) -> None:
+        if self._deactivated is not None and not self._deactivated.done():
+            self._deactivated.set_result(None)
+
+    def _maybe_teardown(self) -> None:
+        if self.running or self._teardown_started:
+            return
+        self._teardown_started = True
+        task = asyncio.get_running_loop().create_task(self._teardown())
+        self.silo.track(task)
+
+    async def _teardown(self) -> None:
+        grain = self.grain
+        token = current_turn.set((self, _TEARDOWN))
+        try:
+            if grain is not None:
+                try:
+                    await grain.on_deactivate(self.reason)
+                except Exception as exc:
+                    self.silo.log.warning(
+                        "grain_on_deactivate_failed", grain=self.name, error=repr(exc)
+                    )
+                if self.reason is not DeactivationReason.INCONSISTENT_STATE:
+                    await self._flush_states()
+        finally:
+            current_turn.reset(token)
+            self.state = ActivationState.INVALID
+            self.silo.catalog.remove(self)
+            pending = list(self.waiting) + [m for m, _ in self.blocked]
+            for _, fut in self.blocked:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            self.waiting.clear()
+            self.blocked.clear()
+            for msg in pending:
+                if msg.invoke is None:  # timer ticks die with their activation
+                    self.silo.dispatcher.redispatch(msg)
+            self._set_deactivated()
+
+    async def _flush_states(self) -> None:
+        for attr, ps in self.states.items():
+            spec = self.info.states[attr]
+            if not spec.write_on_deactivate:
+                continue
+            try:
+                if ps.is_dirty():
+                    await ps.write()
+            except Exception as exc:
+                self.silo.log.error(
+                    "grain_state_flush_failed", grain=self.name, state=ps.name, error=repr(exc)
+                )
+
+    # -- admission ------------------------------------------------------------------------
+    def _may_invoke(self, msg: Message) -> bool:
+        """Orleans' admission rules, plus fail-fast deadlock detection on call chains."""
+        running = self.running
+        if not running or msg.flags & FLAG_ALWAYS_INTERLEAVE:
+            return True
+        blocking = self.blocking
+        if blocking is None or self.info.reentrant:
+            return True
+        if msg.flags & FLAG_READ_ONLY and blocking.flags & FLAG_READ_ONLY:
+            return True
+        if msg.chain:
+            ccr = self.info.call_chain_reentrant
+            for entry in msg.chain:
+                if entry[1] in running:
+                    if ccr or entry[2]:
+                        return True
+                    if entry[1] == blocking.id:
+                        chain = (*(e[0] for e in msg.chain), self.name)
+                        raise DeadlockError(
+                            "deadlock: call cycle " + " -> ".join(chain) + " would wait on "
+                            f"itself ({self.name} is busy with the request that made this "
+                            "call); mark the class @reentrant or @call_chain_reentrant, the "
+                            "method @always_interleave, or call inside "
+                            "allow_call_chain_reentrancy()",
+                            chain,
+                        )
+        return False
+
+    def _is_special(self, msg: Message) -> bool:
+        if msg.flags & _INTERLEAVE_MASK:
+            return True
+        if msg.chain and (self.info.call_chain_reentrant or any(e[2] for e in msg.chain)):
+            return True
+        return False
+
+    # -- receiving ------------------------------------------------------------------------
+    def try_inline(self, msg: Message) -> Any:
+        """Run a local request in the caller's frame if it may start now.
+
+        Returns the result, raises the grain's exception, returns a ``TurnFuture`` if the
+        turn suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
+        """
+        if self.state is not ActivationState.VALID or self.waiting or not self._may_invoke(msg):
+            return NOT_NOW
+        self.received += 1
+        return self._start(msg, inline=True)
+
+    def enqueue(self, msg: Message, wait: bool = False) -> asyncio.Future[None] | None:
+        """Queue a message (any origin); its outcome goes to ``msg.reply``.
+
+        Returns a future that resolves when the message enters the mailbox if it had to
+        wait for room and ``wait`` is set (one-way calls under the ``suspend`` policy).
+        Raises ``MailboxFullError`` for a one-way message refused by the ``reject`` policy,
+        and ``DeadlockError`` for a request that would wait on itself.
+        """
+        state = self.state
+        if state is ActivationState.INVALID:
+            self.silo.dispatcher.redispatch(msg)
+            return None
+        self.received += 1
+        if state is ActivationState.VALID and not self.waiting and self._may_invoke(msg):
+            self._start(msg, inline=False)
+            return None
+        waiting = self.waiting
+        if len(waiting) >= self.capacity and not self._is_self_call(msg):
+            return self._overflow(msg, wait)
+        waiting.append(msg)
+        if len(waiting) > self.max_queued:
+            self.max_queued = len(waiting)
+        if self._is_special(msg):
+            self.special_waiting += 1
+        return None
+
+    def _is_self_call(self, msg: Message) -> bool:
+        chain = msg.chain
+        return msg.invoke is not None or (bool(chain) and chain[-1][1] in self.running)
+
+    def _overflow(self, msg: Message, wait: bool) -> asyncio.Future[None] | None:
+        """Apply the overflow policy to a message that finds the mailbox full."""
+        if msg.direction is Direction.ONE_WAY:
+            policy = self.policy
+            if policy is OverflowPolicy.REJECT:
+                self.rejected += 1
+                raise MailboxFullError(
+                    f"mailbox of {self.name} is full ({self.capacity} messages); "
+                    "one-way message rejected (policy 'reject')"
+                )
+            if policy is OverflowPolicy.DROP_NEWEST:
+                self.dropped_newest += 1
+                return None
+            if policy is OverflowPolicy.DROP_OLDEST:
+                old = self.waiting.popleft()
+                if self._is_special(old):
+                    self.special_waiting -= 1
+                self.dropped_oldest += 1
+                self._deliver(
+                    old,
+                    False,
+                    MailboxFullError(
+                        f"mailbox of {self.name} is full ({self.capacity} messages); the "
+                        "oldest message was dropped (policy 'drop_oldest')"
+                    ),
+                )
+                self.waiting.append(msg)
+                if self._is_special(msg):
+                    self.special_waiting += 1
+                return None
+        self.suspended += 1
+        room = asyncio.get_running_loop().create_future() if wait else None
+        self.blocked.append((msg, room))
+        return room
+
+    def _refill(self) -> None:
+        blocked = self.blocked
+        waiting = self.waiting
+        while blocked and len(waiting) < self.capacity:
+            msg, room = blocked.popleft()
+            waiting.append(msg)
+            if self._is_special(msg):
+                self.special_waiting += 1
+            if room is not None and not room.done():
+                room.set_result(None)
+
+    def _pump(self) -> None:
+        """Start every queued message that may run now, in order."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            waiting = self.waiting
+            while waiting and self.state is ActivationState.VALID:
+                if self.blocking is not None and not self.special_waiting and self.running:
+                    break
+                msg = None
+                for i, candidate in enumerate(waiting):
+                    try:
+                        ok = self._may_invoke(candidate)
+                    except DeadlockError as exc:
+                        del waiting[i]
+                        self._deliver(candidate, False, exc)
+                        msg = _SKIP
+                        break
+                    if ok:
+                        msg = candidate
+                        del waiting[i]
+                        break
+                if msg is None:
+                    break
+                if self.blocked:
+                    self._refill()
+                if msg is _SKIP:
+                    continue
+                if self._is_special(msg):
+                    self.special_waiting -= 1
+                self._start(msg, inline=False)
+        finally:
+            self._pumping = False
+
+    # -- turns ----------------------------------------------------------------------------
+    def _start(self, msg: Message, inline: bool) -> Any:
+        self.running[msg.id] = msg
+        if self.blocking is None and not msg.flags & FLAG_ALWAYS_INTERLEAVE:
+            self.blocking = msg
+        try:
+            if msg.invoke is not None:
+                coro = msg.invoke()
+            else:
+                coro = getattr(self.grain, msg.method)(*msg.args, **(msg.kwargs or {}))
+            ctx = copy_context()
+            yielded = ctx.run(self._first_step, coro, msg)
+        except StopIteration as stop:
+            self._finish(msg, None)
+            if inline:
+                return stop.value
+            self._deliver(msg, True, stop.value)
+            return None
+        except BaseException as exc:
+            self._finish(msg, exc)
+            if inline:
+                raise
+            self._deliver(msg, False, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return None
+        task = asyncio.get_running_loop().create_task(
+            continue_in_generator(coro, yielded), context=ctx
+        )
+        self.tasks.add(task)
+        task.add_done_callback(lambda t: self._task_done(msg, t))
+        if inline:
+            fut = TurnFuture()
+            msg.reply = fut.reply
+            return fut
+        return None
+
+    def _first_step(self, coro: Coroutine[Any, Any, Any], msg: Message) -> Any:
+        current_turn.set((self, msg))
+        return coro.send(None)
+
+    def _task_done(self, msg: Message, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            exc: BaseException | None = MessageRejectedError(
+                f"request {msg.method} on {self.name} was cancelled: the activation is "
+                "shutting down",
+                "cancelled",
+            )
+        else:
+            exc = task.exception()
+        self._finish(msg, exc)
+        if exc is None:
+            self._deliver(msg, True, task.result())
+        else:
+            self._deliver(msg, False, exc)
+
+    def _finish(self, msg: Message, exc: BaseException | None) -> None:
+        running = self.running
+        del running[msg.id]
+        if self.blocking is msg:
+            self.blocking = None
+            if running:
+                self._recompute_blocking()
+        if exc is None:
+            self.completed += 1
+        else:
+            self.failed += 1
+            if isinstance(exc, InconsistentStateError):
+                self.deactivate(DeactivationReason.INCONSISTENT_STATE)
+        if not msg.flags & FLAG_SUPPRESS_KEEP_ALIVE:
+            self.last_active = self.silo.clock.monotonic()
+        if self.waiting:
+            self._pump()
+        if self.state is ActivationState.DEACTIVATING and not running:
+            self._maybe_teardown()
+
+    def _recompute_blocking(self) -> None:
+        best: Message | None = None
+        for m in self.running.values():
+            if m.flags & FLAG_ALWAYS_INTERLEAVE:
+                continue
+            if best is None or (best.flags & FLAG_READ_ONLY and not m.flags & FLAG_READ_ONLY):
+                best = m
+        self.blocking = best
+
+    def _deliver(self, msg: Message, ok: bool, value: Any) -> None:
+        reply = msg.reply
+        if reply is not None:
+            reply(ok, value)
+        elif not ok and msg.invoke is None:
+            self.silo.log.warning(
+                "one_way_call_failed", grain=self.name, method=msg.method, error=repr(value)
+            )
+
+    def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a runtime coroutine (activation) eagerly under this activation's context."""
+        ctx = copy_context()
+        try:
+            yielded = ctx.run(self._first_step, coro, _ACTIVATE)
+        except StopIteration:
+            return
+        task = asyncio.get_running_loop().create_task(
+            continue_in_generator(coro, yielded), context=ctx
+        )
+        self.silo.track(task)
+
+    # -- keep-alive and statistics ---------------------------------------------------------
+    def is_idle(self, now: float, age: float) -> bool:
+        return (
+            self.state is ActivationState.VALID
+            and not self.running
+            and not self.waiting
+            and not self.blocked
+            and now >= self.keep_alive_until
+            and now - self.last_active >= age
+        )
+
+    def statistics(self) -> ActivationStatistics:
+        return ActivationStatistics(
+            grain_id=self.name,
+            state=self.state.name.lower(),
+            received=self.received,
+            completed=self.completed,
+            failed=self.failed,
+            running=len(self.running),
+            queued=len(self.waiting),
+            max_queued=self.max_queued,
+            blocked_senders=len(self.blocked),
+            suspended=self.suspended,
+            rejected=self.rejected,
+            dropped_newest=self.dropped_newest,
+            dropped_oldest=self.dropped_oldest,
+            idle_seconds=max(0.0, self.silo.clock.monotonic() - self.last_active),
+        )
+
+
+def _marker(name: str) -> Message:
+    from orleanspy.ids import GrainId
+
+    return Message(Direction.ONE_WAY, GrainId("orleanspy.runtime", name), name, (), None)
+
+
+_ACTIVATE: Final = _marker("activate")
+_TEARDOWN: Final = _marker("deactivate")
+_SKIP: Final = _marker("skip")

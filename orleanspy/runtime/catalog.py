@@ -1,0 +1,136 @@
+"""Catalog: the silo's activations by grain id; get-or-activate; stateless worker groups.
+
+Everything here is synchronous: within one event loop, get-or-create cannot race, so there
+is exactly one activation per grain id on the silo. (The cluster issue adds the directory
+registration that extends that guarantee across silos.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from orleanspy.errors import MessageRejectedError, SiloUnavailableError
+from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.ids import GrainId
+from orleanspy.runtime.activation import Activation, ActivationState
+
+if TYPE_CHECKING:
+    from orleanspy.runtime.silo import Silo
+
+__all__ = ["Catalog", "WorkerGroup"]
+
+
+class WorkerGroup:
+    """The local activations of one stateless-worker grain id (at most ``limit``)."""
+
+    __slots__ = ("grain_id", "info", "limit", "workers")
+
+    def __init__(self, grain_id: GrainId, info: GrainClassInfo, limit: int) -> None:
+        self.grain_id = grain_id
+        self.info = info
+        self.limit = limit
+        self.workers: list[Activation] = []
+
+    def pick(self, catalog: Catalog) -> Activation:
+        best: Activation | None = None
+        best_load = 0
+        for act in self.workers:
+            if act.state is not ActivationState.VALID and act.state is not ActivationState.ACTIVATING:
+                continue
+            load = len(act.running) + len(act.waiting)
+            if load == 0 and act.state is ActivationState.VALID:
+                return act
+            if best is None or load < best_load:
+                best, best_load = act, load
+        if len(self.workers) < self.limit or best is None:
+            act = catalog.new_activation(self.grain_id, self.info)
+            self.workers.append(act)
+            act.start()
+            return act
+        return best
+
+
+class Catalog:
+    """Activations of one silo, keyed by grain id."""
+
+    __slots__ = ("_activations", "_count", "_workers", "silo")
+
+    def __init__(self, silo: Silo) -> None:
+        self.silo = silo
+        self._activations: dict[GrainId, Activation] = {}
+        self._workers: dict[GrainId, WorkerGroup] = {}
+        self._count = 0
+
+    def get(self, grain_id: GrainId) -> Activation | None:
+        return self._activations.get(grain_id)
+
+    def get_or_create(self, grain_id: GrainId) -> Activation:
+        act = self._activations.get(grain_id)
+        if act is not None:
+            return act
+        group = self._workers.get(grain_id)
+        if group is not None:
+            return group.pick(self)
+        info = self.silo.registry.get(grain_id.type_name)
+        if info is None:
+            raise MessageRejectedError(
+                f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: add its "
+                "module to --app (or the grains= list of the Silo)",
+                "unknown_grain_type",
+            )
+        if info.is_system_target:
+            raise MessageRejectedError(
+                f"no system target {grain_id} on silo {self.silo.name}: system targets are "
+                "created explicitly with silo.add_system_target()",
+                "unknown_system_target",
+            )
+        if info.stateless_worker:
+            limit = info.max_local_workers or self.silo.options.max_local_workers
+            group = WorkerGroup(grain_id, info, limit)
+            self._workers[grain_id] = group
+            return group.pick(self)
+        act = self.new_activation(grain_id, info)
+        self._activations[grain_id] = act
+        act.start()
+        return act
+
+    def new_activation(self, grain_id: GrainId, info: GrainClassInfo) -> Activation:
+        if self.silo.stopping:
+            raise SiloUnavailableError(
+                f"silo {self.silo.name} is shutting down and creates no new activations"
+            )
+        self._count += 1
+        return Activation(self.silo, grain_id, info)
+
+    def add(self, act: Activation) -> None:
+        """Register a ready activation (system targets)."""
+        if act.grain_id in self._activations:
+            raise ValueError(f"{act.grain_id} is already active on this silo")
+        self._activations[act.grain_id] = act
+        self._count += 1
+
+    def remove(self, act: Activation) -> None:
+        gid = act.grain_id
+        if self._activations.get(gid) is act:
+            del self._activations[gid]
+            self._count -= 1
+            return
+        group = self._workers.get(gid)
+        if group is not None and act in group.workers:
+            group.workers.remove(act)
+            self._count -= 1
+            if not group.workers:
+                del self._workers[gid]
+
+    def __iter__(self) -> Iterator[Activation]:
+        yield from list(self._activations.values())
+        for group in list(self._workers.values()):
+            yield from list(group.workers)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def workers_of(self, grain_id: GrainId) -> list[Activation]:
+        group = self._workers.get(grain_id)
+        return list(group.workers) if group else []

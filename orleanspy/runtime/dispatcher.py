@@ -1,0 +1,159 @@
+"""Dispatcher: turns calls into messages and hands them to activations (the call path).
+
+Local requests try to run inline (no task, no future) and fall back to the mailbox. Values
+that are not immutable scalars are copied through msgpack on the way in and out, so a grain
+never shares a mutable object with its caller and an unserialisable argument fails at the
+call site, exactly as it would across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from orleanspy.errors import (
+    GrainCallTimeoutError,
+    MessageRejectedError,
+    SiloUnavailableError,
+)
+from orleanspy.grains.context import current_chain
+from orleanspy.ids import GrainId
+from orleanspy.messaging.codec import is_immutable
+from orleanspy.messaging.message import Direction, Message
+from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
+
+if TYPE_CHECKING:
+    from orleanspy.runtime.silo import Silo
+
+__all__ = ["Dispatcher"]
+
+
+def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(
+            GrainCallTimeoutError(
+                f"call {msg.target}.{msg.method} timed out after {timeout:g} s "
+                "(per-call: ref.with_timeout(s); silo default: response_timeout)"
+            )
+        )
+
+
+class Dispatcher:
+    """Routes messages of one silo: in-process calls and requests from connections."""
+
+    __slots__ = ("_catalog", "_codec", "_default_timeout", "silo")
+
+    def __init__(self, silo: Silo) -> None:
+        self.silo = silo
+        self._catalog = silo.catalog
+        self._codec = silo.codec
+        self._default_timeout = silo.options.response_timeout
+
+    # -- values ---------------------------------------------------------------------------
+    def _copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        for a in args:
+            if not is_immutable(a):
+                codec = self._codec
+                return tuple(codec.unpackb(codec.packb(list(args))))
+        return args
+
+    def _copy(self, value: Any) -> Any:
+        if is_immutable(value):
+            return value
+        codec = self._codec
+        return codec.unpackb(codec.packb(value))
+
+    def _locate(self, grain_id: GrainId, method: str, msg: Message) -> Activation:
+        """Find or create the activation; seam for the directory and placement."""
+        act = self._catalog.get_or_create(grain_id)
+        m = act.info.methods.get(method)
+        if m is None:
+            raise MessageRejectedError(
+                f"grain type {grain_id.type_name!r} has no method {method!r} "
+                f"(public async methods: {', '.join(sorted(act.info.methods)) or 'none'})",
+                "unknown_method",
+            )
+        msg.flags |= m.flags
+        return act
+
+    # -- local calls (references held inside this process) ---------------------------------
+    async def call(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+    ) -> Any:
+        if args:
+            args = self._copy_args(args)
+        if kwargs:
+            kwargs = self._copy(kwargs)
+        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, current_chain())
+        act = self._locate(grain_id, method, msg)
+        result = act.try_inline(msg)
+        if result is NOT_NOW:
+            fut = TurnFuture()
+            msg.reply = fut.reply
+            act.enqueue(msg)
+            result = fut
+        if type(result) is TurnFuture:
+            if not result.done():
+                t = timeout or self._default_timeout
+                handle = asyncio.get_running_loop().call_later(t, _expire, result, msg, t)
+                try:
+                    result = await result
+                finally:
+                    handle.cancel()
+            else:
+                result = result.result()
+        return result if is_immutable(result) else self._copy(result)
+
+    async def send_one_way(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+    ) -> None:
+        if args:
+            args = self._copy_args(args)
+        if kwargs:
+            kwargs = self._copy(kwargs)
+        msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, current_chain())
+        act = self._locate(grain_id, method, msg)
+        room = act.enqueue(msg, wait=True)
+        if room is not None:
+            await room
+
+    # -- messages from connections and re-routing -------------------------------------------
+    def deliver(self, msg: Message) -> None:
+        """Hand a decoded message (from a connection) to its activation; errors go to reply."""
+        try:
+            if self.silo.stopping and msg.direction is not Direction.RESPONSE:
+                raise SiloUnavailableError(f"silo {self.silo.name} is shutting down")
+            act = self._locate(msg.target, msg.method, msg)
+            act.enqueue(msg)
+        except Exception as exc:
+            if msg.reply is not None:
+                msg.reply(False, exc)
+            else:
+                self.silo.log.warning(
+                    "one_way_call_failed", grain=str(msg.target), method=msg.method,
+                    error=repr(exc),
+                )
+
+    def redispatch(self, msg: Message) -> None:
+        """Send a message queued on a deactivated activation to the next activation."""
+        if self.silo.stopping:
+            exc: Exception = SiloUnavailableError(
+                f"silo {self.silo.name} is shutting down; {msg.target} was deactivated"
+            )
+            if msg.reply is not None:
+                msg.reply(False, exc)
+            return
+        try:
+            self._catalog.get_or_create(msg.target).enqueue(msg)
+        except Exception as exc:
+            if msg.reply is not None:
+                msg.reply(False, exc)

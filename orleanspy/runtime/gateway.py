@@ -1,0 +1,171 @@
+"""Gateway: the silo's TCP listener for ClusterClients (client → silo message path).
+
+Each connection must start with a handshake naming the cluster id (and the shared secret if
+the silo has one). A malformed frame, an oversized frame, a wrong cluster id or secret
+closes that connection only; the silo keeps serving every other client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
+from orleanspy.ids import GrainId, normalize_key
+from orleanspy.messaging.connection import FramedConnection
+from orleanspy.messaging.message import Direction, Message
+from orleanspy.messaging.wire import PROTOCOL_VERSION, encode_error
+
+if TYPE_CHECKING:
+    from orleanspy.runtime.silo import Silo
+
+__all__ = ["Gateway"]
+
+
+class GatewayConnection(FramedConnection):
+    """One client connection on the silo side."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        silo = gateway.silo
+        super().__init__(silo.options.max_frame_size, silo.log)
+        self.gateway = gateway
+        self.silo = silo
+        self.codec = silo.codec
+        self.dispatcher = silo.dispatcher
+        self.ready = False
+        self.client = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.gateway.connections.add(self)
+
+    def on_close(self, exc: Exception | None, by_us: bool) -> None:
+        self.gateway.connections.discard(self)
+        self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
+
+    def frame_received(self, payload: bytes) -> None:
+        try:
+            obj = self.codec.unpackb(payload)
+        except Exception as exc:
+            raise ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})") from exc
+        if not self.ready:
+            self._handshake(obj)
+            return
+        if type(obj) is not list or len(obj) != 9:
+            raise ProtocolError("a request frame must be a 9-element msgpack array")
+        kind, corr, type_name, key, method, args, kwargs, timeout, chain = obj
+        if (
+            kind not in (0, 1)
+            or type(corr) is not int
+            or type(type_name) is not str
+            or type(method) is not str
+            or type(args) is not list
+            or not (kwargs is None or type(kwargs) is dict)
+            or type(chain) is not list
+        ):
+            raise ProtocolError("a request frame has fields of the wrong types")
+        one_way = kind == 1
+        try:
+            gid = GrainId(type_name, normalize_key(key))
+            entries = tuple((str(e[0]), int(e[1]), bool(e[2])) for e in chain)
+        except (TypeError, ValueError, IndexError) as exc:
+            if not one_way:
+                self._reply(corr, False, exc)
+            return
+        msg = Message(
+            Direction.ONE_WAY if one_way else Direction.REQUEST,
+            gid, method, args, kwargs, entries, 0,
+            timeout if isinstance(timeout, (int, float)) else None,
+        )
+        if not one_way:
+            msg.reply = partial(self._reply, corr)
+        if self.gateway.accepting:
+            self.dispatcher.deliver(msg)
+        elif msg.reply is not None:
+            msg.reply(False, SiloUnavailableError(f"silo {self.silo.name} is shutting down"))
+
+    def _handshake(self, obj: Any) -> None:
+        opts = self.silo.options
+        if not isinstance(obj, dict) or obj.get("v") != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"bad handshake: expected a map with protocol version {PROTOCOL_VERSION}"
+            )
+        error = None
+        if obj.get("cluster") != opts.cluster_id:
+            error = f"wrong cluster id {obj.get('cluster')!r} (this silo serves another cluster)"
+        elif opts.secret is not None and not hmac.compare_digest(
+            str(obj.get("secret") or "").encode(), opts.secret.encode()
+        ):
+            error = "wrong or missing secret"
+        if error is not None:
+            self.log.warning("gateway_handshake_rejected", peer=self.peer, reason=error)
+            self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
+            self.close()
+            return
+        self.ready = True
+        self.client = str(obj.get("client", "?"))
+        self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
+        self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
+
+    def _reply(self, corr: int, ok: bool, value: Any) -> None:
+        if self.closed:
+            return
+        codec = self.codec
+        if ok:
+            try:
+                payload = codec.packb([2, corr, True, value])
+            except SerializationError as exc:
+                payload = codec.packb([2, corr, False, encode_error(codec, exc)])
+        else:
+            payload = codec.packb([2, corr, False, encode_error(codec, value)])
+        self.send(payload)
+
+
+class Gateway:
+    """Accepts client connections for one silo."""
+
+    def __init__(self, silo: Silo) -> None:
+        self.silo = silo
+        self.connections: set[GatewayConnection] = set()
+        self.accepting = False
+        self._server: asyncio.Server | None = None
+        self.address = ""
+        self.port = 0
+
+    @property
+    def connection_count(self) -> int:
+        return len(self.connections)
+
+    async def start(self) -> None:
+        opts = self.silo.options
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: GatewayConnection(self), opts.host, opts.gateway_port
+            )
+        except OSError as exc:
+            from orleanspy.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"gateway_port {opts.gateway_port} on {opts.host}: cannot listen ({exc}); "
+                "pick a free port (0 picks one) or stop the process that holds it"
+            ) from exc
+        sock = self._server.sockets[0].getsockname()
+        self.port = int(sock[1])
+        self.address = f"{opts.host}:{self.port}"
+        self.accepting = True
+
+    async def stop_accepting(self) -> None:
+        self.accepting = False
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()

@@ -1,0 +1,322 @@
+"""Silo: the composition root. Hosts activations, system targets, gateway and services.
+
+Start order: storage → reminder table → gateway (accepting) → reminder service →
+collector. Stop order (graceful): stop accepting → finish running requests → deactivate
+every activation (each runs on_deactivate and writes changed state) → services → storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.errors import ConfigurationError
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.interface import GrainClassInfo, class_info
+from orleanspy.grains.reference import make_reference
+from orleanspy.grains.state import PersistentState, StateSpec
+from orleanspy.ids import GrainId, SiloAddress, normalize_key
+from orleanspy.logging import get_logger
+from orleanspy.messaging.codec import Codec, resolve_name
+from orleanspy.reminders.base import ReminderTable
+from orleanspy.reminders.service import ReminderService
+from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
+from orleanspy.runtime.catalog import Catalog
+from orleanspy.runtime.collector import ActivationCollector
+from orleanspy.runtime.dispatcher import Dispatcher
+from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.storage.base import GrainStorage
+
+__all__ = ["Silo", "SiloStatistics"]
+
+G = TypeVar("G")
+
+
+@dataclass(frozen=True, slots=True)
+class SiloStatistics:
+    name: str
+    cluster_id: str
+    status: str
+    uptime: float
+    activations: int
+    activations_by_type: dict[str, int]
+    gateway_connections: int
+    collected: int
+    reminders_fired: int
+
+
+def _open_storage(url: str, data_dir: str) -> GrainStorage:
+    from orleanspy.storage.memory import MemoryGrainStorage
+    from orleanspy.storage.sqlite import SqliteGrainStorage
+
+    if url == "memory":
+        return MemoryGrainStorage()
+    return SqliteGrainStorage(_sqlite_path(url, data_dir))
+
+
+def _open_reminders(url: str, data_dir: str) -> ReminderTable:
+    from orleanspy.reminders.memory import MemoryReminderTable
+    from orleanspy.reminders.sqlite import SqliteReminderTable
+
+    if url == "memory":
+        return MemoryReminderTable()
+    return SqliteReminderTable(_sqlite_path(url, data_dir))
+
+
+def _sqlite_path(url: str, data_dir: str) -> str:
+    path = url.removeprefix("sqlite:").removeprefix("//")
+    if not path:
+        raise ConfigurationError(f"storage URL {url!r}: give a file, e.g. sqlite:state.db")
+    return path if os.path.isabs(path) else str(Path(data_dir) / path)
+
+
+def grain_classes_in(module: ModuleType | str) -> list[type]:
+    """The Grain subclasses defined in a module (not imported into it)."""
+    if isinstance(module, str):
+        try:
+            module = importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"--app {module}: cannot import it ({exc}); check the module path and that "
+                "its folder is on PYTHONPATH"
+            ) from exc
+    return [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, Grain)
+        and obj.__module__ == module.__name__
+        and obj is not Grain
+        and not issubclass(obj, SystemTarget)
+        and not inspect.isabstract(obj)
+    ]
+
+
+class Silo:
+    """A process (or part of one) that hosts grains.
+
+    Example::
+
+        async with Silo(SiloOptions(gateway_port=None), grains=[Counter]) as silo:
+            counter = silo.get_grain(Counter, "a")
+            await counter.increment()
+    """
+
+    def __init__(
+        self,
+        options: Any = None,
+        *,
+        grains: Iterable[type] = (),
+        modules: Iterable[ModuleType | str] = (),
+        storage: dict[str, GrainStorage] | None = None,
+        reminder_table: ReminderTable | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        from orleanspy.options import SiloOptions
+
+        self.options: SiloOptions = options if options is not None else SiloOptions()
+        self.clock = clock or SystemClock()
+        self.codec = Codec(self._reference_factory)
+        self.address = SiloAddress(self.options.host, self.options.port, int(time.time()))
+        self.name = f"{self.options.host}:{self.options.port}"
+        self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
+        self.registry: dict[str, GrainClassInfo] = {}
+        for cls in grains:
+            self.register_grain_class(cls)
+        for module in modules:
+            for cls in grain_classes_in(module):
+                self.register_grain_class(cls)
+        self.storage: dict[str, GrainStorage] = dict(storage or {})
+        self._reminder_table = reminder_table
+        self.catalog = Catalog(self)
+        self.dispatcher = Dispatcher(self)
+        self.collector = ActivationCollector(self)
+        self.reminders: ReminderService = None  # type: ignore[assignment]
+        self.gateway: Any = None
+        self.stopping = False
+        self.started = False
+        self._started_at = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopped: asyncio.Event | None = None
+
+    # -- registration ---------------------------------------------------------------------
+    def register_grain_class(self, cls: type) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, Grain)):
+            raise ConfigurationError(f"{cls!r} is not a Grain subclass")
+        info = class_info(cls)
+        other = self.registry.get(info.type_name)
+        if other is not None and other.cls is not cls:
+            raise ConfigurationError(
+                f"two grain classes share the type name {info.type_name!r} "
+                f"({other.cls.__module__} and {cls.__module__}); give one @grain_type('...')"
+            )
+        self.registry[info.type_name] = info
+
+    def add_system_target(self, target: SystemTarget, key: Any) -> Any:
+        """Host an explicitly created system target; returns a reference to it."""
+        cls = type(target)
+        self.register_grain_class(cls)
+        info = class_info(cls)
+        grain_id = GrainId(info.type_name, normalize_key(key))
+        act = Activation(self, grain_id, info)
+        target._activation = act
+        act.grain = target
+        act.state = ActivationState.VALID
+        self.catalog.add(act)
+        return make_reference(self, cls, key)
+
+    def get_system_target(self, cls: type[G], key: Any) -> G:
+        return make_reference(self, cls, key)
+
+    # -- the in-process client --------------------------------------------------------------
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+        """A reference to a grain, callable from this process."""
+        return make_reference(self, grain_class, key)
+
+    async def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                   kwargs: dict[str, Any] | None, timeout: float | None) -> Any:
+        return await self.dispatcher.call(grain_id, method, args, kwargs, timeout)
+
+    async def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                           kwargs: dict[str, Any] | None) -> None:
+        await self.dispatcher.send_one_way(grain_id, method, args, kwargs)
+
+    def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+        cls = resolve_name(cls_name) if cls_name else None
+        if cls is not None and issubclass(cls, Grain):
+            return make_reference(self, cls, grain_id.key, grain_id)
+        info = self.registry.get(grain_id.type_name)
+        if info is not None:
+            return make_reference(self, info.cls, grain_id.key, grain_id)
+        return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
+
+    # -- state ----------------------------------------------------------------------------
+    def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
+        storage = self.storage.get(spec.storage)
+        if storage is None:
+            raise ConfigurationError(
+                f"grain {grain_id} declares state {spec.name!r} in storage {spec.storage!r}, "
+                f"but the silo has only {sorted(self.storage) or 'none'}; configure it"
+            )
+        return PersistentState(spec.factory, spec.name or spec.attr, storage, grain_id, self.codec)
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.started:
+            raise RuntimeError(f"silo {self.name} was already started")
+        self.started = True
+        self._stopped = asyncio.Event()
+        opts = self.options
+        if "default" not in self.storage:
+            self.storage["default"] = _open_storage(opts.storage, opts.data_dir)
+        for store in self.storage.values():
+            await store.open()
+        table = self._reminder_table or _open_reminders(opts.reminders, opts.data_dir)
+        await table.open()
+        self.reminders = ReminderService(self, table)
+        if opts.gateway_port is not None:
+            from orleanspy.runtime.gateway import Gateway
+
+            self.gateway = Gateway(self)
+            await self.gateway.start()
+        await self.reminders.start()
+        self.collector.start()
+        self._started_at = self.clock.monotonic()
+        self.log.info(
+            "silo_started",
+            gateway=self.gateway.address if self.gateway else None,
+            grain_types=sorted(self.registry),
+            storage=opts.storage,
+        )
+
+    async def stop(self) -> None:
+        """Graceful shutdown; idempotent."""
+        if self.stopping or not self.started:
+            if self._stopped is not None:
+                await self._stopped.wait()
+            return
+        self.stopping = True
+        assert self._stopped is not None
+        self.log.info("silo_stopping", activations=len(self.catalog))
+        try:
+            if self.gateway is not None:
+                await self.gateway.stop_accepting()
+            await self.collector.stop()
+            await self.reminders.stop()
+            await self._deactivate_all()
+            if self.gateway is not None:
+                await self.gateway.close()
+            for store in self.storage.values():
+                await store.close()
+            await self.reminders.table.close()
+        finally:
+            self._stopped.set()
+            self.log.info("silo_stopped")
+
+    async def _drain(self, deadline: float) -> None:
+        """Let running and queued requests finish (the gateway no longer accepts)."""
+        while self.clock.monotonic() < deadline:
+            if not any(a.running or a.waiting or a.blocked for a in self.catalog):
+                return
+            await asyncio.sleep(0.01)
+
+    async def _deactivate_all(self) -> None:
+        await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)
+        acts = list(self.catalog)
+        for act in acts:
+            act.deactivate(DeactivationReason.SHUTTING_DOWN)
+        waits = [act.wait_deactivated() for act in acts]
+        try:
+            async with asyncio.timeout(self.options.shutdown_timeout):
+                await asyncio.gather(*waits)
+        except TimeoutError:
+            stuck = [a.name for a in acts if a.state is not ActivationState.INVALID]
+            self.log.error("silo_shutdown_timeout", stuck=stuck[:20], count=len(stuck))
+            for act in acts:
+                for task in list(act.tasks):
+                    task.cancel()
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def wait_stopped(self) -> None:
+        if self._stopped is None:
+            raise RuntimeError("the silo was never started")
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Silo:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- observability --------------------------------------------------------------------
+    def statistics(self) -> SiloStatistics:
+        by_type: dict[str, int] = {}
+        for act in self.catalog:
+            by_type[act.grain_id.type_name] = by_type.get(act.grain_id.type_name, 0) + 1
+        return SiloStatistics(
+            name=self.name,
+            cluster_id=self.options.cluster_id,
+            status="stopping" if self.stopping else ("active" if self.started else "created"),
+            uptime=self.clock.monotonic() - self._started_at if self.started else 0.0,
+            activations=len(self.catalog),
+            activations_by_type=by_type,
+            gateway_connections=self.gateway.connection_count if self.gateway else 0,
+            collected=self.collector.collected,
+            reminders_fired=self.reminders.fired if self.reminders else 0,
+        )

@@ -1,0 +1,17 @@
+"""SystemTarget: a runtime component addressed like a grain but created explicitly.
+
+System targets are not virtual: the runtime (or an application) creates them with
+``silo.add_system_target(obj, key)``; they live on that silo until it stops, are never
+placed, moved or collected, and run one request at a time like a grain. Address one with
+``silo.get_system_target(Class, key)`` (the cluster issue adds the silo to the address).
+"""
+
+from __future__ import annotations
+
+from orleanspy.grains.grain import Grain
+
+__all__ = ["SystemTarget"]
+
+
+class SystemTarget(Grain):
+    """Base class of system targets (pulling agents, managers, …)."""
