@@ -1,0 +1,35 @@
+# Two commands do all set-up on a fresh machine with Python 3.11+:
+#   make run    installs into .venv and runs the bank demo on embedded defaults
+#   make test   installs into .venv and runs the whole test suite (and ruff)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench lint install clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11 or newer: set PYTHON=python3.11")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,redis]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m examples.bank.run
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/grain_calls.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
