@@ -125,6 +125,7 @@ class Activation:
         "completed",
         "dropped_newest",
         "dropped_oldest",
+        "error",
         "failed",
         "grain",
         "grain_id",
@@ -166,6 +167,7 @@ class Activation:
         self.last_active = silo.clock.monotonic()
         self.keep_alive_until = 0.0
         self.reason: DeactivationReason | None = None
+        self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.states: dict[str, PersistentState[Any]] = {}
@@ -214,6 +216,7 @@ class Activation:
             self._pump()
 
     def _fail_activation(self, err: BaseException) -> None:
+        self.error = err
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.ACTIVATION_FAILED
         self.silo.catalog.remove(self)
@@ -353,7 +356,10 @@ class Activation:
         """
         state = self.state
         if state is ActivationState.INVALID:
-            self.silo.dispatcher.redispatch(msg)
+            if self.error is not None:  # activation failed: its callers get the error
+                self._deliver(msg, False, self.error)
+            else:
+                self.silo.dispatcher.redispatch(msg)
             return None
         self.received += 1
         if state is ActivationState.VALID and not self.waiting and self._may_invoke(msg):
