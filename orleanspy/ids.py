@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Final, TypeAlias, Union
+from typing import Any, Final, TypeAlias, cast
 
 __all__ = ["GrainId", "GrainKey", "SiloAddress", "normalize_key"]
 
-GrainKey: TypeAlias = Union[str, int, uuid.UUID, tuple["GrainKey", ...]]
+GrainKey: TypeAlias = str | int | uuid.UUID | tuple["GrainKey", ...]
 
 _SCALARS: Final = (str, int, uuid.UUID)
 
@@ -16,11 +16,11 @@ def normalize_key(key: Any) -> GrainKey:
     """Validate a grain key: str, int, UUID, or a (nested) tuple of those."""
     t = type(key)
     if t is str or t is int or t is uuid.UUID:
-        return key  # type: ignore[no-any-return]
+        return cast(GrainKey, key)
     if isinstance(key, bool):
         raise TypeError("a grain key cannot be a bool; use an int or a str")
     if isinstance(key, _SCALARS):
-        return key  # type: ignore[no-any-return]
+        return cast(GrainKey, key)
     if isinstance(key, (tuple, list)):
         return tuple(normalize_key(k) for k in key)
     raise TypeError(

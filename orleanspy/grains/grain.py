@@ -68,7 +68,7 @@ class Grain:
     # -- calls ----------------------------------------------------------------------------
     def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
         """A reference to another grain (or to this one)."""
-        return self._activation.silo.get_grain(grain_class, key)  # type: ignore[no-any-return]
+        return self._activation.silo.get_grain(grain_class, key)
 
     allow_call_chain_reentrancy = staticmethod(allow_call_chain_reentrancy)
 
@@ -102,11 +102,11 @@ class Grain:
     async def register_reminder(self, name: str, due: float, period: float) -> ReminderEntry:
         """Create or replace a durable reminder: ``receive_reminder(name, status)`` runs
         after ``due`` seconds and then every ``period`` seconds, surviving restarts."""
-        return await self._activation.silo.reminders.register(self, name, due, period)  # type: ignore[no-any-return]
+        return await self._activation.silo.reminders.register(self, name, due, period)
 
     async def unregister_reminder(self, name: str) -> bool:
         """Delete a reminder of this grain; False if it did not exist."""
-        return await self._activation.silo.reminders.unregister(self.grain_id, name)  # type: ignore[no-any-return]
+        return await self._activation.silo.reminders.unregister(self.grain_id, name)
 
     async def get_reminders(self) -> list[ReminderEntry]:
-        return await self._activation.silo.reminders.list(self.grain_id)  # type: ignore[no-any-return]
+        return await self._activation.silo.reminders.list(self.grain_id)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Final, TypeVar
+from enum import StrEnum
+from typing import Any, Final, TypeVar, cast
 
 from orleanspy.errors import ConfigurationError
 
@@ -35,7 +35,7 @@ C = TypeVar("C", bound=type)
 _INFO_ATTR: Final = "_orleanspy_class_info"
 
 
-class OverflowPolicy(str, Enum):
+class OverflowPolicy(StrEnum):
     """What a full mailbox does with a one-way message (requests always suspend the caller)."""
 
     SUSPEND = "suspend"
@@ -214,4 +214,4 @@ def class_info(cls: type) -> GrainClassInfo:
     if info is None:
         info = _build(cls)
         setattr(cls, _INFO_ATTR, info)
-    return info  # type: ignore[no-any-return]
+    return cast(GrainClassInfo, info)

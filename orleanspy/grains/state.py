@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from orleanspy.errors import ConfigurationError
 
@@ -173,4 +173,4 @@ def persistent_state(
         raise ConfigurationError(
             f"persistent_state({factory.__name__}): the state type must be a dataclass"
         )
-    return StateSpec(factory, name, storage, write_on_deactivate)
+    return StateSpec(cast("Callable[[], T]", factory), name, storage, write_on_deactivate)

@@ -122,7 +122,7 @@ class Codec:
     def _nested(self, obj: Any) -> bytes:
         return msgpack.packb(obj, default=self._default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
 
-    def _default(self, obj: Any) -> Any:  # noqa: PLR0911, C901
+    def _default(self, obj: Any) -> Any:
         t = type(obj)
         if t is tuple:
             return msgpack.ExtType(EXT_TUPLE, self._nested(list(obj)))
@@ -165,9 +165,11 @@ class Codec:
         if isinstance(obj, list):
             return list(obj)
         if isinstance(obj, (str, int, float, bytes)):
-            for base in (str, int, float, bytes):
-                if isinstance(obj, base):
-                    return base(obj)
+            if isinstance(obj, str):
+                return str(obj)
+            if isinstance(obj, bytes):
+                return bytes(obj)
+            return int(obj) if isinstance(obj, int) else float(obj)
         raise SerializationError(
             f"cannot serialise a value of type {t.__module__}.{t.__qualname__} with msgpack; "
             "use a dataclass, enum, tuple, list, dict or scalar (see docs/serialization.md)"
@@ -179,7 +181,7 @@ class Codec:
             data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
         )
 
-    def _ext_hook(self, code: int, data: bytes) -> Any:  # noqa: PLR0911, C901
+    def _ext_hook(self, code: int, data: bytes) -> Any:
         if code == EXT_TUPLE:
             return tuple(self.unpackb(data))
         if code == EXT_UUID:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Coroutine
 from contextvars import copy_context
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import continue_in_generator
@@ -68,7 +68,7 @@ class ActivationState(IntEnum):
     INVALID = 4
 
 
-class DeactivationReason(str, Enum):
+class DeactivationReason(StrEnum):
     IDLE = "idle"
     REQUESTED = "requested"
     SHUTTING_DOWN = "shutting_down"
@@ -189,7 +189,8 @@ class Activation:
     async def _activate(self) -> None:
         info = self.info
         try:
-            grain = info.cls.__new__(info.cls)
+            cls: Any = info.cls
+            grain = cls.__new__(cls)
             grain._activation = self
             grain.__dict__["_orleanspy_states"] = self.states
             for attr, spec in info.states.items():
@@ -330,9 +331,9 @@ class Activation:
     def _is_special(self, msg: Message) -> bool:
         if msg.flags & _INTERLEAVE_MASK:
             return True
-        if msg.chain and (self.info.call_chain_reentrant or any(e[2] for e in msg.chain)):
-            return True
-        return False
+        return bool(msg.chain) and (
+            self.info.call_chain_reentrant or any(e[2] for e in msg.chain)
+        )
 
     # -- receiving ------------------------------------------------------------------------
     def try_inline(self, msg: Message) -> Any:

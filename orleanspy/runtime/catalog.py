@@ -36,7 +36,7 @@ class WorkerGroup:
         best: Activation | None = None
         best_load = 0
         for act in self.workers:
-            if act.state is not ActivationState.VALID and act.state is not ActivationState.ACTIVATING:
+            if act.state > ActivationState.VALID:
                 continue
             load = len(act.running) + len(act.waiting)
             if load == 0 and act.state is ActivationState.VALID:

@@ -47,14 +47,16 @@ class GrainTimer:
         name: str | None,
     ) -> None:
         if due < 0 or (period is not None and period <= 0):
-            raise ValueError(f"register_timer(due={due}, period={period}): need due >= 0, period > 0")
+            raise ValueError(
+                f"register_timer(due={due}, period={period}): need due >= 0 and period > 0"
+            )
         if not callable(callback):
             raise TypeError("register_timer(callback): callback must be an async callable")
         self._activation = activation
         self._callback = callback
         self.due = due
         self.period = period
-        self.name = name or getattr(callback, "__name__", "timer")
+        self.name: str = name or str(getattr(callback, "__name__", "timer"))
         self._flags = (FLAG_ALWAYS_INTERLEAVE if interleave else 0) | (
             0 if keep_alive else FLAG_SUPPRESS_KEEP_ALIVE
         )

@@ -9,10 +9,12 @@ __all__: list[str] = []
 
 try:
     import pytest_asyncio
-except ImportError:  # pragma: no cover - the fixture needs pytest-asyncio
-    pytest_asyncio = None
 
-if pytest_asyncio is not None:
+    _HAVE_PYTEST_ASYNCIO = True
+except ImportError:  # pragma: no cover - the fixture needs pytest-asyncio
+    _HAVE_PYTEST_ASYNCIO = False
+
+if _HAVE_PYTEST_ASYNCIO:
 
     @pytest_asyncio.fixture
     async def orleanspy_cluster() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
