@@ -15,4 +15,4 @@ def get_logger(name: str, **context: Any) -> Any:
     Configuration (console or JSON rendering, level) belongs to the silo host
     (``silo/startup.py``) or to the application; library code only logs.
     """
-    return structlog.get_logger(name).bind(**context) if context else structlog.get_logger(name)
+    return structlog.get_logger(name).bind(logger=name, **context)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy.grains.context import allow_call_chain_reentrancy
 from orleanspy.ids import GrainId, GrainKey
@@ -29,22 +29,22 @@ class Grain:
     The runtime creates grains: ``__init__`` takes no arguments and may use ``self.key``.
     """
 
-    _activation: Activation
+    _orleanspy_activation: Activation
 
     # -- identity -------------------------------------------------------------------------
     @property
     def grain_id(self) -> GrainId:
-        return self._activation.grain_id
+        return self._orleanspy_activation.grain_id
 
     @property
     def key(self) -> GrainKey:
         """The grain's key (str, int, UUID or tuple)."""
-        return self._activation.grain_id.key
+        return self._orleanspy_activation.grain_id.key
 
     @property
     def silo(self) -> Any:
         """The silo hosting this activation."""
-        return self._activation.silo
+        return self._orleanspy_activation.silo
 
     # -- lifecycle hooks ------------------------------------------------------------------
     async def on_activate(self) -> None:
@@ -57,18 +57,22 @@ class Grain:
         """Deactivate once the current request completes."""
         from orleanspy.runtime.activation import DeactivationReason
 
-        self._activation.deactivate(DeactivationReason.REQUESTED)
+        self._orleanspy_activation.deactivate(DeactivationReason.REQUESTED)
 
     def delay_deactivation(self, seconds: float) -> None:
         """Keep the activation alive for at least ``seconds`` (<= 0 cancels keep-alive)."""
-        act = self._activation
+        act = self._orleanspy_activation
         now = act.silo.clock.monotonic()
         act.keep_alive_until = now + seconds if seconds > 0 else 0.0
 
     # -- calls ----------------------------------------------------------------------------
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+    @overload
+    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    @overload
+    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to another grain (or to this one)."""
-        return self._activation.silo.get_grain(grain_class, key)
+        return self._orleanspy_activation.silo.get_grain(grain_class, key)
 
     allow_call_chain_reentrancy = staticmethod(allow_call_chain_reentrancy)
 
@@ -93,7 +97,7 @@ class Grain:
         from orleanspy.runtime.timers import GrainTimer
 
         timer = GrainTimer(
-            self._activation, callback, due, period, interleave=interleave,
+            self._orleanspy_activation, callback, due, period, interleave=interleave,
             keep_alive=keep_alive, name=name,
         )
         timer.start()
@@ -102,11 +106,11 @@ class Grain:
     async def register_reminder(self, name: str, due: float, period: float) -> ReminderEntry:
         """Create or replace a durable reminder: ``receive_reminder(name, status)`` runs
         after ``due`` seconds and then every ``period`` seconds, surviving restarts."""
-        return await self._activation.silo.reminders.register(self, name, due, period)
+        return await self._orleanspy_activation.silo.reminders.register(self, name, due, period)
 
     async def unregister_reminder(self, name: str) -> bool:
         """Delete a reminder of this grain; False if it did not exist."""
-        return await self._activation.silo.reminders.unregister(self.grain_id, name)
+        return await self._orleanspy_activation.silo.reminders.unregister(self.grain_id, name)
 
     async def get_reminders(self) -> list[ReminderEntry]:
-        return await self._activation.silo.reminders.list(self.grain_id)
+        return await self._orleanspy_activation.silo.reminders.list(self.grain_id)

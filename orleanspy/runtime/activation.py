@@ -191,7 +191,7 @@ class Activation:
         try:
             cls: Any = info.cls
             grain = cls.__new__(cls)
-            grain._activation = self
+            grain._orleanspy_activation = self
             grain.__dict__["_orleanspy_states"] = self.states
             for attr, spec in info.states.items():
                 ps = self.silo.make_state(spec, self.grain_id)

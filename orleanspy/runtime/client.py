@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgpack
 
 from orleanspy.errors import (
     GrainCallTimeoutError,
     ProtocolError,
+    SerializationError,
     SiloUnavailableError,
 )
 from orleanspy.grains.grain import Grain
@@ -50,6 +51,11 @@ class _ClientConnection(FramedConnection):
     def frame_received(self, payload: bytes) -> None:
         try:
             obj = self.codec.unpackb(payload)
+        except SerializationError as exc:
+            # The frame is well-formed but a value in it is not importable here (e.g. a
+            # dataclass whose module this process lacks): fail that one call only.
+            self._fail_one(payload, exc)
+            return
         except Exception as exc:
             raise ProtocolError(f"undecodable frame from the gateway ({exc!r})") from exc
         if not self.handshake.done():
@@ -64,6 +70,18 @@ class _ClientConnection(FramedConnection):
             fut.set_result(obj[3])
         else:
             fut.set_exception(decode_error(obj[3]))
+
+    def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
+        try:
+            raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            corr = raw[1]
+        except Exception as err:
+            raise ProtocolError(f"undecodable frame from the gateway ({err!r})") from err
+        fut = self.pending.pop(corr, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                SerializationError(f"the result of this call cannot be decoded here: {exc}")
+            )
 
     def on_close(self, exc: Exception | None, by_us: bool) -> None:
         if not self.handshake.done():
@@ -205,7 +223,11 @@ class ClusterClient:
         await self.close()
 
     # -- calls ----------------------------------------------------------------------------
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+    @overload
+    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    @overload
+    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         return make_reference(self, grain_class, key)
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.errors import ConfigurationError
@@ -139,6 +139,9 @@ class Silo:
         self._reminder_table = reminder_table
         self.catalog = Catalog(self)
         self.dispatcher = Dispatcher(self)
+        # References call the dispatcher directly (one coroutine layer fewer per call).
+        self.call = self.dispatcher.call  # type: ignore[method-assign]
+        self.send_one_way = self.dispatcher.send_one_way  # type: ignore[method-assign]
         self.collector = ActivationCollector(self)
         self.reminders: ReminderService = None  # type: ignore[assignment]
         self.gateway: Any = None
@@ -168,7 +171,7 @@ class Silo:
         info = class_info(cls)
         grain_id = GrainId(info.type_name, normalize_key(key))
         act = Activation(self, grain_id, info)
-        target._activation = act
+        target._orleanspy_activation = act
         act.grain = target
         act.state = ActivationState.VALID
         self.catalog.add(act)
@@ -178,7 +181,11 @@ class Silo:
         return make_reference(self, cls, key)
 
     # -- the in-process client --------------------------------------------------------------
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+    @overload
+    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    @overload
+    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to a grain, callable from this process."""
         return make_reference(self, grain_class, key)
 

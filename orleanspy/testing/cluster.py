@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock
 from orleanspy.options import SiloOptions
@@ -65,7 +65,11 @@ class TestCluster:
             await self.client.close()
         await self.silo.stop()
 
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> G:
+    @overload
+    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    @overload
+    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """An in-process reference (no socket)."""
         return self.silo.get_grain(grain_class, key)
 

@@ -1,0 +1,355 @@
+"""The ``orleanspy`` command line: ``silo start`` hosts grains, ``call`` calls one.
+
+Exit codes: 0 success; 1 the grain call failed (or a forced/failed silo shutdown);
+2 bad usage or configuration, or the gateway cannot be reached. Errors are one line on
+stderr (``error: ...``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import decimal
+import enum
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+from orleanspy import (
+    ClusterClient,
+    ConfigurationError,
+    GrainReference,
+    RemoteGrainError,
+    Silo,
+    SiloUnavailableError,
+)
+from silo.config import find_config_file, load_config
+from silo.startup import configure_logging, run_silo
+
+__all__ = ["CLI_DEFAULTS", "main", "parse_arg", "parse_key"]
+
+EXIT_OK: Final = 0
+EXIT_CALL_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+CLI_DEFAULTS: Final = {
+    "storage": "sqlite:orleanspy.db",
+    "reminders": "sqlite:orleanspy.db",
+    "data_dir": ".orleanspy",
+}
+"""Host defaults of ``silo start``: durable, embedded SQLite in the data dir (``Silo`` itself
+defaults to memory)."""
+
+# option field -> flag, for the flags not spelled --<field-name>
+_FLAG_NAMES: Final = {"collection_age": "--idle-age", "minimum_reminder_period":
+                      "--min-reminder-period", "app": "--app"}
+_INT = re.compile(r"[+-]?\d+")
+
+_DESCRIPTION = """\
+orleanspy: virtual actors (grains) on asyncio.
+
+  orleanspy silo start --app myapp.grains      host the grains of a module
+  orleanspy call Counter alice increment 5     call a grain through a gateway
+"""
+
+_START_EPILOG = """\
+Configuration precedence: defaults < TOML file < ORLEANSPY_<FIELD> environment variables
+< flags. The TOML file (--config, $ORLEANSPY_CONFIG, or ./orleanspy.toml if present) holds
+SiloOptions field names at the top level or in a [silo] table, and app = ["module", ...];
+its relative data_dir resolves against the file's folder. Example:
+
+  app = ["myapp.grains"]
+  [silo]
+  cluster_id = "prod"
+  gateway_port = 30000
+  secret = "change-me"
+
+Once serving, the silo prints one line to stdout:
+  orleanspy silo ready gateway=HOST:PORT
+Logs go to stderr. SIGINT/SIGTERM stop it gracefully (changed grain state is written);
+a second signal exits at once with code 1.
+"""
+
+_CALL_EPILOG = """\
+ARGS are JSON when they parse as JSON (5, "5", [1,2], {"a":1}, true, null), else plain
+strings. KEY is an int if it looks like one, else a string (--key-type forces a type).
+The result is printed as JSON (or its repr if it is not JSON-compatible).
+Exit codes: 0 ok; 1 the grain raised (stderr: "error: Type: message"); 2 the gateway is
+unreachable, refused the handshake, or the arguments are wrong.
+
+Example:
+  orleanspy call --gateway 127.0.0.1:30000 Counter alice increment 5
+"""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from orleanspy import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="orleanspy", description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(handler=lambda _: _usage(parser))
+    parser.add_argument("--version", action="version", version=f"orleanspy {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    silo = commands.add_parser(
+        "silo", help="run and manage silos", description="Run and manage silo processes.",
+    )
+    silo.set_defaults(handler=lambda _: _usage(silo))
+    silo_commands = silo.add_subparsers(dest="silo_command", metavar="SUBCOMMAND")
+    start = silo_commands.add_parser(
+        "start", help="start a silo hosting the grains of --app modules",
+        description="Start a silo that hosts the Grain subclasses defined in the --app "
+        "modules, with embedded SQLite storage and reminders in --data-dir.",
+        epilog=_START_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_start_arguments(start)
+    start.set_defaults(handler=_cmd_silo_start)
+
+    call = commands.add_parser(
+        "call", help="call a grain method through a silo gateway",
+        description="Call one grain method through a silo's gateway and print the result.",
+        epilog=_CALL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_call_arguments(call)
+    call.set_defaults(handler=_cmd_call)
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _add_start_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app", action="append", metavar="MODULE",
+                   help="module whose Grain subclasses to host (repeatable); imported with "
+                   "the working directory on sys.path")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file (default: $ORLEANSPY_CONFIG or ./orleanspy.toml)")
+    p.add_argument("--cluster-id", help="cluster id clients must name (default: dev)")
+    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="silo-to-silo port (default: 11111)")
+    p.add_argument("--gateway-port", type=int,
+                   help="client gateway port; 0 picks a free one (default: 30000)")
+    p.add_argument("--secret", help="shared secret clients must present (default: none)")
+    p.add_argument("--storage", metavar="URL",
+                   help="grain storage: memory or sqlite:PATH, relative to --data-dir "
+                   "(default: sqlite:orleanspy.db)")
+    p.add_argument("--reminders", metavar="URL",
+                   help="reminder table: memory or sqlite:PATH (default: sqlite:orleanspy.db)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder of the SQLite files (default: .orleanspy)")
+    p.add_argument("--idle-age", type=float, metavar="SECONDS",
+                   help="deactivate grains idle this long (collection_age; default: 900)")
+    p.add_argument("--min-reminder-period", type=float, metavar="SECONDS",
+                   help="smallest reminder period allowed (default: 60)")
+    p.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
+                   help="time a graceful stop may take per phase (default: 30)")
+    p.add_argument("--log-format", choices=("console", "json"),
+                   help="console (human; key=value when not a terminal) or json "
+                   "(default: console)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="lowest level logged (default: info)")
+
+
+def _add_call_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gateway", metavar="HOST:PORT",
+                   help="gateway to connect to (default: host and gateway_port from the "
+                   "config file and environment, else 127.0.0.1:30000)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file to take cluster_id, secret and gateway from")
+    p.add_argument("--cluster-id", help="cluster id (default: dev)")
+    p.add_argument("--secret", help="shared secret of the silo, if it has one")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="response timeout of the call (default: 30)")
+    p.add_argument("--key-type", choices=("auto", "str", "int", "uuid"), default="auto",
+                   help="type of KEY (default: auto, an int if it looks like one, else a str)")
+    p.add_argument("grain_type", metavar="GRAIN_TYPE",
+                   help="grain type name (the class name unless @grain_type renames it)")
+    p.add_argument("key", metavar="KEY", help="grain key")
+    p.add_argument("method", metavar="METHOD", help="method to call")
+    p.add_argument("args", nargs="*", metavar="ARGS", help="arguments (JSON or plain strings)")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def _put_cwd_on_path() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def parse_arg(text: str) -> Any:
+    """A command-line argument: its JSON value if it is valid JSON, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_key(text: str, key_type: str = "auto") -> str | int | uuid.UUID:
+    """A grain key from the command line (raises ValueError for a bad int or UUID)."""
+    if key_type == "int" or (key_type == "auto" and _INT.fullmatch(text)):
+        return int(text)
+    if key_type == "uuid":
+        return uuid.UUID(text)
+    return text
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        items = list(value)
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, GrainReference):
+        return str(value.grain_id)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _render(value: Any) -> str:
+    try:
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, RemoteGrainError):  # a type not importable here: its remote name
+        return f"{exc.type_name.rpartition('.')[2]}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- commands --------------------------------------------------------------------------------
+def _cmd_silo_start(args: argparse.Namespace) -> int:
+    flags = {
+        "app": args.app,
+        "cluster_id": args.cluster_id,
+        "host": args.host,
+        "port": args.port,
+        "gateway_port": args.gateway_port,
+        "secret": args.secret,
+        "storage": args.storage,
+        "reminders": args.reminders,
+        "data_dir": args.data_dir,
+        "collection_age": args.idle_age,
+        "minimum_reminder_period": args.min_reminder_period,
+        "shutdown_timeout": args.shutdown_timeout,
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+    }
+    config = load_config(
+        find_config_file(args.config), flags, defaults=CLI_DEFAULTS, flag_names=_FLAG_NAMES
+    )
+    if not config.app:
+        raise ConfigurationError(
+            "no grain modules to host: pass --app MODULE, or set app = [\"module\"] in "
+            "orleanspy.toml or ORLEANSPY_APP"
+        )
+    options = config.options
+    configure_logging(options.log_format, options.log_level)
+    _put_cwd_on_path()
+
+    def ready(silo: Silo) -> None:
+        gateway = silo.gateway.address if silo.gateway is not None else "none"
+        print(f"orleanspy silo ready gateway={gateway}", flush=True)
+
+    runner = asyncio.Runner()
+    try:
+        code = runner.run(run_silo(options, config.app, on_ready=ready))
+    except BaseException:
+        runner.close()
+        raise
+    if code != EXIT_OK:
+        # Forced or failed shutdown: do not wait for leftover tasks or storage threads.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    runner.close()
+    return code
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    config = load_config(find_config_file(args.config))
+    options = config.options
+    cluster_id = args.cluster_id or options.cluster_id
+    secret = args.secret if args.secret is not None else options.secret
+    gateway = args.gateway
+    if gateway is None:
+        host = options.host if options.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        gateway = f"{host}:{options.gateway_port or 30000}"
+    try:
+        key = parse_key(args.key, args.key_type)
+    except ValueError:
+        raise ConfigurationError(f"KEY {args.key!r} is not a valid {args.key_type}") from None
+    call_args = [parse_arg(a) for a in args.args]
+    configure_logging("console", "error")
+    _put_cwd_on_path()  # so that dataclasses in results resolve as in the silo
+    return asyncio.run(
+        _call(gateway, cluster_id, secret, args.timeout, args.grain_type, key, args.method,
+              call_args)
+    )
+
+
+async def _call(
+    gateway: str, cluster_id: str, secret: str | None, timeout: float, grain_type: str,
+    key: Any, method: str, args: list[Any],
+) -> int:
+    client = ClusterClient(
+        gateways=[gateway], cluster_id=cluster_id, secret=secret, response_timeout=timeout
+    )
+    try:
+        try:
+            await client.connect()
+        except SiloUnavailableError as exc:
+            _error(f"cannot reach the silo gateway at {gateway}: {exc}")
+            return EXIT_USAGE
+        ref: Any = client.get_grain(grain_type, key)
+        try:
+            result = await ref.invoke(method, *args)
+        except SiloUnavailableError as exc:
+            _error(f"lost the silo gateway at {gateway}: {exc}")
+            return EXIT_USAGE
+        except Exception as exc:
+            _error(_error_text(exc))
+            return EXIT_CALL_FAILED
+    finally:
+        await client.close()
+    print(_render(result), flush=True)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``orleanspy`` console script and of ``python -m silo``."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except ConfigurationError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    return code

@@ -1,0 +1,230 @@
+"""Silo host startup: structlog configuration, signal handling and the run loop of one silo.
+
+This is the only module that configures structlog (library code only logs). ``run_silo``
+starts a silo, turns the first SIGINT/SIGTERM into a graceful ``silo.stop()`` (every
+activation is deactivated and its changed state written) and a second one into a quick
+exit with code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from typing import Any, Final, TextIO
+
+import structlog
+
+from orleanspy import ConfigurationError, Silo, SiloOptions
+from orleanspy.logging import get_logger
+
+__all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
+
+LOG_LEVELS: Final = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+FORCED_EXIT_GRACE: Final = 1.0
+"""Seconds a forced exit (second signal) gives the interrupted shutdown to unwind."""
+
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """A WriteLogger that remembers the name passed to ``structlog.get_logger(name)``."""
+
+    def __init__(self, file: TextIO, name: str | None) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+class _LoggerFactory:
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def __call__(self, *args: Any) -> _NamedWriteLogger:
+        name = args[0] if args and isinstance(args[0], str) else None
+        # Resolved at creation, so that a replaced sys.stderr (pytest capsys) is honoured.
+        return _NamedWriteLogger(self._stream or sys.stderr, name)
+
+
+def _add_logger_name(
+    logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Add ``logger=<name>`` (the name given to ``get_logger``) unless already bound."""
+    name = getattr(logger, "name", None)
+    if name and "logger" not in event_dict:
+        event_dict["logger"] = name
+    return event_dict
+
+
+def configure_logging(
+    log_format: str = "console",
+    level: str = "info",
+    *,
+    stream: TextIO | None = None,
+    cache_loggers: bool = True,
+) -> None:
+    """Configure structlog for a silo process (no stdlib ``logging`` involved).
+
+    Args:
+        log_format: ``console`` renders for humans on a terminal and as ``key=value`` (logfmt)
+            lines otherwise; ``json`` renders one JSON object per line.
+        level: the lowest level written: debug, info, warning or error.
+        stream: where lines go (default: ``sys.stderr``; stdout is left to the CLI).
+        cache_loggers: cache each logger on first use (off in tests that reconfigure).
+
+    Raises:
+        ConfigurationError: for an unknown format or level.
+    """
+    if log_format not in ("console", "json"):
+        raise ConfigurationError(f"log_format {log_format!r}: must be 'console' or 'json'")
+    if level not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"log_level {level!r}: must be one of {', '.join(LOG_LEVELS)}"
+        )
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        _add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if log_format == "json":
+        processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+    elif _isatty(stream or sys.stderr):
+        processors.append(structlog.dev.ConsoleRenderer())
+    else:
+        processors += [
+            structlog.processors.format_exc_info,
+            structlog.processors.LogfmtRenderer(
+                key_order=["timestamp", "level", "logger", "event"],
+                drop_missing=True,
+                bool_as_flag=False,
+            ),
+        ]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(LOG_LEVELS[level]),
+        context_class=dict,
+        logger_factory=_LoggerFactory(stream),
+        cache_logger_on_first_use=cache_loggers,
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, handler: Callable[[signal.Signals], None],
+    signals: Iterable[signal.Signals],
+) -> list[signal.Signals]:
+    installed = []
+    for sig in signals:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, Windows
+            continue
+        installed.append(sig)
+    return installed
+
+
+async def run_silo(
+    options: SiloOptions,
+    app_modules: Sequence[str],
+    *,
+    on_ready: Callable[[Silo], None] | None = None,
+    signals: Iterable[signal.Signals] = _STOP_SIGNALS,
+) -> int:
+    """Run one silo until a signal (or ``silo.stop()``) stops it.
+
+    Args:
+        options: the silo's options.
+        app_modules: modules whose Grain subclasses the silo hosts (each must define one).
+        on_ready: called once the silo serves requests (the CLI prints a ready line).
+        signals: the signals that stop the silo (the first gracefully, the next forcibly).
+
+    Returns:
+        0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
+        or overran ``2 * shutdown_timeout + 5`` seconds.
+
+    Raises:
+        ConfigurationError: an app module is missing or hosts no grain class, or the silo
+            cannot start (e.g. the gateway port is taken).
+    """
+    log = get_logger("silo.startup", cluster=options.cluster_id)
+    silo = Silo(options, modules=app_modules)
+    for module in app_modules:
+        if not any(info.cls.__module__ == module for info in silo.registry.values()):
+            raise ConfigurationError(
+                f"--app {module}: the module defines no Grain subclass (classes it only "
+                "imports are not hosted); name the module that defines them"
+            )
+
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    forced = asyncio.Event()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) == 1:
+            log.info("silo_signal_received", signal=sig.name, action="graceful_stop")
+            stop_requested.set()
+        else:
+            log.warning("silo_signal_received", signal=sig.name, action="forced_exit")
+            forced.set()
+
+    installed = _install_signal_handlers(loop, on_signal, signals)
+    try:
+        await silo.start()
+        gateway = silo.gateway.address if silo.gateway is not None else None
+        log.info(
+            "silo_ready", gateway=gateway, grain_types=sorted(silo.registry),
+            app=list(app_modules), data_dir=options.data_dir, storage=options.storage,
+            reminders=options.reminders,
+        )
+        if on_ready is not None:
+            on_ready(silo)
+        async with asyncio.TaskGroup() as tg:
+            waits = [tg.create_task(stop_requested.wait()), tg.create_task(silo.wait_stopped())]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in waits:
+                task.cancel()
+        return await _stop(silo, forced, log)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:
+    """Stop the silo; a forced exit or an overrun abandons the shutdown with code 1."""
+    limit = silo.options.shutdown_timeout * 2 + 5
+    stopping = asyncio.ensure_future(silo.stop())
+    forcing = asyncio.ensure_future(forced.wait())
+    try:
+        done, _ = await asyncio.wait(
+            [stopping, forcing], timeout=limit, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        forcing.cancel()
+        await asyncio.gather(forcing, return_exceptions=True)
+    if stopping in done:
+        exc = stopping.exception()
+        if exc is None:
+            log.info("silo_exited", code=0)
+            return 0
+        log.error("silo_stop_failed", error=repr(exc), exc_info=exc)
+        return 1
+    if forced.is_set():
+        log.warning("silo_forced_exit", code=1)
+    else:
+        log.error("silo_stop_timeout", seconds=limit, code=1)
+    stopping.cancel()
+    # Give the interrupted shutdown a moment to unwind; asyncio.wait never raises for it.
+    await asyncio.wait([stopping], timeout=FORCED_EXIT_GRACE)
+    if stopping.done() and not stopping.cancelled():
+        stopping.exception()  # retrieved: already reported by the exit code
+    return 1

@@ -1,0 +1,198 @@
+"""silo.config: TOML + environment + flags -> SiloOptions, with errors naming key and fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orleanspy import ConfigurationError, SiloOptions
+from silo.config import find_config_file, load_config, parse_env
+
+
+def write(tmp_path: Path, text: str, name: str = "orleanspy.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_load_config_without_sources_gives_silo_defaults() -> None:
+    config = load_config(environ={})
+    assert config.options == SiloOptions()
+    assert config.app == ()
+    assert config.sources["port"] == "default"
+
+
+def test_load_config_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'cluster_id = "from-file"\n'
+        "[silo]\n"
+        "port = 1111\n"
+        "gateway_port = 2222\n"
+        'secret = "file-secret"\n'
+        'log_level = "debug"\n',
+    )
+    environ = {"ORLEANSPY_PORT": "3333", "ORLEANSPY_GATEWAY_PORT": "4444"}
+    flags = {"gateway_port": 5555, "cluster_id": None}  # None: the flag was not given
+    config = load_config(
+        path, flags, environ=environ, defaults={"storage": "sqlite:x.db", "log_level": "error"}
+    )
+    opts = config.options
+    assert opts.storage == "sqlite:x.db"  # default layer only
+    assert opts.log_level == "debug"  # file beats defaults
+    assert opts.cluster_id == "from-file"
+    assert opts.secret == "file-secret"
+    assert opts.port == 3333  # env beats file
+    assert opts.gateway_port == 5555  # flag beats env and file
+    assert config.sources["gateway_port"] == "flag --gateway-port"
+    assert config.sources["port"] == "environment variable ORLEANSPY_PORT"
+    assert config.sources["secret"] == f"{path}: key silo.secret"
+    assert config.sources["storage"] == "default storage"
+
+
+def test_load_config_app_from_highest_layer_replaces_lower(tmp_path: Path) -> None:
+    path = write(tmp_path, 'app = ["a.grains", "b.grains"]\n')
+    assert load_config(path, environ={}).app == ("a.grains", "b.grains")
+    env = {"ORLEANSPY_APP": "c.grains, d.grains"}
+    assert load_config(path, environ=env).app == ("c.grains", "d.grains")
+    assert load_config(path, {"app": ["e.grains"]}, environ=env).app == ("e.grains",)
+
+
+def test_load_config_env_converts_types_and_none() -> None:
+    env = {
+        "ORLEANSPY_RESPONSE_TIMEOUT": "2.5",
+        "ORLEANSPY_MAILBOX_CAPACITY": "7",
+        "ORLEANSPY_GATEWAY_PORT": "none",
+        "ORLEANSPY_SECRET": "s",
+        "ORLEANSPY_SOMETHING_ELSE": "ignored: other components own other variables",
+    }
+    opts = load_config(environ=env).options
+    assert opts.response_timeout == 2.5
+    assert opts.mailbox_capacity == 7
+    assert opts.gateway_port is None
+    assert opts.secret == "s"
+
+
+def test_load_config_toml_int_is_accepted_for_float_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "[silo]\nminimum_reminder_period = 1\n")
+    opts = load_config(path, environ={}).options
+    assert opts.minimum_reminder_period == 1.0
+    assert isinstance(opts.minimum_reminder_period, float)
+
+
+def test_load_config_relative_data_dir_resolves_against_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'data_dir = "state"\n')
+    assert load_config(path, environ={}).options.data_dir == str(tmp_path / "state")
+    flagged = load_config(path, {"data_dir": "elsewhere"}, environ={})
+    assert flagged.options.data_dir == "elsewhere"
+
+
+def test_load_config_unknown_key_in_table_suggests_the_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "[silo]\ngateway_prot = 30001\n")
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == (
+        f"{path}: key silo.gateway_prot is unknown; did you mean gateway_port?"
+    )
+
+
+def test_load_config_unknown_top_level_key_suggests_the_field(tmp_path: Path) -> None:
+    path = write(tmp_path, 'clusterid = "x"\n')
+    with pytest.raises(ConfigurationError, match=r"key clusterid is unknown; did you mean "
+                       r"cluster_id\?"):
+        load_config(path, environ={})
+
+
+def test_load_config_unknown_key_without_close_match_lists_known_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "[silo]\nzzzz = 1\n")
+    with pytest.raises(ConfigurationError, match=r"key silo.zzzz is unknown; known keys: app, "):
+        load_config(path, environ={})
+
+
+def test_load_config_unknown_table_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "[sillo]\nport = 1\n")
+    with pytest.raises(ConfigurationError, match=r"key sillo is unknown; did you mean silo\?"):
+        load_config(path, environ={})
+
+
+def test_load_config_wrong_type_names_file_key_and_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, '[silo]\nport = "11111"\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: key silo.port must be an integer, not a string")
+    assert "port = 11111" in message
+
+
+def test_load_config_bool_is_not_an_integer(tmp_path: Path) -> None:
+    path = write(tmp_path, "mailbox_capacity = true\n")
+    with pytest.raises(ConfigurationError, match="key mailbox_capacity must be an integer, "
+                       "not a boolean"):
+        load_config(path, environ={})
+
+
+def test_load_config_bad_value_names_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, '[silo]\nlog_format = "xml"\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: key silo.log_format is invalid:")
+    assert "'xml'" in message
+    assert "'console' or 'json'" in message
+
+
+def test_load_config_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigurationError, match="environment variable ORLEANSPY_PORT = 'abc' "
+                       "must be an integer"):
+        load_config(environ={"ORLEANSPY_PORT": "abc"})
+    with pytest.raises(ConfigurationError, match=r"environment variable "
+                       r"ORLEANSPY_COLLECTION_AGE is invalid: .*must be > 0"):
+        load_config(environ={"ORLEANSPY_COLLECTION_AGE": "-1"})
+
+
+def test_load_config_bad_flag_value_names_the_flag() -> None:
+    with pytest.raises(ConfigurationError, match=r"flag --idle-age is invalid: .*collection_age"):
+        load_config(
+            None, {"collection_age": 0.0}, environ={}, flag_names={"collection_age": "--idle-age"}
+        )
+
+
+def test_load_config_key_in_both_places_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = 1\n[silo]\nport = 2\n")
+    with pytest.raises(ConfigurationError, match="key port is set both at the top level and "
+                       r"in \[silo\]; keep one"):
+        load_config(path, environ={})
+
+
+def test_load_config_app_must_be_module_names(tmp_path: Path) -> None:
+    path = write(tmp_path, 'app = ["myapp/grains.py"]\n')
+    with pytest.raises(ConfigurationError, match=r"'myapp/grains\.py' is not a module name"):
+        load_config(path, environ={})
+    path = write(tmp_path, "app = 3\n")
+    with pytest.raises(ConfigurationError, match="key app must be an array of module names"):
+        load_config(path, environ={})
+
+
+def test_load_config_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[silo\nport = 1\n")
+    with pytest.raises(ConfigurationError, match=re.escape(f"{path}: not valid TOML")):
+        load_config(path, environ={})
+
+
+def test_load_config_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_config(tmp_path / "absent.toml", environ={})
+
+
+def test_parse_env_ignores_empty_app() -> None:
+    assert parse_env({"ORLEANSPY_APP": " "}) == {}
+
+
+def test_find_config_file_order(tmp_path: Path) -> None:
+    assert find_config_file(None, {}, tmp_path) is None
+    local = write(tmp_path, "")
+    assert find_config_file(None, {}, tmp_path) == local
+    assert find_config_file(None, {"ORLEANSPY_CONFIG": "/e.toml"}, tmp_path) == Path("/e.toml")
+    assert find_config_file("x.toml", {"ORLEANSPY_CONFIG": "/e.toml"}, tmp_path) == Path("x.toml")
