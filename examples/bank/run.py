@@ -16,6 +16,7 @@ from pathlib import Path
 
 from examples.bank.grains import Account, InsufficientFundsError, Transfers
 from orleanspy import ClusterClient
+from silo.startup import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,4 +98,5 @@ async def main() -> int:
 
 if __name__ == "__main__":
     os.chdir(ROOT)
+    configure_logging("console", "warning")
     sys.exit(asyncio.run(main()))
