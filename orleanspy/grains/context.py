@@ -21,7 +21,7 @@ current_turn: ContextVar[tuple[Any, Message] | None] = ContextVar(
     "orleanspy_current_turn", default=None
 )
 # True inside allow_call_chain_reentrancy(): calls made may re-enter the calling grain.
-_reentrancy_scope: ContextVar[bool] = ContextVar("orleanspy_ccr_scope", default=False)
+reentrancy_scope: ContextVar[bool] = ContextVar("orleanspy_ccr_scope", default=False)
 
 
 def current_chain() -> tuple[CallChainEntry, ...]:
@@ -30,7 +30,7 @@ def current_chain() -> tuple[CallChainEntry, ...]:
     if turn is None:
         return ()
     activation, msg = turn
-    return (*msg.chain, (activation.name, msg.id, _reentrancy_scope.get()))
+    return (*msg.chain, (activation.name, msg.id, reentrancy_scope.get()))
 
 
 @contextmanager
@@ -40,8 +40,8 @@ def allow_call_chain_reentrancy() -> Iterator[None]:
     Without it (and without ``@call_chain_reentrant`` on the class) such a cycle fails fast
     with ``DeadlockError``.
     """
-    token = _reentrancy_scope.set(True)
+    token = reentrancy_scope.set(True)
     try:
         yield
     finally:
-        _reentrancy_scope.reset(token)
+        reentrancy_scope.reset(token)

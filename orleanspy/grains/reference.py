@@ -96,16 +96,17 @@ class GrainReference:
 
 
 def _call_method(name: str) -> Callable[..., Any]:
-    async def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
-        return await self._runtime.call(self._grain_id, name, args, kwargs or None, self._timeout)
+    # A plain function returning the runtime's coroutine: one coroutine per call, not two.
+    def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
+        return self._runtime.call(self._grain_id, name, args, kwargs or None, self._timeout)
 
     method.__name__ = method.__qualname__ = name
     return method
 
 
 def _one_way_method(name: str) -> Callable[..., Any]:
-    async def method(self: GrainReference, *args: Any, **kwargs: Any) -> None:
-        await self._runtime.send_one_way(self._grain_id, name, args, kwargs or None)
+    def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
+        return self._runtime.send_one_way(self._grain_id, name, args, kwargs or None)
 
     method.__name__ = method.__qualname__ = name
     return method

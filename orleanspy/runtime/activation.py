@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from orleanspy._util.eager import continue_in_generator
+from orleanspy._util.eager import eager_start
 from orleanspy.errors import (
     ActivationFailedError,
     DeadlockError,
     InconsistentStateError,
+    InternalError,
     MailboxFullError,
     MessageRejectedError,
 )
-from orleanspy.grains.context import current_turn
+from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
@@ -217,6 +218,8 @@ class Activation:
             self._pump()
 
     def _fail_activation(self, err: BaseException) -> None:
+        for timer in list(self.timers):
+            timer.dispose()
         self.error = err
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.ACTIVATION_FAILED
@@ -316,7 +319,7 @@ class Activation:
                 if entry[1] in running:
                     if ccr or entry[2]:
                         return True
-                    if entry[1] == blocking.id:
+                    if entry[1] == blocking.id and msg.direction is Direction.REQUEST:
                         chain = (*(e[0] for e in msg.chain), self.name)
                         raise DeadlockError(
                             "deadlock: call cycle " + " -> ".join(chain) + " would wait on "
@@ -329,11 +332,20 @@ class Activation:
         return False
 
     def _is_special(self, msg: Message) -> bool:
-        if msg.flags & _INTERLEAVE_MASK:
-            return True
-        return bool(msg.chain) and (
-            self.info.call_chain_reentrant or any(e[2] for e in msg.chain)
-        )
+        """May this message start (or be found deadlocked) while a blocking request runs?"""
+        return bool(msg.flags & _INTERLEAVE_MASK or msg.chain)
+
+    def _admissible_now(self, msg: Message) -> bool:
+        """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``.)"""
+        if self.state is not ActivationState.VALID:
+            return False
+        if not self.waiting:
+            return self._may_invoke(msg)
+        # Others wait because a blocking request runs; only a message that may interleave
+        # with it passes them (and a chained request is checked for a cycle).
+        if self.running and self._is_special(msg):
+            return self._may_invoke(msg)
+        return False
 
     # -- receiving ------------------------------------------------------------------------
     def try_inline(self, msg: Message) -> Any:
@@ -342,7 +354,7 @@ class Activation:
         Returns the result, raises the grain's exception, returns a ``TurnFuture`` if the
         turn suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
         """
-        if self.state is not ActivationState.VALID or self.waiting or not self._may_invoke(msg):
+        if not self._admissible_now(msg):
             return NOT_NOW
         self.received += 1
         return self._start(msg, inline=True)
@@ -363,7 +375,7 @@ class Activation:
                 self.silo.dispatcher.redispatch(msg)
             return None
         self.received += 1
-        if state is ActivationState.VALID and not self.waiting and self._may_invoke(msg):
+        if self._admissible_now(msg):
             self._start(msg, inline=False)
             return None
         waiting = self.waiting
@@ -442,6 +454,7 @@ class Activation:
                         ok = self._may_invoke(candidate)
                     except DeadlockError as exc:
                         del waiting[i]
+                        self.special_waiting -= 1  # only chained messages get here
                         self._deliver(candidate, False, exc)
                         msg = _SKIP
                         break
@@ -463,6 +476,12 @@ class Activation:
 
     # -- turns ----------------------------------------------------------------------------
     def _start(self, msg: Message, inline: bool) -> Any:
+        """Run a turn in its own task, started eagerly (``_util.eager``).
+
+        ``inline``: the caller waits in this frame — return the result, raise the error, or
+        return a ``TurnFuture`` if the turn suspended. Otherwise the outcome goes to
+        ``msg.reply``.
+        """
         self.running[msg.id] = msg
         if self.blocking is None and not msg.flags & FLAG_ALWAYS_INTERLEAVE:
             self.blocking = msg
@@ -471,25 +490,33 @@ class Activation:
                 coro = msg.invoke()
             else:
                 coro = getattr(self.grain, msg.method)(*msg.args, **(msg.kwargs or {}))
-            ctx = copy_context()
-            yielded = ctx.run(self._first_step, coro, msg)
-        except StopIteration as stop:
-            self._finish(msg, None)
-            if inline:
-                return stop.value
-            self._deliver(msg, True, stop.value)
-            return None
-        except BaseException as exc:
+        except Exception as exc:  # e.g. wrong arguments: the caller's error
             self._finish(msg, exc)
             if inline:
                 raise
             self._deliver(msg, False, exc)
-            if not isinstance(exc, Exception):
+            return None
+        ctx = copy_context()
+        ctx.run(_enter_turn, self, msg)
+        try:
+            task, result = eager_start(self.silo.loop, coro, ctx)
+        except BaseException as error:
+            failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
+            self._finish(msg, failure)
+            if inline:
+                if failure is error:
+                    raise
+                raise failure from None
+            self._deliver(msg, False, failure)
+            if not isinstance(failure, Exception):
                 raise
             return None
-        task = asyncio.get_running_loop().create_task(
-            continue_in_generator(coro, yielded), context=ctx
-        )
+        if task is None:
+            self._finish(msg, None)
+            if inline:
+                return result
+            self._deliver(msg, True, result)
+            return None
         self.tasks.add(task)
         task.add_done_callback(lambda t: self._task_done(msg, t))
         if inline:
@@ -498,18 +525,10 @@ class Activation:
             return fut
         return None
 
-    def _first_step(self, coro: Coroutine[Any, Any, Any], msg: Message) -> Any:
-        current_turn.set((self, msg))
-        return coro.send(None)
-
     def _task_done(self, msg: Message, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         if task.cancelled():
-            exc: BaseException | None = MessageRejectedError(
-                f"request {msg.method} on {self.name} was cancelled: the activation is "
-                "shutting down",
-                "cancelled",
-            )
+            exc: BaseException | None = _cancelled(self, msg)
         else:
             exc = task.exception()
         self._finish(msg, exc)
@@ -559,14 +578,13 @@ class Activation:
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
         ctx = copy_context()
+        ctx.run(_enter_turn, self, _ACTIVATE)
         try:
-            yielded = ctx.run(self._first_step, coro, _ACTIVATE)
-        except StopIteration:
-            return
-        task = asyncio.get_running_loop().create_task(
-            continue_in_generator(coro, yielded), context=ctx
-        )
-        self.silo.track(task)
+            task, _ = eager_start(self.silo.loop, coro, ctx)
+        except Exception as exc:
+            raise InternalError(f"activation of {self.name} crashed") from exc
+        if task is not None:
+            self.silo.track(task)
 
     # -- keep-alive and statistics ---------------------------------------------------------
     def is_idle(self, now: float, age: float) -> bool:
@@ -596,6 +614,21 @@ class Activation:
             dropped_oldest=self.dropped_oldest,
             idle_seconds=max(0.0, self.silo.clock.monotonic() - self.last_active),
         )
+
+
+def _enter_turn(activation: Activation, msg: Message) -> None:
+    """Runs inside the turn's fresh context: the turn is this one, no reentrancy scope."""
+    current_turn.set((activation, msg))
+    if reentrancy_scope.get():
+        reentrancy_scope.set(False)
+
+
+def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:
+    return MessageRejectedError(
+        f"request {msg.method} on {activation.name} was cancelled (the activation is "
+        "shutting down or the grain cancelled its own task)",
+        "cancelled",
+    )
 
 
 def _marker(name: str) -> Message:

@@ -54,31 +54,25 @@ class WorkerGroup:
 class Catalog:
     """Activations of one silo, keyed by grain id."""
 
-    __slots__ = ("_activations", "_count", "_workers", "silo")
+    __slots__ = ("_count", "_workers", "activations", "silo")
 
     def __init__(self, silo: Silo) -> None:
         self.silo = silo
-        self._activations: dict[GrainId, Activation] = {}
+        self.activations: dict[GrainId, Activation] = {}
         self._workers: dict[GrainId, WorkerGroup] = {}
         self._count = 0
 
     def get(self, grain_id: GrainId) -> Activation | None:
-        return self._activations.get(grain_id)
+        return self.activations.get(grain_id)
 
     def get_or_create(self, grain_id: GrainId) -> Activation:
-        act = self._activations.get(grain_id)
+        act = self.activations.get(grain_id)
         if act is not None:
             return act
         group = self._workers.get(grain_id)
         if group is not None:
             return group.pick(self)
-        info = self.silo.registry.get(grain_id.type_name)
-        if info is None:
-            raise MessageRejectedError(
-                f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: add its "
-                "module to --app (or the grains= list of the Silo)",
-                "unknown_grain_type",
-            )
+        info = self.info_for(grain_id)
         if info.is_system_target:
             raise MessageRejectedError(
                 f"no system target {grain_id} on silo {self.silo.name}: system targets are "
@@ -91,11 +85,24 @@ class Catalog:
             self._workers[grain_id] = group
             return group.pick(self)
         act = self.new_activation(grain_id, info)
-        self._activations[grain_id] = act
+        self.activations[grain_id] = act
         act.start()
         return act
 
+    def info_for(self, grain_id: GrainId) -> GrainClassInfo:
+        """The class of a grain id's type; ``MessageRejectedError`` if the silo lacks it."""
+        info = self.silo.registry.get(grain_id.type_name)
+        if info is None:
+            raise MessageRejectedError(
+                f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: add its "
+                "module to --app (or the grains= list of the Silo)",
+                "unknown_grain_type",
+            )
+        return info
+
     def new_activation(self, grain_id: GrainId, info: GrainClassInfo) -> Activation:
+        if not self.silo.started:
+            raise RuntimeError(f"start the silo before calling grains ({grain_id})")
         if self.silo.stopping:
             raise SiloUnavailableError(
                 f"silo {self.silo.name} is shutting down and creates no new activations"
@@ -105,15 +112,15 @@ class Catalog:
 
     def add(self, act: Activation) -> None:
         """Register a ready activation (system targets)."""
-        if act.grain_id in self._activations:
+        if act.grain_id in self.activations:
             raise ValueError(f"{act.grain_id} is already active on this silo")
-        self._activations[act.grain_id] = act
+        self.activations[act.grain_id] = act
         self._count += 1
 
     def remove(self, act: Activation) -> None:
         gid = act.grain_id
-        if self._activations.get(gid) is act:
-            del self._activations[gid]
+        if self.activations.get(gid) is act:
+            del self.activations[gid]
             self._count -= 1
             return
         group = self._workers.get(gid)
@@ -124,7 +131,7 @@ class Catalog:
                 del self._workers[gid]
 
     def __iter__(self) -> Iterator[Activation]:
-        yield from list(self._activations.values())
+        yield from list(self.activations.values())
         for group in list(self._workers.values()):
             yield from list(group.workers)
 

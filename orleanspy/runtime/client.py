@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections import deque
 from typing import Any, TypeVar, overload
 
 import msgpack
@@ -34,10 +35,67 @@ __all__ = ["ClusterClient"]
 G = TypeVar("G")
 
 
-def _expire(pending: dict[int, asyncio.Future[Any]], corr: int, text: str) -> None:
-    fut = pending.pop(corr, None)
-    if fut is not None and not fut.done():
-        fut.set_exception(GrainCallTimeoutError(text))
+class _Deadlines:
+    """Request timeouts without a timer per call.
+
+    Calls with the same timeout expire in the order they were sent, so each timeout value
+    keeps a FIFO of (deadline, id, grain, method); heads whose call already finished are
+    dropped as responses arrive, and one timer is armed for the earliest live head.
+    """
+
+    __slots__ = ("_handle", "_loop", "_pending", "_queues")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pending: dict[int, Any]) -> None:
+        self._loop = loop
+        self._pending = pending
+        self._queues: dict[float, deque[tuple[float, int, GrainId, str]]] = {}
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, timeout: float, corr: int, grain_id: GrainId, method: str) -> None:
+        q = self._queues.get(timeout)
+        if q is None:
+            q = self._queues[timeout] = deque()
+        deadline = self._loop.time() + timeout
+        q.append((deadline, corr, grain_id, method))
+        handle = self._handle
+        if handle is None:
+            self._handle = self._loop.call_at(deadline, self._sweep)
+        elif deadline < handle.when():
+            handle.cancel()
+            self._handle = self._loop.call_at(deadline, self._sweep)
+
+    def trim(self) -> None:
+        pending = self._pending
+        for q in self._queues.values():
+            while q and q[0][1] not in pending:
+                q.popleft()
+
+    def _sweep(self) -> None:
+        self._handle = None
+        now = self._loop.time()
+        pending = self._pending
+        earliest = None
+        for timeout, q in self._queues.items():
+            while q and (q[0][0] <= now or q[0][1] not in pending):
+                _, corr, grain_id, method = q.popleft()
+                fut = pending.pop(corr, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(
+                        GrainCallTimeoutError(
+                            f"call {grain_id}.{method} timed out after {timeout:g} s "
+                            "(per-call: ref.with_timeout(s); client: response_timeout)"
+                        )
+                    )
+            if q and (earliest is None or q[0][0] < earliest):
+                earliest = q[0][0]
+        if earliest is not None:
+            self._handle = self._loop.call_at(earliest, self._sweep)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._queues.clear()
 
 
 class _ClientConnection(FramedConnection):
@@ -70,6 +128,7 @@ class _ClientConnection(FramedConnection):
             fut.set_result(obj[3])
         else:
             fut.set_exception(decode_error(obj[3]))
+        self.client._trim_deadlines()
 
     def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
         try:
@@ -133,6 +192,7 @@ class ClusterClient:
         self._connecting: asyncio.Future[_ClientConnection] | None = None
         self._next_gateway = 0
         self._closed = False
+        self._deadlines: _Deadlines | None = None
         self.gateway: str | None = None
 
     # -- connection -----------------------------------------------------------------------
@@ -209,8 +269,14 @@ class ClusterClient:
                         SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
                     )
 
+    def _trim_deadlines(self) -> None:
+        if self._deadlines is not None:
+            self._deadlines.trim()
+
     async def close(self) -> None:
         self._closed = True
+        if self._deadlines is not None:
+            self._deadlines.cancel()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -254,19 +320,17 @@ class ClusterClient:
         payload = self.codec.packb(
             [0, corr, grain_id.type_name, grain_id.key, method, list(args), kwargs, t, []]
         )
-        loop = conn._loop
-        fut = loop.create_future()
+        fut = conn._loop.create_future()
         pending = self._pending
         pending[corr] = fut
         conn.send(payload)
-        handle = loop.call_later(
-            t, _expire, pending, corr,
-            f"call {grain_id}.{method} timed out after {t:g} s (per-call: ref.with_timeout(s))",
-        )
+        deadlines = self._deadlines
+        if deadlines is None:
+            deadlines = self._deadlines = _Deadlines(conn._loop, pending)
+        deadlines.add(t, corr, grain_id, method)
         try:
             return await fut
         finally:
-            handle.cancel()
             pending.pop(corr, None)
 
     async def send_one_way(

@@ -41,11 +41,12 @@ def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
 class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
-    __slots__ = ("_catalog", "_codec", "_default_timeout", "silo")
+    __slots__ = ("_activations", "_catalog", "_codec", "_default_timeout", "silo")
 
     def __init__(self, silo: Silo) -> None:
         self.silo = silo
         self._catalog = silo.catalog
+        self._activations = silo.catalog.activations
         self._codec = silo.codec
         self._default_timeout = silo.options.response_timeout
 
@@ -65,16 +66,17 @@ class Dispatcher:
 
     def _locate(self, grain_id: GrainId, method: str, msg: Message) -> Activation:
         """Find or create the activation; seam for the directory and placement."""
-        act = self._catalog.get_or_create(grain_id)
-        m = act.info.methods.get(method)
+        act = self._activations.get(grain_id)
+        methods = (act.info if act is not None else self._catalog.info_for(grain_id)).methods
+        m = methods.get(method)
         if m is None:
             raise MessageRejectedError(
                 f"grain type {grain_id.type_name!r} has no method {method!r} "
-                f"(public async methods: {', '.join(sorted(act.info.methods)) or 'none'})",
+                f"(public async methods: {', '.join(sorted(methods)) or 'none'})",
                 "unknown_method",
             )
         msg.flags |= m.flags
-        return act
+        return act if act is not None else self._catalog.get_or_create(grain_id)
 
     # -- local calls (references held inside this process) ---------------------------------
     async def call(

@@ -148,6 +148,7 @@ class Silo:
         self.stopping = False
         self.started = False
         self._started_at = 0.0
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
 
@@ -225,6 +226,7 @@ class Silo:
         if self.started:
             raise RuntimeError(f"silo {self.name} was already started")
         self.started = True
+        self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         opts = self.options
         if "default" not in self.storage:
@@ -295,9 +297,13 @@ class Silo:
             for act in acts:
                 for task in list(act.tasks):
                     task.cancel()
+            for task in list(self._tasks):  # hanging on_activate / on_deactivate
+                task.cancel()
         tasks = list(self._tasks)
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, still = await asyncio.wait(tasks, timeout=self.options.shutdown_timeout)
+            if still:
+                self.log.error("silo_shutdown_tasks_abandoned", count=len(still))
 
     async def wait_stopped(self) -> None:
         if self._stopped is None:

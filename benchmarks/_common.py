@@ -1,0 +1,251 @@
+"""Shared pieces of the benchmarks: figures and their report, timing, and the baselines.
+
+The baselines are what a competent engineer would write by hand with plain asyncio, so a
+ratio ``ours / baseline`` says how much the runtime costs (or saves) over the obvious code:
+
+* ``BareActor``: one actor = an ``asyncio.Queue`` + a worker task; a call puts
+  ``(method, args, future)`` and awaits the future; the worker runs the method and sets the
+  result.
+* ``EchoServer`` / ``EchoClient``: an asyncio-streams TCP server and client speaking the
+  gateway's framing (4-byte big-endian length + msgpack); the server decodes the request
+  list and answers ``[2, id, True, value]``; the client keeps many requests in flight and
+  matches responses by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import json
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "BareActor",
+    "EchoClient",
+    "EchoServer",
+    "Figure",
+    "progress",
+    "quiet_logging",
+    "report",
+    "run_callers",
+]
+
+
+# -- figures --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Figure:
+    """One measured figure: our best value, the baseline's best value, and the target."""
+
+    name: str
+    value: float
+    unit: str
+    baseline: float
+    target: float  # minimum acceptable ratio (value / baseline)
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else float("nan")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": round(self.value, 1),
+            "unit": self.unit,
+            "baseline": round(self.baseline, 1),
+            "ratio": round(self.ratio, 3),
+        }
+
+
+def report(figures: list[Figure], as_json: bool) -> None:
+    """Print the figures: one JSON list on stdout, or a table for humans."""
+    if as_json:
+        json.dump([f.as_json() for f in figures], sys.stdout)
+        sys.stdout.write("\n")
+        return
+    w = max(len(f.name) for f in figures)
+    print(f"{'figure':<{w}}  {'orleanspy':>12}  {'baseline':>12}  {'ratio':>7}  target")
+    for f in figures:
+        ok = "ok" if f.ratio >= f.target else "MISSED"
+        print(
+            f"{f.name:<{w}}  {f.value:>12,.0f}  {f.baseline:>12,.0f}  {f.ratio:>6.2f}x"
+            f"  >= {f.target:g}x {ok}   ({f.unit})"
+        )
+        if f.note:
+            print(f"  ({f.note})")
+
+
+def progress(text: str) -> None:
+    """Progress for humans, on stderr (stdout stays clean for --json)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def quiet_logging() -> None:
+    """Send structlog output to stderr and keep only warnings (the runtime logs at info)."""
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+# -- timing ---------------------------------------------------------------------------------
+async def run_callers(calls: list[Callable[[], Awaitable[Any]]], count: int) -> float:
+    """Run one task per callable, each awaiting it ``count`` times; return total calls/s.
+
+    A fixed count (not a deadline) is used because a call that completes without
+    suspending never lets another task run: a deadline checked by a sleeping task would
+    never fire.
+    """
+
+    async def caller(call: Callable[[], Awaitable[Any]]) -> None:
+        for _ in range(count):
+            await call()
+
+    gc.collect()
+    t0 = time.perf_counter()
+    if len(calls) == 1:
+        await caller(calls[0])
+    else:
+        await asyncio.gather(*(caller(c) for c in calls))
+    elapsed = time.perf_counter() - t0
+    return len(calls) * count / elapsed
+
+
+# -- baseline 1: the bare mailbox ------------------------------------------------------------
+class BareActor:
+    """An asyncio.Queue and a worker task: the smallest honest actor."""
+
+    __slots__ = ("count", "queue", "task")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.queue: asyncio.Queue[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = (
+            asyncio.Queue()
+        )
+        self.task = asyncio.get_running_loop().create_task(self._work())
+
+    async def increment(self) -> int:
+        self.count += 1
+        return self.count
+
+    async def _work(self) -> None:
+        get = self.queue.get
+        while True:
+            method, args, fut = await get()
+            try:
+                result = await getattr(self, method)(*args)
+            except Exception as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(result)
+
+    async def call(self, method: str, *args: Any) -> Any:
+        fut = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait((method, args, fut))
+        return await fut
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+# -- baseline 2: TCP echo with the gateway's framing ----------------------------------------
+class EchoServer:
+    """A streams server: read frames, decode the request, answer [2, id, True, value]."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        transport = writer.transport
+        readexactly = reader.readexactly
+        write = writer.write
+        value = 0
+        try:
+            while True:
+                size = int.from_bytes(await readexactly(4), "big")
+                request = msgpack.unpackb(await readexactly(size))
+                value += 1
+                payload = msgpack.packb([2, request[1], True, value])
+                write(len(payload).to_bytes(4, "big") + payload)
+                if transport.get_write_buffer_size() > 1 << 16:
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()  # the handler sees EOF and returns
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class EchoClient:
+    """Many requests in flight on one connection, responses matched by id."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._reader_task: asyncio.Task[None] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def connect(self, port: int) -> None:
+        reader, self._writer = await asyncio.open_connection("127.0.0.1", port)
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        readexactly = reader.readexactly
+        pending = self._pending
+        try:
+            while True:
+                size = int.from_bytes(await readexactly(4), "big")
+                response = msgpack.unpackb(await readexactly(size))
+                fut = pending.pop(response[1], None)
+                if fut is not None and not fut.done():
+                    fut.set_result(response[3])
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"echo server went away: {exc!r}"))
+            pending.clear()
+
+    async def call(self, type_name: str, key: Any, method: str, *args: Any) -> Any:
+        """Send a request shaped like a gateway request and await its response."""
+        assert self._writer is not None
+        corr = next(self._ids)
+        payload = msgpack.packb([0, corr, type_name, key, method, list(args), None, 30.0, []])
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[corr] = fut
+        self._writer.write(len(payload).to_bytes(4, "big") + payload)
+        return await fut
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            await asyncio.gather(self._reader_task, return_exceptions=True)

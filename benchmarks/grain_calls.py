@@ -1,0 +1,348 @@
+"""Grain-call benchmarks: orleanspy against hand-written asyncio baselines, in one run.
+
+Usage::
+
+    .venv/bin/python benchmarks/grain_calls.py            # table for humans
+    .venv/bin/python benchmarks/grain_calls.py --json     # one JSON list on stdout
+    .venv/bin/python benchmarks/grain_calls.py --profile remote   # pyinstrument, our side
+
+Figures (each: best of ``--trials`` for orleanspy and for its baseline, trials interleaved
+so that machine noise hits both sides alike; see docs/benchmarks.md):
+
+1. ``local_sequential``: one caller awaiting ``ref.increment()`` on one grain of an
+   in-process silo, vs one ``BareActor`` (asyncio.Queue + worker task).
+2. ``local_concurrent_100x100``: 100 callers, caller i calling grain i, vs 100 BareActors.
+3. ``activation_rate``: first calls to 10,000 new grains, one sequential caller, vs creating
+   a BareActor (queue + task) per key and calling it once.
+4. ``client_to_silo``: a ClusterClient with 100 calls in flight to a silo in another
+   process over loopback, vs an asyncio-streams TCP echo server (same framing, msgpack
+   decode/encode) in another process and a client matching responses by id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BareActor,
+    EchoClient,
+    EchoServer,
+    Figure,
+    progress,
+    quiet_logging,
+    report,
+    run_callers,
+)
+
+from orleanspy import ClusterClient, Grain, Silo, SiloOptions, grain_type
+
+# A trial: run the workload ``count`` times (per caller) and return its rate.
+Trial = Callable[[int], Awaitable[float]]
+
+CALLERS = 100
+ACTIVATIONS = 10_000
+
+
+@grain_type("BenchCounter")
+class Counter(Grain):
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def increment(self) -> int:
+        self.count += 1
+        return self.count
+
+
+def _silo_options(gateway_port: int | None = None) -> SiloOptions:
+    return SiloOptions(gateway_port=gateway_port, collection_quantum=3600.0)
+
+
+# -- measurement ----------------------------------------------------------------------------
+async def calibrate(trial: Trial, ncalls_per_count: int, seconds: float) -> int:
+    """Warm up and return the count that makes one trial last about ``seconds``."""
+    count = max(1, 200 // ncalls_per_count)
+    while True:
+        rate = await trial(count)
+        elapsed = count * ncalls_per_count / rate
+        if elapsed >= 0.25:
+            break
+        count *= 4
+    return max(1, int(count * seconds / elapsed))
+
+
+async def compare(
+    ours: Trial, base: Trial, *, ncallers: int, seconds: float, trials: int
+) -> tuple[float, float]:
+    """Best rate of each side over ``trials`` interleaved trials (after warm-up)."""
+    n_ours = await calibrate(ours, ncallers, seconds)
+    n_base = await calibrate(base, ncallers, seconds)
+    best_ours = best_base = 0.0
+    for _ in range(trials):
+        best_ours = max(best_ours, await ours(n_ours))
+        best_base = max(best_base, await base(n_base))
+    return best_ours, best_base
+
+
+# -- figures 1 and 2: local calls ---------------------------------------------------------------
+async def local_calls(silo: Silo, ncallers: int, seconds: float, trials: int) -> Figure:
+    refs = [silo.get_grain(Counter, f"local-{ncallers}-{i}") for i in range(ncallers)]
+    ours_calls = [r.increment for r in refs]
+    actors = [BareActor() for _ in range(ncallers)]
+    base_calls = [partial(a.call, "increment") for a in actors]
+    try:
+        ours, base = await compare(
+            partial(run_callers, ours_calls),
+            partial(run_callers, base_calls),
+            ncallers=ncallers, seconds=seconds, trials=trials,
+        )
+    finally:
+        for a in actors:
+            a.stop()
+    if ncallers == 1:
+        return Figure("local_sequential", ours, "calls/s", base, 1.0)
+    return Figure(f"local_concurrent_{ncallers}x{ncallers}", ours, "calls/s", base, 1.0)
+
+
+# -- figure 3: activations ------------------------------------------------------------------
+def _key_slices(n: int, callers: int, tag: str) -> list[list[str]]:
+    return [[f"{tag}-{k}" for k in range(j, n, callers)] for j in range(callers)]
+
+
+async def activation_trial_ours(n: int, callers: int, profiler: Any = None) -> float:
+    silo = Silo(_silo_options(), grains=[Counter])
+    await silo.start()
+    try:
+        slices = _key_slices(n, callers, "act")
+        get_grain = silo.get_grain
+
+        async def caller(keys: list[str]) -> None:
+            for k in keys:
+                await get_grain(Counter, k).increment()
+
+        if profiler is not None:
+            profiler.start()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(caller(s) for s in slices))
+        rate = n / (time.perf_counter() - t0)
+        if profiler is not None:
+            profiler.stop()
+        assert len(silo.catalog) == n, len(silo.catalog)
+        return rate
+    finally:
+        await silo.stop()
+
+
+async def activation_trial_base(n: int, callers: int) -> float:
+    actors: dict[str, BareActor] = {}
+    slices = _key_slices(n, callers, "act")
+
+    async def caller(keys: list[str]) -> None:
+        for k in keys:
+            actor = actors.get(k)
+            if actor is None:
+                actor = actors[k] = BareActor()
+            await actor.call("increment")
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(caller(s) for s in slices))
+        return n / (time.perf_counter() - t0)
+    finally:
+        for a in actors.values():
+            a.stop()
+        await asyncio.gather(*(a.task for a in actors.values()), return_exceptions=True)
+
+
+async def activations(n: int, callers: int, trials: int) -> Figure:
+    await activation_trial_ours(min(n, 2000), callers)  # warm-up
+    await activation_trial_base(min(n, 2000), callers)
+    best_ours = best_base = 0.0
+    for _ in range(trials):
+        best_ours = max(best_ours, await activation_trial_ours(n, callers))
+        best_base = max(best_base, await activation_trial_base(n, callers))
+    mode = "1 sequential caller" if callers == 1 else f"{callers} concurrent callers"
+    return Figure(
+        "activation_rate", best_ours, "activations/s", best_base, 0.3,
+        f"{n:,} new grains, {mode}",
+    )
+
+
+# -- figure 4: client -> silo over loopback -----------------------------------------------------
+class Server:
+    """A server in a child process (this script with ``--serve KIND``); stdin EOF stops it."""
+
+    def __init__(self, kind: str, profile: bool = False) -> None:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", kind]
+        if profile:
+            cmd.append("--profile-server")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"{kind} server did not start (said {line!r})")
+        self.port = int(line)
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc.poll() is None:
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def remote_calls(seconds: float, trials: int, ncallers: int = CALLERS) -> Figure:
+    silo_server = Server("silo")
+    echo_server = Server("echo")
+    client = ClusterClient(gateways=[f"127.0.0.1:{silo_server.port}"])
+    echo = EchoClient()
+    try:
+        await client.connect()
+        await echo.connect(echo_server.port)
+        ours_calls = [client.get_grain(Counter, i).increment for i in range(ncallers)]
+        base_calls = [partial(echo.call, "BenchCounter", i, "increment") for i in range(ncallers)]
+        ours, base = await compare(
+            partial(run_callers, ours_calls),
+            partial(run_callers, base_calls),
+            ncallers=ncallers, seconds=seconds, trials=trials,
+        )
+    finally:
+        await client.close()
+        await echo.close()
+        silo_server.stop()
+        echo_server.stop()
+    return Figure(
+        "client_to_silo", ours, "calls/s", base, 0.5, f"{ncallers} calls in flight, loopback"
+    )
+
+
+async def serve(kind: str, profile: bool) -> None:
+    """Child-process side of figure 4: print the port, serve until stdin closes."""
+    quiet_logging()
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    threading.Thread(
+        target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(done.set)), daemon=True
+    ).start()
+    profiler = _profiler() if profile else None
+    if kind == "silo":
+        silo = Silo(_silo_options(gateway_port=0), grains=[Counter])
+        await silo.start()
+        print(silo.gateway.port, flush=True)
+        if profiler is not None:
+            profiler.start()
+        await done.wait()
+        if profiler is not None:
+            profiler.stop()
+        await silo.stop()
+    else:
+        server = EchoServer()
+        await server.start()
+        print(server.port, flush=True)
+        await done.wait()
+        await server.close()
+    if profiler is not None:
+        sys.stderr.write("\n=== silo process (gateway side) ===\n")
+        sys.stderr.write(profiler.output_text(unicode=False, color=False))
+
+
+# -- profiling our side ---------------------------------------------------------------------
+def _profiler() -> Any:
+    try:
+        from pyinstrument import Profiler
+    except ImportError:  # pragma: no cover - dev dependency
+        sys.exit("--profile needs pyinstrument (pip install pyinstrument)")
+    return Profiler(interval=0.001, async_mode="disabled")
+
+
+async def profile(which: str, seconds: float, callers: int) -> None:
+    """Run only orleanspy's side of one figure under pyinstrument; report on stderr."""
+    profiler = _profiler()
+    if which in ("local", "concurrent"):
+        n = 1 if which == "local" else CALLERS
+        async with Silo(_silo_options(), grains=[Counter]) as silo:
+            calls = [silo.get_grain(Counter, i).increment for i in range(n)]
+            count = await calibrate(partial(run_callers, calls), n, seconds)
+            profiler.start()
+            rate = await run_callers(calls, count)
+            profiler.stop()
+    elif which == "activation":
+        await activation_trial_ours(2000, callers)
+        rate = await activation_trial_ours(ACTIVATIONS, callers, profiler)
+    else:
+        server = Server("silo", profile=True)
+        client = ClusterClient(gateways=[f"127.0.0.1:{server.port}"])
+        try:
+            await client.connect()
+            calls = [client.get_grain(Counter, i).increment for i in range(CALLERS)]
+            count = await calibrate(partial(run_callers, calls), CALLERS, seconds)
+            profiler.start()
+            rate = await run_callers(calls, count)
+            profiler.stop()
+        finally:
+            await client.close()
+            server.stop()  # the silo process prints its own profile to stderr
+    sys.stderr.write(f"\n=== {which}: {rate:,.0f} per second (benchmark process) ===\n")
+    sys.stderr.write(profiler.output_text(unicode=False, color=False))
+
+
+# -- main -----------------------------------------------------------------------------------
+async def run(args: argparse.Namespace) -> list[Figure]:
+    figures: list[Figure] = []
+    progress("local calls ...")
+    async with Silo(_silo_options(), grains=[Counter]) as silo:
+        figures.append(await local_calls(silo, 1, args.seconds, args.trials))
+        progress("100 callers on 100 grains ...")
+        figures.append(await local_calls(silo, CALLERS, args.seconds, args.trials))
+    progress("activations ...")
+    figures.append(await activations(ACTIVATIONS, args.activation_callers, args.trials))
+    progress("client -> silo over loopback ...")
+    figures.append(await remote_calls(args.seconds, args.trials))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON list, nothing else")
+    parser.add_argument("--seconds", type=float, default=2.0,
+                        help="target duration of one trial (default 2.0)")
+    parser.add_argument("--trials", type=int, default=3, help="trials per side (best is kept)")
+    parser.add_argument("--activation-callers", type=int, default=1,
+                        help="concurrent callers for the activation figure (default 1)")
+    parser.add_argument("--profile", choices=["local", "concurrent", "activation", "remote"],
+                        help="profile orleanspy's side of one figure instead (stderr)")
+    parser.add_argument("--serve", choices=["silo", "echo"], help=argparse.SUPPRESS)
+    parser.add_argument("--profile-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve, args.profile_server))
+        return
+    quiet_logging()
+    if args.profile:
+        asyncio.run(profile(args.profile, args.seconds, args.activation_callers))
+        return
+    t0 = time.perf_counter()
+    figures = asyncio.run(run(args))
+    progress(f"done in {time.perf_counter() - t0:.0f} s")
+    report(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()

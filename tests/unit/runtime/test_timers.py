@@ -1,0 +1,260 @@
+"""Grain timers: repeat, never overlap themselves, respect turns, die with the activation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orleanspy import ActivationFailedError, Grain
+from orleanspy.testing import FakeClock
+
+WAIT = 5.0
+PERIOD = 0.01
+
+
+class Ticker(Grain):
+    def __init__(self) -> None:
+        self.timer = None
+        self.ticks = 0
+        self.slow = 0.0
+        self.fail = False
+        self.gated = False
+
+    async def start(
+        self,
+        due: float = PERIOD,
+        period: float | None = PERIOD,
+        interleave: bool = False,
+        keep_alive: bool = False,
+        slow: float = 0.0,
+        fail: bool = False,
+        gated: bool = False,
+    ) -> None:
+        self.slow, self.fail, self.gated = slow, fail, gated
+        self.timer = self.register_timer(
+            self._tick, due, period, interleave=interleave, keep_alive=keep_alive
+        )
+
+    async def _tick(self) -> None:
+        probe = self.silo.probe
+        self.ticks += 1
+        probe.record(("tick-start", self.key, self.ticks))
+        if self.gated:
+            await probe.gate(f"tick-{self.key}").wait()
+        if self.slow:
+            await asyncio.sleep(self.slow)  # the tick's own work outlasts the period
+        probe.record(("tick-end", self.key, self.ticks))
+        if self.fail:
+            raise RuntimeError("tick failed")
+
+    async def start_then_block(self, interleave: bool) -> None:
+        probe = self.silo.probe
+        self.register_timer(self._tick, 0.0, None, interleave=interleave)
+        probe.record(("request-start", self.key))
+        await probe.gate("request").wait()
+        probe.record(("request-end", self.key))
+
+    async def request(self) -> None:
+        self.silo.probe.record(("request", self.key))
+
+    async def stop(self) -> None:
+        self.timer.dispose()
+
+    async def leave(self) -> None:
+        self.deactivate_on_idle()
+
+    async def timer_disposed(self) -> bool:
+        return bool(self.timer.disposed)
+
+
+class DoomedTicker(Grain):
+    """Registers a timer in on_activate, then fails to activate."""
+
+    async def on_activate(self) -> None:
+        self.silo.probe.record(("timer", self.register_timer(self._tick, PERIOD, PERIOD)))
+        raise RuntimeError("activation refused")
+
+    async def _tick(self) -> None:
+        self.silo.probe.record(("tick-start", self.key, 0))
+
+    async def ping(self) -> None:
+        pass
+
+
+def ticks_of(log: list, key: str, kind: str = "tick-end") -> list[int]:
+    return [e[2] for e in log if e[0] == kind and e[1] == key]
+
+
+async def let_time_pass(silo, probe, ticks: int = 5) -> None:
+    """Let at least ``ticks`` timer periods pass, measured by an unrelated grain's timer."""
+    ref = silo.get_grain(Ticker, "metronome")
+    await ref.start()
+    await probe.wait_for(lambda log: len(ticks_of(log, "metronome")) >= ticks)
+    await ref.stop()
+
+
+async def test_timer_fires_repeatedly(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+
+    await ref.start()
+    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 3)
+    await ref.stop()
+
+    assert ticks_of(probe.log, "t")[:3] == [1, 2, 3]
+
+
+async def test_timer_without_period_fires_once(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "once")
+
+    await ref.start(period=None)
+    await probe.wait_logged("tick-end", "once", 1)
+    await let_time_pass(silo, probe)
+
+    assert ticks_of(probe.log, "once") == [1]
+    assert await ref.timer_disposed() is True
+
+
+async def test_timer_stops_after_dispose(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+    await ref.start()
+    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+
+    await ref.stop()
+    fired = len(ticks_of(probe.log, "t"))
+    await let_time_pass(silo, probe)
+
+    assert len(ticks_of(probe.log, "t")) == fired
+
+
+async def test_timer_ticks_never_overlap_when_callback_outlasts_period(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "slow")
+
+    # interleave=True: only the timer itself can keep its ticks apart
+    await ref.start(interleave=True, slow=5 * PERIOD)
+    await probe.wait_for(lambda log: len(ticks_of(log, "slow")) >= 3)
+    await ref.stop()
+
+    events = [e for e in probe.log if e[1] == "slow"]
+    kinds = [e[0] for e in events]
+    assert kinds == ["tick-start", "tick-end"] * (len(kinds) // 2)
+    assert [e[2] for e in events] == [n for n in range(1, len(kinds) // 2 + 1) for _ in (0, 1)]
+
+
+async def test_timer_keeps_firing_after_callback_raises(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "failing")
+
+    await ref.start(fail=True)
+    await probe.wait_for(lambda log: len(ticks_of(log, "failing")) >= 3)
+    await ref.stop()
+
+    assert ticks_of(probe.log, "failing")[:3] == [1, 2, 3]
+
+
+async def test_timer_tick_waits_for_running_request(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+    request = asyncio.create_task(ref.start_then_block(False))
+    await probe.wait_logged("request-start", "t")
+    act = silo.catalog.get(ref.grain_id)
+
+    await probe.until(lambda: act.statistics().queued == 1)  # the tick is due and waits
+    assert ticks_of(probe.log, "t", "tick-start") == []
+    probe.open("request")
+    async with asyncio.timeout(WAIT):
+        await request
+    await probe.wait_logged("tick-end", "t", 1)
+
+    assert probe.log.index(("request-end", "t")) < probe.log.index(("tick-start", "t", 1))
+
+
+async def test_timer_interleave_tick_runs_during_running_request(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+    request = asyncio.create_task(ref.start_then_block(True))
+
+    await probe.wait_logged("tick-end", "t", 1)
+
+    assert not request.done()
+    assert ("request-end", "t") not in probe.log
+    probe.open("request")
+    async with asyncio.timeout(WAIT):
+        await request
+
+
+async def test_timer_request_waits_for_running_tick(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+    await ref.start(due=0.0, period=None, gated=True)
+    await probe.wait_logged("tick-start", "t", 1)
+
+    request = asyncio.create_task(ref.request())
+    act = silo.catalog.get(ref.grain_id)
+    await probe.until(lambda: act.statistics().queued == 1)
+    assert ("request", "t") not in probe.log
+
+    probe.open("tick-t")
+    async with asyncio.timeout(WAIT):
+        await request
+    assert probe.log.index(("tick-end", "t", 1)) < probe.log.index(("request", "t"))
+
+
+async def test_timer_stops_on_deactivation(make_silo, probe):
+    silo = await make_silo(Ticker)
+    ref = silo.get_grain(Ticker, "t")
+    await ref.start()
+    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+    act = silo.catalog.get(ref.grain_id)
+    timer = act.grain.timer
+
+    await ref.leave()
+    async with asyncio.timeout(WAIT):
+        await act.wait_deactivated()
+    fired = len(ticks_of(probe.log, "t", "tick-start"))
+    await let_time_pass(silo, probe)
+
+    assert timer.disposed
+    assert len(ticks_of(probe.log, "t", "tick-start")) == fired
+    assert silo.catalog.get(ref.grain_id) is None  # no stray tick re-activated the grain
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+async def test_timer_keeps_grain_alive_only_when_asked(make_silo, probe, keep_alive):
+    clock = FakeClock()
+    silo = await make_silo(Ticker, clock=clock, collection_age=60.0)
+    ref = silo.get_grain(Ticker, "t")
+    await ref.start(keep_alive=keep_alive)
+    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+    act = silo.catalog.get(ref.grain_id)
+
+    clock.advance(61.0)
+    seen = len(ticks_of(probe.log, "t"))
+    await probe.wait_for(lambda log: len(ticks_of(log, "t")) > seen)  # a tick after the jump
+    collected = silo.collector.collect_once()
+
+    if keep_alive:
+        assert collected == 0
+        assert silo.catalog.get(ref.grain_id) is act
+        await ref.stop()
+    else:
+        assert collected == 1
+        async with asyncio.timeout(WAIT):
+            await act.wait_deactivated()
+        assert silo.catalog.get(ref.grain_id) is None
+
+
+async def test_timer_registered_in_failed_activation_is_disposed(make_silo, probe):
+    silo = await make_silo(Ticker, DoomedTicker)
+    with pytest.raises(ActivationFailedError):
+        await silo.get_grain(DoomedTicker, "d").ping()
+    (timer,) = [e[1] for e in probe.log if e[0] == "timer"]
+
+    await let_time_pass(silo, probe)
+
+    assert timer.disposed
+    assert timer.ticks == 0
