@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import types
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Final
 
@@ -55,11 +55,18 @@ def continue_in_generator(
 if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
 
     def eager_start(
-        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], context: Context
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        context: Context,
+        enter: Callable[[Any, Any], None],
+        a: Any,
+        b: Any,
     ) -> tuple[asyncio.Task[Any] | None, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
-        ``(task, None)`` with the task that runs the rest."""
+        ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
+        inside ``context``."""
         global _depth
+        context.run(enter, a, b)
         if _depth >= MAX_DEPTH:
             return loop.create_task(coro, context=context), None
         _depth += 1
@@ -124,23 +131,41 @@ else:
                 )
             return getattr(task, name)
 
-    def _first_step(coro: Coroutine[Any, Any, Any]) -> Any:
+    def _first_step(
+        coro: Coroutine[Any, Any, Any], enter: Callable[[Any, Any], None], a: Any, b: Any
+    ) -> Any:
+        enter(a, b)
         return coro.send(None)
 
+    # One stand-in per nesting depth, reused until a turn suspends and keeps it.
+    _free: list[_PendingTask | None] = [None] * (MAX_DEPTH + 1)
+
     def eager_start(
-        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], context: Context
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        context: Context,
+        enter: Callable[[Any, Any], None],
+        a: Any,
+        b: Any,
     ) -> tuple[asyncio.Task[Any] | None, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
-        ``(task, None)`` with the task that runs the rest."""
+        ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
+        inside ``context``."""
         global _depth
-        if _depth >= MAX_DEPTH:
+        depth = _depth
+        if depth >= MAX_DEPTH:
+            context.run(enter, a, b)
             return loop.create_task(coro, context=context), None
-        stand_in = _PendingTask(loop)
+        stand_in = _free[depth]
+        if stand_in is None or stand_in._loop is not loop:
+            stand_in = _free[depth] = _PendingTask(loop)
+        elif stand_in._cancels:
+            stand_in._cancels = 0
         previous = _current_tasks.get(loop)
         _current_tasks[loop] = stand_in
         _depth += 1
         try:
-            yielded = context.run(_first_step, coro)
+            yielded = context.run(_first_step, coro, enter, a, b)
         except StopIteration as stop:
             return None, stop.value
         finally:
@@ -150,5 +175,6 @@ else:
             else:
                 _current_tasks[loop] = previous
         task = loop.create_task(continue_in_generator(coro, yielded), context=context)
+        _free[depth] = None  # this stand-in now belongs to the task
         stand_in.bind(task)
         return task, None

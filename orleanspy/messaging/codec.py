@@ -24,7 +24,7 @@ import msgpack
 from orleanspy.errors import SerializationError
 from orleanspy.ids import GrainId
 
-__all__ = ["Codec", "is_immutable", "qualified_name", "resolve_name"]
+__all__ = ["IMMUTABLE_TYPES", "Codec", "is_immutable", "qualified_name", "resolve_name"]
 
 EXT_TUPLE: Final = 1
 EXT_UUID: Final = 2
@@ -40,7 +40,8 @@ EXT_REFERENCE: Final = 11
 EXT_DECIMAL: Final = 12
 EXT_GRAIN_ID: Final = 13
 
-_IMMUTABLE_SCALARS: Final = frozenset({int, str, float, bool, type(None), bytes})
+IMMUTABLE_TYPES: Final = frozenset({int, str, float, bool, type(None), bytes})
+_IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
 
 _name_cache: dict[type, str] = {}
 _type_cache: dict[str, type] = {}

@@ -18,12 +18,10 @@ from orleanspy.ids import GrainId
 __all__ = ["CallChainEntry", "Direction", "Message", "ResultKind", "new_message_id"]
 
 # Ids are unique across processes: a random 30-bit process prefix and a 33-bit counter.
-_PREFIX: Final = int.from_bytes(os.urandom(4), "little") & 0x3FFFFFFF
-_counter = itertools.count(1)
-
-
-def new_message_id() -> int:
-    return (_PREFIX << 33) | (next(_counter) & 0x1FFFFFFFF)
+_BASE: Final = (int.from_bytes(os.urandom(4), "little") & 0x3FFFFFFF) << 33
+_counter = itertools.count(_BASE + 1)
+new_message_id: Final = _counter.__next__
+"""A new id: unique in this process, and across processes with overwhelming probability."""
 
 
 class Direction(IntEnum):
@@ -76,7 +74,7 @@ class Message:
         timeout: float | None = None,
         msg_id: int | None = None,
     ) -> None:
-        self.id = new_message_id() if msg_id is None else msg_id
+        self.id = _counter.__next__() if msg_id is None else msg_id
         self.direction = direction
         self.target = target
         self.method = method

@@ -118,6 +118,7 @@ class Activation:
 
     __slots__ = (
         "_deactivated",
+        "_now",
         "_pumping",
         "_teardown_started",
         "blocked",
@@ -165,7 +166,8 @@ class Activation:
         cap = info.mailbox_capacity
         self.capacity: int = silo.options.mailbox_capacity if cap is None else cap
         self.policy: OverflowPolicy = info.overflow
-        self.last_active = silo.clock.monotonic()
+        self._now = silo.clock.monotonic
+        self.last_active = self._now()
         self.keep_alive_until = 0.0
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
@@ -354,7 +356,9 @@ class Activation:
         Returns the result, raises the grain's exception, returns a ``TurnFuture`` if the
         turn suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
         """
-        if not self._admissible_now(msg):
+        if (
+            self.running or self.waiting or self.state is not ActivationState.VALID
+        ) and not self._admissible_now(msg):
             return NOT_NOW
         self.received += 1
         return self._start(msg, inline=True)
@@ -496,10 +500,10 @@ class Activation:
                 raise
             self._deliver(msg, False, exc)
             return None
-        ctx = copy_context()
-        ctx.run(_enter_turn, self, msg)
         try:
-            task, result = eager_start(self.silo.loop, coro, ctx)
+            task, result = eager_start(
+                self.silo.loop, coro, copy_context(), _enter_turn, self, msg
+            )
         except BaseException as error:
             failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
             self._finish(msg, failure)
@@ -551,7 +555,7 @@ class Activation:
             if isinstance(exc, InconsistentStateError):
                 self.deactivate(DeactivationReason.INCONSISTENT_STATE)
         if not msg.flags & FLAG_SUPPRESS_KEEP_ALIVE:
-            self.last_active = self.silo.clock.monotonic()
+            self.last_active = self._now()
         if self.waiting:
             self._pump()
         if self.state is ActivationState.DEACTIVATING and not running:
@@ -577,10 +581,10 @@ class Activation:
 
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
-        ctx = copy_context()
-        ctx.run(_enter_turn, self, _ACTIVATE)
         try:
-            task, _ = eager_start(self.silo.loop, coro, ctx)
+            task, _ = eager_start(
+                self.silo.loop, coro, copy_context(), _enter_turn, self, _ACTIVATE
+            )
         except Exception as exc:
             raise InternalError(f"activation of {self.name} crashed") from exc
         if task is not None:

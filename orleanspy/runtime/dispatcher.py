@@ -16,9 +16,9 @@ from orleanspy.errors import (
     MessageRejectedError,
     SiloUnavailableError,
 )
-from orleanspy.grains.context import current_chain
+from orleanspy.grains.context import current_chain, current_turn, turn_chain
 from orleanspy.ids import GrainId
-from orleanspy.messaging.codec import is_immutable
+from orleanspy.messaging.codec import IMMUTABLE_TYPES, is_immutable
 from orleanspy.messaging.message import Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
 
@@ -91,8 +91,15 @@ class Dispatcher:
             args = self._copy_args(args)
         if kwargs:
             kwargs = self._copy(kwargs)
-        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, current_chain())
-        act = self._locate(grain_id, method, msg)
+        turn = current_turn.get()
+        chain = () if turn is None else turn_chain(turn)
+        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
+        act = self._activations.get(grain_id)
+        m = act.info.methods.get(method) if act is not None else None
+        if m is not None and act is not None:
+            msg.flags = m.flags
+        else:
+            act = self._locate(grain_id, method, msg)
         result = act.try_inline(msg)
         if result is NOT_NOW:
             fut = TurnFuture()
@@ -109,7 +116,7 @@ class Dispatcher:
                     handle.cancel()
             else:
                 result = result.result()
-        return result if is_immutable(result) else self._copy(result)
+        return result if type(result) in IMMUTABLE_TYPES else self._copy(result)
 
     async def send_one_way(
         self,
