@@ -15,7 +15,12 @@ Hierarchy::
     ├── ActivationFailedError         on_activate or the state read failed
     ├── InconsistentStateError        etag mismatch on a state write
     ├── ProtocolError                 a malformed frame or handshake
-    ├── StreamError                   (streams issue)
+    ├── StreamError
+    │   ├── QueueCacheMissError       asked-for events are gone (requested, low, high)
+    │   ├── EventsMissedError         a laggard lost events first..last (flow control max/tagged)
+    │   ├── StreamDeliveryError       delivery failed past the maximum delivery time
+    │   ├── FaultedSubscriptionError  the subscription was faulted
+    │   └── GatingRevokedError        a tagged consumer stopped gating (timeout)
     ├── MembershipError
     ├── WouldBlockError               a *_nowait call that would have to wait
     └── InternalError                 a bug in orleanspy: please report it
@@ -25,10 +30,15 @@ Errors keep their fields in ``args`` so that they cross process boundaries intac
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ActivationFailedError",
     "ConfigurationError",
     "DeadlockError",
+    "EventsMissedError",
+    "FaultedSubscriptionError",
+    "GatingRevokedError",
     "GrainCallError",
     "GrainCallTimeoutError",
     "InconsistentStateError",
@@ -38,9 +48,11 @@ __all__ = [
     "MessageRejectedError",
     "OrleansPyError",
     "ProtocolError",
+    "QueueCacheMissError",
     "RemoteGrainError",
     "SerializationError",
     "SiloUnavailableError",
+    "StreamDeliveryError",
     "StreamError",
     "WouldBlockError",
 ]
@@ -157,6 +169,50 @@ class ProtocolError(OrleansPyError):
 
 class StreamError(OrleansPyError):
     """Base of stream errors."""
+
+
+class QueueCacheMissError(StreamError):
+    """A subscription asked for events that are no longer cached or queued.
+
+    ``requested`` is the token asked for; ``low`` and ``high`` the oldest and newest tokens of
+    that stream still available (None if none).
+    """
+
+    def __init__(self, message: str, requested: Any = None, low: Any = None, high: Any = None):
+        super().__init__(message, requested, low, high)
+
+    requested = property(lambda self: self.args[1])
+    low = property(lambda self: self.args[2])
+    high = property(lambda self: self.args[3])
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class EventsMissedError(StreamError):
+    """A lagging subscription (flow control ``max`` or ``tagged``) lost events ``first``..``last``
+    (inclusive tokens): they were purged before it reached them. Delivery continues after them."""
+
+    def __init__(self, message: str, first: Any = None, last: Any = None) -> None:
+        super().__init__(message, first, last)
+
+    first = property(lambda self: self.args[1])
+    last = property(lambda self: self.args[2])
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StreamDeliveryError(StreamError):
+    """Delivering an event kept failing for longer than the maximum delivery time."""
+
+
+class FaultedSubscriptionError(StreamError):
+    """The subscription was faulted by the failure handler and receives nothing more."""
+
+
+class GatingRevokedError(StreamError):
+    """A tagged subscription stopped gating the cache: it did not advance within the timeout."""
 
 
 class MembershipError(OrleansPyError):

@@ -76,6 +76,47 @@ class Grain:
 
     allow_call_chain_reentrancy = staticmethod(allow_call_chain_reentrancy)
 
+    # -- streams --------------------------------------------------------------------------
+    def get_stream_provider(self, name: str) -> Any:
+        """The silo's stream provider ``name``: ``.get_stream(namespace, key)``."""
+        providers = self._orleanspy_activation.silo.stream_providers
+        try:
+            return providers[name]
+        except KeyError:
+            raise KeyError(
+                f"no stream provider {name!r} on this silo (configured: "
+                f"{sorted(providers) or 'none'}); add it to Silo(stream_providers=...)"
+            ) from None
+
+    async def __orleanspy_stream_deliver__(
+        self, sub_id: str, namespace: str, key: Any, events: list[Any]
+    ) -> None:
+        """Runtime extension: a pulling agent delivers events of one subscription."""
+        handlers = self.__dict__.get("_orleanspy_stream_handlers")
+        observer = handlers.get(sub_id) if handlers else None
+        if observer is not None:
+            on_next = observer.on_next
+        elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
+            on_next = self.on_next
+        else:
+            from orleanspy.errors import StreamError
+
+            raise StreamError(
+                f"{self.grain_id} has no handler for subscription {sub_id} on stream "
+                f"{namespace}/{key}: after a reactivation, resume it in on_activate "
+                "(stream.get_subscriptions() then handle.resume(handler))"
+            )
+        for item, token in events:
+            await on_next(item, token)
+
+    async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
+        """Runtime extension: a stream error for one subscription (on_error, if any)."""
+        handlers = self.__dict__.get("_orleanspy_stream_handlers")
+        observer = handlers.get(sub_id) if handlers else None
+        on_error = observer.on_error if observer is not None else getattr(self, "on_error", None)
+        if on_error is not None:
+            await on_error(error)
+
     # -- timers and reminders -------------------------------------------------------------
     def register_timer(
         self,

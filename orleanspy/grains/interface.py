@@ -33,6 +33,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
 
 _INFO_ATTR: Final = "_orleanspy_class_info"
+# Methods of the Grain base that the runtime calls through the normal call path.
+RUNTIME_EXTENSIONS: Final = frozenset(
+    {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__"}
+)
 
 
 class OverflowPolicy(StrEnum):
@@ -177,7 +181,9 @@ def _build(cls: type) -> GrainClassInfo:
     base_names = set(dir(Grain))
     methods: dict[str, MethodInfo] = {}
     for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
-        if name.startswith("_") or (name in base_names and name != "receive_reminder"):
+        if name in RUNTIME_EXTENSIONS:
+            pass
+        elif name.startswith("_") or (name in base_names and name != "receive_reminder"):
             continue
         ai = bool(getattr(fn, "_orleanspy_always_interleave", False))
         ro = bool(getattr(fn, "_orleanspy_read_only", False))

@@ -39,6 +39,7 @@ EXT_FROZENSET: Final = 10
 EXT_REFERENCE: Final = 11
 EXT_DECIMAL: Final = 12
 EXT_GRAIN_ID: Final = 13
+EXT_EXCEPTION: Final = 14
 
 IMMUTABLE_TYPES: Final = frozenset({int, str, float, bool, type(None), bytes})
 _IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
@@ -155,6 +156,15 @@ class Codec:
             return msgpack.ExtType(
                 EXT_REFERENCE, self._nested([cls_name, grain_id.type_name, grain_id.key])
             )
+        if isinstance(obj, BaseException):
+            args: Any = list(obj.args)
+            try:
+                self._nested(args)
+            except (SerializationError, TypeError, ValueError, OverflowError):
+                args = None
+            return msgpack.ExtType(
+                EXT_EXCEPTION, self._nested([qualified_name(t), args, str(obj)])
+            )
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             init_names, other_names = _dataclass_fields(t)
             values = {name: getattr(obj, name) for name in init_names}
@@ -223,6 +233,17 @@ class Codec:
                 if k in values:
                     object.__setattr__(obj, k, values[k])
             return obj
+        if code == EXT_EXCEPTION:
+            name, args, message = self.unpackb(data)
+            cls = resolve_name(name)
+            if cls is not None and issubclass(cls, BaseException) and args is not None:
+                try:
+                    return cls(*args)
+                except Exception:
+                    pass
+            from orleanspy.errors import RemoteGrainError
+
+            return RemoteGrainError(name.replace(":", "."), message, "")
         if code == EXT_GRAIN_ID:
             type_name, key = self.unpackb(data)
             return GrainId(type_name, key)

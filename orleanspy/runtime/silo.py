@@ -120,6 +120,7 @@ class Silo:
         storage: dict[str, GrainStorage] | None = None,
         reminder_table: ReminderTable | None = None,
         clock: Clock | None = None,
+        stream_providers: dict[str, Any] | None = None,
     ) -> None:
         from orleanspy.options import SiloOptions
 
@@ -137,6 +138,13 @@ class Silo:
                 self.register_grain_class(cls)
         self.storage: dict[str, GrainStorage] = dict(storage or {})
         self._reminder_table = reminder_table
+        self.stream_providers: dict[str, Any] = dict(stream_providers or {})
+        if self.stream_providers:
+            from orleanspy.streams.pubsub import PubSubRendezvous
+
+            self.register_grain_class(PubSubRendezvous)
+        for name, provider in self.stream_providers.items():
+            provider.bind(name, self)
         self.catalog = Catalog(self)
         self.dispatcher = Dispatcher(self)
         # References call the dispatcher directly (one coroutine layer fewer per call).
@@ -210,6 +218,8 @@ class Silo:
     # -- state ----------------------------------------------------------------------------
     def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
         storage = self.storage.get(spec.storage)
+        if storage is None and spec.storage == "pubsub":
+            storage = self.storage.get("default")
         if storage is None:
             raise ConfigurationError(
                 f"grain {grain_id} declares state {spec.name!r} in storage {spec.storage!r}, "
@@ -242,6 +252,8 @@ class Silo:
             self.gateway = Gateway(self)
             await self.gateway.start()
         await self.reminders.start()
+        for provider in self.stream_providers.values():
+            await provider.start()
         self.collector.start()
         self._started_at = self.clock.monotonic()
         self.log.info(
@@ -265,6 +277,11 @@ class Silo:
                 await self.gateway.stop_accepting()
             await self.collector.stop()
             await self.reminders.stop()
+            for provider in self.stream_providers.values():
+                try:
+                    await provider.stop()
+                except Exception as exc:
+                    self.log.error("stream_provider_stop_failed", error=repr(exc))
             await self._deactivate_all()
             if self.gateway is not None:
                 await self.gateway.close()

@@ -1,0 +1,1 @@
+"""Persistent streams: producers → durable queues → pulling agents → bounded cache → consumers."""

@@ -1,0 +1,30 @@
+"""Queue adapters (2): the contract and the memory, generator and SQLite implementations.
+
+Data path: producer (1) -> ``QueueAdapter.enqueue`` -> queue -> ``QueueAdapterReceiver``
+-> pulling agent (3). See ``base`` for the guarantees every adapter keeps.
+"""
+
+from __future__ import annotations
+
+from orleanspy.streams.adapters.base import (
+    BatchContainer,
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+    QueueFullError,
+)
+from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
+from orleanspy.streams.adapters.memory import MemoryAdapterFactory
+from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory
+
+__all__ = [
+    "BatchContainer",
+    "GeneratorAdapterFactory",
+    "GeneratorOptions",
+    "MemoryAdapterFactory",
+    "QueueAdapter",
+    "QueueAdapterFactory",
+    "QueueAdapterReceiver",
+    "QueueFullError",
+    "SqliteAdapterFactory",
+]

@@ -1,0 +1,317 @@
+"""SqliteQueueAdapter: durable queues in one SQLite file, the embedded default adapter (2).
+
+Data path: producer (1) -> ``enqueue`` -> a row of table ``stream_queue`` -> the agent's
+receiver (3) selects rows past the last one it read -> cache (4) -> consumers (5) -> the purged
+containers come back through ``messages_delivered`` and their rows are deleted.
+
+A row's ``seq`` (``INTEGER PRIMARY KEY AUTOINCREMENT``) is its container's sequence number:
+SQLite never reuses it, even after the newest rows are deleted, so tokens keep increasing
+across restarts. An enqueue returns once its row is committed (WAL, ``synchronous=NORMAL``): it
+survives ``kill -9`` of the process, not a power loss. Rows stay until acknowledged, so a new
+receiver (after a crash, or on the silo the queue moved to) reads every unacknowledged
+container again, in order: delivery is at-least-once.
+
+Group commit: a transaction per enqueue would cap producers at a few thousand commits per
+second. Instead, an enqueue appends its encoded row to a pending list and awaits a future; one
+flusher task (started by the first enqueue, ending when the list is empty) commits everything
+pending in one transaction on the database thread, resolves those futures, and starts over
+with whatever arrived meanwhile. Under load each transaction carries the rows of all
+producers that were waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+from orleanspy._util.sqlite import SqliteDatabase
+from orleanspy.errors import ConfigurationError
+from orleanspy.messaging.codec import Codec
+from orleanspy.streams.adapters.base import (
+    BatchContainer,
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+)
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = [
+    "SqliteAdapterFactory",
+    "SqliteAdapterStatistics",
+    "SqliteQueueAdapter",
+    "SqliteQueueReceiver",
+]
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS stream_queue ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " queue TEXT NOT NULL,"
+    " namespace TEXT NOT NULL,"
+    " key BLOB NOT NULL,"
+    " events BLOB NOT NULL,"
+    " size INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS stream_queue_by_queue ON stream_queue (queue, seq)",
+)
+_INSERT: Final = (
+    "INSERT INTO stream_queue (queue, namespace, key, events, size) VALUES (?, ?, ?, ?, ?)"
+)
+_SELECT: Final = (
+    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+_DELETE: Final = "DELETE FROM stream_queue WHERE seq = ? AND queue = ?"
+_COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
+_STREAM_ID_CACHE_SIZE: Final = 4096
+
+_Row = tuple[str, str, bytes, bytes, int]
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+def _insert(conn: sqlite3.Connection, rows: list[_Row]) -> None:
+    conn.executemany(_INSERT, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteAdapterStatistics:
+    """Producer-side counters of one adapter: containers committed, in how many commits."""
+
+    containers_committed: int
+    commits: int
+
+
+@final
+class SqliteQueueReceiver(QueueAdapterReceiver):
+    """Reads one queue's rows in ``seq`` order; remembers (in memory) the last ``seq`` read."""
+
+    __slots__ = (
+        "_codec",
+        "_db",
+        "_last_seq",
+        "_lock",
+        "_queue_id",
+        "_queue_text",
+        "_state",
+        "_stream_ids",
+    )
+
+    def __init__(self, queue_id: QueueId, db: SqliteDatabase) -> None:
+        self._queue_id = queue_id
+        self._queue_text = str(queue_id)
+        self._db = db
+        self._codec = Codec()
+        self._last_seq = 0
+        self._lock = asyncio.Lock()
+        self._state = "new"
+        self._stream_ids: dict[tuple[str, bytes], StreamId] = {}
+
+    def __repr__(self) -> str:
+        return f"SqliteQueueReceiver({self._queue_id}, {self._db.path!r})"
+
+    @property
+    def queue(self) -> QueueId:
+        return self._queue_id
+
+    def _check_ready(self, action: str) -> None:
+        if self._state != "ready":
+            when = "before initialize()" if self._state == "new" else "after shutdown()"
+            raise RuntimeError(f"cannot {action} on {self!r} {when}")
+
+    async def initialize(self) -> None:
+        if self._state == "new":
+            self._last_seq = 0  # every row still in the table is unacknowledged
+            self._state = "ready"
+
+    async def get_messages(self, max_count: int) -> list[BatchContainer]:
+        if max_count < 0:
+            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        self._check_ready("get_messages()")
+        if max_count == 0:
+            return []
+        async with self._lock:
+            if self._state != "ready":
+                return []  # shut down while this read waited for the previous one
+            rows = await self._db.fetchall(_SELECT, (self._queue_text, self._last_seq, max_count))
+            if not rows:
+                return []
+            self._last_seq = rows[-1][0]
+        unpack, stream_ids = self._codec.unpackb, self._stream_ids
+        batch: list[BatchContainer] = []
+        for seq, namespace, key, events, size in rows:
+            stream_id = stream_ids.get((namespace, key))
+            if stream_id is None:
+                if len(stream_ids) >= _STREAM_ID_CACHE_SIZE:
+                    stream_ids.clear()
+                stream_id = stream_ids[(namespace, key)] = StreamId(namespace, unpack(key))
+            batch.append(BatchContainer(stream_id, SequenceToken(seq), tuple(unpack(events)), size))
+        return batch
+
+    async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
+        self._check_ready("messages_delivered()")
+        if batch:
+            queue = self._queue_text
+            await self._db.executemany(_DELETE, [(c.token.sequence, queue) for c in batch])
+
+    async def shutdown(self) -> None:
+        self._state = "stopped"
+        async with self._lock:  # wait for a read in flight
+            pass
+
+
+@final
+class SqliteQueueAdapter(QueueAdapter):
+    """All queues of a provider in table ``stream_queue`` of the file at ``path``.
+
+    Several providers (and several processes) may share one file: rows carry the queue's
+    ``"provider-index"`` text. The adapter and its receivers share one ``SqliteDatabase``
+    (one connection, one thread). ``path`` may be ``":memory:"`` (then nothing is durable).
+    """
+
+    __slots__ = (
+        "_codec",
+        "_commits",
+        "_committed",
+        "_db",
+        "_flusher",
+        "_name",
+        "_rows",
+        "_state",
+        "_waiters",
+    )
+
+    def __init__(self, name: str, path: str) -> None:
+        self._name = name
+        self._db = SqliteDatabase(path)
+        self._codec = Codec()
+        self._state = "new"
+        self._rows: list[_Row] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._commits = 0
+        self._committed = 0
+
+    def __repr__(self) -> str:
+        return f"SqliteQueueAdapter({self._name!r}, {self._db.path!r})"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def path(self) -> str:
+        return self._db.path
+
+    @property
+    def is_rewindable(self) -> bool:
+        return False
+
+    def _check_open(self, action: str) -> None:
+        if self._state != "open":
+            when = "before open()" if self._state == "new" else "after close()"
+            raise RuntimeError(f"cannot {action} on {self!r} {when}")
+
+    async def open(self) -> None:
+        """Create the table and index if missing. Idempotent."""
+        if self._state == "new":
+            await self._db.transaction(_create_schema)
+            if self._state == "new":
+                self._state = "open"
+
+    async def close(self) -> None:
+        """Wait for pending enqueues to commit, then close the file. Idempotent."""
+        self._state = "closed"
+        flusher = self._flusher
+        if flusher is not None:
+            await asyncio.shield(flusher)
+        await self._db.close()
+
+    def statistics(self) -> SqliteAdapterStatistics:
+        return SqliteAdapterStatistics(self._committed, self._commits)
+
+    async def pending_count(self, queue: QueueId) -> int:
+        """Rows of ``queue`` not yet acknowledged (read or not)."""
+        row = await self._db.fetchone(_COUNT, (str(queue),))
+        return int(row[0])
+
+    async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
+        self._check_open("enqueue()")
+        if not events:
+            raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+        pack = self._codec.packb
+        payload = pack(list(events))
+        self._rows.append(
+            (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
+        )
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name=f"{self!r} flusher")
+        await waiter
+
+    async def _flush(self) -> None:
+        """Commit pending rows, one transaction per round, until none is pending."""
+        waiters: list[asyncio.Future[None]] = []
+        try:
+            while self._rows:
+                rows, waiters = self._rows, self._waiters
+                self._rows, self._waiters = [], []
+                try:
+                    await self._db.transaction(_insert, rows)
+                except Exception as exc:  # loop boundary: fail this round's callers, go on
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                self._commits += 1
+                self._committed += len(rows)
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            waiters = []
+        except BaseException:
+            for waiter in (*waiters, *self._waiters):
+                waiter.cancel()
+            self._rows, self._waiters = [], []
+            raise
+        finally:
+            self._flusher = None
+
+    def create_receiver(self, queue: QueueId) -> SqliteQueueReceiver:
+        self._check_open("create_receiver()")
+        return SqliteQueueReceiver(queue, self._db)
+
+
+@final
+class SqliteAdapterFactory(QueueAdapterFactory):
+    """Makes SQLite adapters on the file at ``path`` (parent directories are created).
+
+    Raises:
+        ConfigurationError: ``path`` is not a non-empty str.
+    """
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path: str) -> None:
+        path = str(path) if hasattr(path, "__fspath__") else path
+        if not isinstance(path, str) or not path:
+            raise ConfigurationError(
+                f"SqliteAdapterFactory.path must be a file path or ':memory:', got {path!r}"
+            )
+        self._path = path
+
+    def __repr__(self) -> str:
+        return f"SqliteAdapterFactory({self._path!r})"
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def create_adapter(self, provider_name: str) -> SqliteQueueAdapter:
+        return SqliteQueueAdapter(provider_name, self._path)

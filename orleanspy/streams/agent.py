@@ -1,0 +1,358 @@
+"""PullingAgent: the system target that owns one queue (3): read → cache → deliver → ack.
+
+The agent's cycle runs every ``pull_period`` and never overlaps itself:
+
+1. purge the cache and acknowledge what was purged to the receiver;
+2. if the cache is under pressure, stop and back off (the period doubles up to
+   ``max_pull_period``; it returns to ``pull_period`` once the cache has room again);
+3. read up to ``cache.max_add_count()`` containers, add them to the cache;
+4. register streams seen for the first time with their pub-sub rendezvous (a pin cursor
+   keeps their first items cached meanwhile) and wake the delivery loop of each
+   subscription that has something new. Steps 3 and 4 repeat while reads come back full.
+
+Each subscription has at most one delivery loop: one awaited grain call at a time, so a slow
+consumer slows only itself (and, under ``min`` flow control, the reading of its queue once
+the cache fills). Failed deliveries are retried with back-off for ``max_delivery_time``,
+then the consumer's ``on_error`` runs and the event is skipped or the subscription faulted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orleanspy.errors import (
+    EventsMissedError,
+    FaultedSubscriptionError,
+    QueueCacheMissError,
+    StreamDeliveryError,
+)
+from orleanspy.grains.interface import always_interleave
+from orleanspy.logging import get_logger
+from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.streams.cache import CacheCursor, QueueCache
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
+
+if TYPE_CHECKING:
+    from orleanspy.streams.adapters.base import QueueAdapterReceiver
+    from orleanspy.streams.provider import PersistentStreamProvider
+
+__all__ = ["AgentStatistics", "PullingAgent"]
+
+DELIVER = "__orleanspy_stream_deliver__"
+ERROR = "__orleanspy_stream_error__"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatistics:
+    queue: str
+    cache_size: int
+    cache_max: int
+    under_pressure: bool
+    pull_period: float
+    read: int
+    delivered: int
+    acknowledged: int
+    failures: int
+    streams: int
+    subscriptions: int
+    lag: dict[str, int]
+
+
+class _Subscription:
+    __slots__ = ("consumer", "cursor", "record", "stream_id", "task")
+
+    def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
+        self.record = record
+        self.stream_id = stream_id
+        self.consumer = consumer
+        self.cursor: CacheCursor | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class PullingAgent(SystemTarget):
+    """One per owned queue; keyed ``(provider name, queue index)``."""
+
+    def __init__(self, provider: PersistentStreamProvider, queue: QueueId) -> None:
+        self.provider = provider
+        self.queue = queue
+        self.options = provider.options
+        self.cache = QueueCache(
+            self.options.cache_size,
+            max_outstanding_events=self.options.max_outstanding_events,
+            max_outstanding_bytes=self.options.max_outstanding_bytes,
+        )
+        self.period = self.options.pull_period
+        self.receiver: QueueAdapterReceiver | None = None
+        self.streams: dict[StreamId, dict[str, _Subscription]] = {}
+        self._registering: set[StreamId] = set()
+        self._pump: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self.read = self.delivered = self.acknowledged = self.failures = 0
+        self.log = get_logger(__name__, provider=provider.name, queue=str(queue))
+
+    # -- lifecycle (called by the manager) ----------------------------------------------------
+    async def start(self) -> None:
+        self.receiver = self.provider.adapter.create_receiver(self.queue)
+        await self.receiver.initialize()
+        self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop reading, let running deliveries finish, acknowledge, shut the receiver."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake.set()
+        if self._pump is not None:
+            await asyncio.gather(self._pump, return_exceptions=True)
+        tasks = [s.task for subs in self.streams.values() for s in subs.values() if s.task]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._ack()
+        if self.receiver is not None:
+            await self.receiver.shutdown()
+        for sid in list(self.streams):
+            try:
+                await self._rendezvous(sid).unregister_producer(self.key_tuple)
+            except Exception as exc:
+                self.log.warning("stream_unregister_failed", stream=str(sid), error=repr(exc))
+        self.streams.clear()
+
+    @property
+    def key_tuple(self) -> tuple[str, int]:
+        return (self.provider.name, self.queue.index)
+
+    # -- the read cycle -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        await asyncio.sleep(random.uniform(0, self.options.pull_period))
+        while not self._stopping:
+            try:
+                await self.read_once()
+            except Exception as exc:  # loop boundary: log, back off, go on
+                self.failures += 1
+                self.log.warning("queue_read_failed", error=repr(exc))
+                await asyncio.sleep(self.options.read_backoff)
+                continue
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self.period):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def read_once(self) -> None:
+        """One cycle: purge and ack, check pressure, read while reads come back full."""
+        await self._ack()
+        cache = self.cache
+        while not self._stopping:
+            if cache.under_pressure():
+                self.period = min(self.period * 2, self.options.max_pull_period)
+                return
+            self.period = self.options.pull_period
+            want = cache.max_add_count()
+            if want <= 0:
+                return
+            assert self.receiver is not None
+            batch = await self.receiver.get_messages(want)
+            if not batch:
+                return
+            self.read += len(batch)
+            first = cache.add(batch)
+            for sid, item in first.items():
+                subs = self.streams.get(sid)
+                if subs is None:
+                    if sid not in self._registering:
+                        await self._register_stream(sid, item.token)
+                else:
+                    for sub in subs.values():
+                        self._start_delivery(sub)
+            if len(batch) < want:
+                return
+
+    async def _ack(self) -> None:
+        purged = self.cache.purge()
+        if purged and self.receiver is not None:
+            await self.receiver.messages_delivered(purged)
+            self.acknowledged += len(purged)
+
+    def _rendezvous(self, sid: StreamId) -> Any:
+        return self.silo.get_grain(PubSubRendezvous, (self.provider.name, sid.namespace, sid.key))
+
+    async def _register_stream(self, sid: StreamId, first: Any) -> None:
+        """A stream seen for the first time: learn its subscriptions, keep its items meanwhile."""
+        self._registering.add(sid)
+        pin = self.cache.cursor(sid, first, gating=True, max_mode=False)
+        try:
+            records = await self._rendezvous(sid).register_producer(self.key_tuple)
+            records += self.provider.implicit_records(sid)
+            subs = self.streams.setdefault(sid, {})
+            for record in records:
+                if record.sub_id not in subs:
+                    self._attach(sid, record, record.token or first)
+        finally:
+            self.cache.remove_cursor(pin)
+            self._registering.discard(sid)
+
+    # -- subscriptions (turns called by the rendezvous) ------------------------------------------
+    @always_interleave
+    async def add_subscriber(self, record: SubscriptionRecord) -> None:
+        sid = StreamId(record.namespace, record.key)
+        subs = self.streams.get(sid)
+        if subs is None:
+            return  # not registered yet: register_producer will return this record
+        old = subs.pop(record.sub_id, None)
+        if old is not None and old.cursor is not None:
+            self.cache.remove_cursor(old.cursor)
+        self._attach(sid, record, record.token)
+
+    @always_interleave
+    async def remove_subscriber(self, record: SubscriptionRecord) -> None:
+        subs = self.streams.get(StreamId(record.namespace, record.key))
+        if subs is None:
+            return
+        sub = subs.pop(record.sub_id, None)
+        if sub is not None and sub.cursor is not None:
+            self.cache.remove_cursor(sub.cursor)
+            sub.cursor = None
+
+    @always_interleave
+    async def statistics(self) -> AgentStatistics:
+        stats = self.cache.statistics()
+        lag = {
+            s.record.sub_id: (s.cursor.lag() if s.cursor else 0)
+            for subs in self.streams.values() for s in subs.values()
+        }
+        return AgentStatistics(
+            queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
+            under_pressure=stats.under_pressure, pull_period=self.period, read=self.read,
+            delivered=self.delivered, acknowledged=self.acknowledged, failures=self.failures,
+            streams=len(self.streams), subscriptions=len(lag), lag=lag,
+        )
+
+    def _attach(self, sid: StreamId, record: SubscriptionRecord, start: Any) -> None:
+        consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
+        sub = _Subscription(record, sid, consumer)
+        self.streams.setdefault(sid, {})[record.sub_id] = sub
+        flow = self.options.flow_for(sid.namespace)
+        gating = flow.strategy == "min" or (
+            flow.strategy == "tagged" and record.tag is not None and record.tag == flow.group
+        )
+        try:
+            sub.cursor = self.cache.cursor(
+                sid, start, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
+            )
+        except QueueCacheMissError as miss:
+            sub.cursor = self.cache.cursor(
+                sid, miss.low, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
+            )
+            self._notify_later(sub, miss)
+        self._start_delivery(sub)
+
+    # -- delivery -------------------------------------------------------------------------------
+    def _start_delivery(self, sub: _Subscription) -> None:
+        if sub.task is None and sub.cursor is not None and not self._stopping and (
+            sub.cursor.is_set or sub.cursor.gap is not None
+        ):
+            sub.task = asyncio.get_running_loop().create_task(self._deliver_loop(sub))
+
+    def _notify_later(self, sub: _Subscription, exc: Exception) -> None:
+        task = asyncio.get_running_loop().create_task(self._notify(sub, exc))
+        self.silo.track(task)
+
+    async def _notify(self, sub: _Subscription, exc: Exception) -> None:
+        try:
+            await sub.consumer.invoke(ERROR, sub.record.sub_id, exc)
+        except Exception as err:
+            self.log.warning("stream_on_error_failed", subscription=sub.record.sub_id,
+                             error=repr(err))
+
+    async def _deliver_loop(self, sub: _Subscription) -> None:
+        batch_size = self.options.batch_size
+        try:
+            while not self._stopping:
+                cursor = sub.cursor
+                if cursor is None:
+                    return
+                gap = cursor.take_gap()
+                if gap is not None:
+                    await self._notify(sub, EventsMissedError(
+                        f"subscription {sub.record.sub_id} on {sub.stream_id} missed events "
+                        f"{gap[0]}..{gap[1]}: the faster consumers' flow control purged them",
+                        gap[0], gap[1],
+                    ))
+                items = cursor.peek(batch_size)
+                if not items:
+                    return
+                events = [pair for item in items for pair in item.container.items()]
+                ok = await self._deliver(sub, events)
+                if sub.cursor is not cursor:
+                    continue  # re-attached (resume) or removed meanwhile
+                cursor.advance(items)
+                if ok:
+                    self.delivered += len(events)
+                if self._wake_reader_needed():
+                    self._wake.set()
+        finally:
+            sub.task = None
+            if not self._stopping and sub.cursor is not None and sub.cursor.is_set:
+                self._start_delivery(sub)
+
+    def _wake_reader_needed(self) -> bool:
+        return self.period > self.options.pull_period and not self.cache.under_pressure()
+
+    async def _deliver(self, sub: _Subscription, events: list[Any]) -> bool:
+        """Deliver with retries; False if the subscription was faulted."""
+        opts = self.options
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + opts.max_delivery_time
+        backoff = opts.delivery_backoff
+        record = sub.record
+        while True:
+            try:
+                await sub.consumer.invoke(
+                    DELIVER, record.sub_id, sub.stream_id.namespace, sub.stream_id.key, events
+                )
+                return True
+            except Exception as exc:
+                self.failures += 1
+                if self._stopping or loop.time() + backoff > deadline:
+                    self.log.warning(
+                        "stream_delivery_failed", subscription=record.sub_id,
+                        stream=str(sub.stream_id), token=str(events[0][1]), error=repr(exc),
+                    )
+                    return await self._error_protocol(sub, events, exc)
+                self.log.debug("stream_delivery_retry", subscription=record.sub_id,
+                               error=repr(exc))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, opts.max_delivery_backoff)
+
+    async def _error_protocol(self, sub: _Subscription, events: list[Any], exc: Exception) -> bool:
+        record = sub.record
+        error = StreamDeliveryError(
+            f"delivering {sub.stream_id} token {events[0][1]} to {record.consumer_type}/"
+            f"{record.consumer_key} failed for {self.options.max_delivery_time:g} s: {exc!r}"
+        )
+        error.__cause__ = exc
+        await self._notify(sub, error)
+        self.provider.on_delivery_failure(record, sub.stream_id, events[0][1], exc)
+        if self.options.failure == "fault" and not record.implicit:
+            await self._notify(sub, FaultedSubscriptionError(
+                f"subscription {record.sub_id} on {sub.stream_id} was faulted after a failed "
+                "delivery; resume it to receive events again"
+            ))
+            try:
+                await self._rendezvous(sub.stream_id).fault_subscription(record.sub_id)
+            except Exception as err:
+                self.log.warning("stream_fault_failed", subscription=record.sub_id,
+                                 error=repr(err))
+            subs = self.streams.get(sub.stream_id, {})
+            subs.pop(record.sub_id, None)
+            if sub.cursor is not None:
+                self.cache.remove_cursor(sub.cursor)
+                sub.cursor = None
+            return False
+        return True

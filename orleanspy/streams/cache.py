@@ -1,0 +1,434 @@
+"""QueueCache: the bounded cache between a pulling agent's reads and its deliveries.
+
+Rationale (after Orleans' SimpleQueueCache, see docs/streams.md). Items are kept in queue
+order, each linked to the next item of its stream, so a cursor steps through its stream in
+O(1). Items are grouped into ``BUCKETS`` buckets of ``bucket_size`` positions; each bucket
+counts the *gating* cursors that point into it. Purging removes whole buckets from the old
+end while no gating cursor is in them, and only purged items are acknowledged to the queue:
+an event leaves the cache (and the queue) only when every gating consumer is past it.
+
+A cursor that has delivered everything of its stream is *unset* and pins nothing; the next
+item of its stream sets it again. A caught-up consumer therefore never holds back other
+streams. Which cursors gate depends on the flow-control strategy:
+
+* ``min`` — every cursor gates: the slowest consumer decides (default).
+* ``max`` — only the fastest consumer decides; a laggard whose next items were purged is
+  re-seated on the oldest item still cached and told the exact token range it missed.
+* ``tagged`` — only cursors carrying the group's tag gate; the others behave as under ``max``.
+
+The cache is *under pressure* when it holds ``pressure_ratio`` of its capacity or a
+subscription has more undelivered events or bytes in it than its limit; the agent then stops
+reading and slows its pull period. Nothing undelivered is dropped under ``min``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from orleanspy.errors import QueueCacheMissError
+from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.streams.ids import StreamId
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = ["BUCKETS", "CacheCursor", "CacheItem", "CacheStatistics", "QueueCache"]
+
+BUCKETS: Final = 10
+
+
+class CacheItem:
+    """One batch container in the cache, at queue position ``pos``."""
+
+    __slots__ = ("container", "next", "pos", "size", "stream_id", "token")
+
+    def __init__(self, pos: int, container: BatchContainer) -> None:
+        self.pos = pos
+        self.container = container
+        self.stream_id = container.stream_id
+        self.token = container.token
+        self.size = container.size
+        self.next: CacheItem | None = None  # next item of the same stream
+
+
+class CacheCursor:
+    """One subscription's position in one stream: the next item to deliver, or unset."""
+
+    __slots__ = (
+        "_bucket",
+        "cache",
+        "delivered",
+        "gap",
+        "gating",
+        "inflight_last",
+        "item",
+        "last_token",
+        "max_mode",
+        "stream_id",
+        "tag",
+        "wait_token",
+    )
+
+    def __init__(
+        self, cache: QueueCache, stream_id: StreamId, gating: bool, tag: str | None,
+        max_mode: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.stream_id = stream_id
+        self.max_mode = max_mode  # gates as "the fastest of its stream" (flow control max)
+        self.gating = gating and not max_mode
+        self.tag = tag
+        self.item: CacheItem | None = None
+        self.wait_token: SequenceToken | None = None  # unset cursor: deliver only >= this
+        self.last_token: SequenceToken | None = None  # last delivered
+        self.gap: tuple[SequenceToken, SequenceToken] | None = None
+        self.inflight_last = -1  # position of the last item being delivered, if any
+        self.delivered = 0
+        self._bucket = -1
+
+    # -- reading ----------------------------------------------------------------------------
+    def peek(self, max_count: int = 1) -> list[CacheItem]:
+        """Up to ``max_count`` items from the current position; marks them in flight."""
+        out: list[CacheItem] = []
+        item = self.item
+        while item is not None and len(out) < max_count:
+            out.append(item)
+            item = item.next
+        if out:
+            self.inflight_last = out[-1].pos
+        return out
+
+    def advance(self, items: list[CacheItem]) -> None:
+        """Move past ``items`` (just delivered); unset if nothing more is cached."""
+        self.inflight_last = -1
+        if not items:
+            return
+        last = items[-1]
+        self.last_token = last.token
+        self.delivered += len(items)
+        if self.item is not None and self.item.pos > last.pos:
+            return  # re-seated by a purge meanwhile
+        nxt = last.next
+        if nxt is not None and nxt.pos < self.cache._base():
+            # ``last`` and what followed it were purged while it was being delivered.
+            self.cache._reseat(self, nxt)
+            return
+        self._move(nxt)
+
+    def take_gap(self) -> tuple[SequenceToken, SequenceToken] | None:
+        """The (first, last) tokens this cursor missed since the last call, if any."""
+        gap, self.gap = self.gap, None
+        return gap
+
+    @property
+    def is_set(self) -> bool:
+        return self.item is not None
+
+    def lag(self) -> int:
+        """Queue positions between this cursor and the newest item (0 when caught up)."""
+        item = self.item
+        return 0 if item is None else self.cache._end - item.pos
+
+    # -- positioning (cache only) ---------------------------------------------------------
+    def _move(self, item: CacheItem | None) -> None:
+        cache = self.cache
+        if self.gating and self._bucket >= 0:
+            cache._unpin(self._bucket)
+            self._bucket = -1
+        self.item = item
+        if item is not None and self.gating:
+            self._bucket = item.pos // cache.bucket_size
+            cache._pin(self._bucket)
+
+    def set_gating(self, gating: bool) -> None:
+        if gating == self.gating:
+            return
+        item = self.item
+        self._move(None)
+        self.gating = gating
+        self._move(item)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStatistics:
+    size: int
+    max_size: int
+    under_pressure: bool
+    cursors: int
+    gating_cursors: int
+    max_lag: int
+    added: int
+    purged: int
+
+
+class QueueCache:
+    """The cache of one queue (one per pulling agent)."""
+
+    def __init__(
+        self,
+        max_size: int = 4096,
+        *,
+        strategy: str = "min",
+        pressure_ratio: float = 0.9,
+        max_outstanding_events: int | None = None,
+        max_outstanding_bytes: int | None = None,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError(f"QueueCache(max_size={max_size}): must be >= 1")
+        if strategy not in ("min", "max", "tagged"):
+            raise ValueError(f"QueueCache(strategy={strategy!r}): use min, max or tagged")
+        self.max_size = max_size
+        self.strategy = strategy
+        self.bucket_size = max(1, max_size // BUCKETS)
+        self.pressure_size = max(1, int(max_size * pressure_ratio))
+        self.max_outstanding_events = max_outstanding_events
+        self.max_outstanding_bytes = max_outstanding_bytes
+        self._items: deque[CacheItem] = deque()
+        self._end = 0  # position of the next item added
+        self._bytes = 0
+        self._tails: dict[StreamId, CacheItem] = {}
+        self._heads: dict[StreamId, CacheItem] = {}
+        self._cursors: dict[StreamId, set[CacheCursor]] = {}
+        self._pins: dict[int, int] = {}
+        self._purged_token: dict[StreamId, SequenceToken] = {}
+        self._purged_any: SequenceToken | None = None
+        self.added = 0
+        self.purged = 0
+
+    # -- flow ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def max_add_count(self) -> int:
+        """How many containers the agent may read now (0: stop reading)."""
+        if self.under_pressure():
+            return 0
+        return min(self.max_size - len(self._items), self.bucket_size)
+
+    def under_pressure(self) -> bool:
+        if len(self._items) >= self.pressure_size:
+            return True
+        if self.max_outstanding_events is None and self.max_outstanding_bytes is None:
+            return False
+        return any(self._over_limit(c) for cs in self._cursors.values() for c in cs)
+
+    def _over_limit(self, cursor: CacheCursor) -> bool:
+        item = cursor.item
+        if item is None:
+            return False
+        limit_n, limit_b = self.max_outstanding_events, self.max_outstanding_bytes
+        n = b = 0
+        while item is not None:
+            n += 1
+            b += item.size
+            if (limit_n is not None and n > limit_n) or (limit_b is not None and b > limit_b):
+                return True
+            item = item.next
+        return False
+
+    # -- adding -------------------------------------------------------------------------------
+    def add(self, containers: Iterable[BatchContainer]) -> dict[StreamId, CacheItem]:
+        """Append containers (queue order); return the first new item of each stream."""
+        first: dict[StreamId, CacheItem] = {}
+        items = self._items
+        tails = self._tails
+        for container in containers:
+            item = CacheItem(self._end, container)
+            self._end += 1
+            items.append(item)
+            self._bytes += item.size
+            sid = item.stream_id
+            tail = tails.get(sid)
+            if tail is not None:
+                tail.next = item
+            else:
+                self._heads[sid] = item
+            tails[sid] = item
+            if sid not in first:
+                first[sid] = item
+        self.added = self._end
+        for sid, item in first.items():
+            for cursor in self._cursors.get(sid, ()):
+                if cursor.item is None:
+                    self._seat_unset(cursor, item)
+        return first
+
+    def _seat_unset(self, cursor: CacheCursor, item: CacheItem | None) -> None:
+        wait = cursor.wait_token
+        while item is not None and wait is not None and item.token < wait:
+            item = item.next
+        if item is not None and cursor.last_token is not None:
+            while item is not None and item.token <= cursor.last_token:
+                item = item.next
+        if item is not None:
+            cursor.wait_token = None
+            cursor._move(item)
+
+    # -- cursors ------------------------------------------------------------------------------
+    def cursor(
+        self,
+        stream_id: StreamId,
+        start: SequenceToken | None = None,
+        *,
+        gating: bool = True,
+        tag: str | None = None,
+        max_mode: bool | None = None,
+    ) -> CacheCursor:
+        """A cursor on ``stream_id``: from ``start`` (inclusive) or, without it, for items
+        added from now on. Raises ``QueueCacheMissError`` if ``start`` was purged.
+
+        ``gating``: the cursor holds items until it is past them (``min``). ``max_mode``:
+        only the fastest ``max_mode`` cursor of the stream holds items (``max``); the
+        default follows the cache's ``strategy``.
+        """
+        if max_mode is None:
+            max_mode = self.strategy == "max"
+        cursor = CacheCursor(self, stream_id, gating, tag, max_mode)
+        if start is not None:
+            purged = self._purged_token.get(stream_id)
+            if (purged is not None and start <= purged) or (
+                purged is None and stream_id not in self._heads and self._purged_any is not None
+                and start <= self._purged_any
+            ):
+                head = self._heads.get(stream_id)
+                tail = self._tails.get(stream_id)
+                raise QueueCacheMissError(
+                    f"events of {stream_id} from {start} are no longer cached",
+                    start,
+                    head.token if head else None,
+                    tail.token if tail else None,
+                )
+            cursor.wait_token = start
+            self._seat_unset(cursor, self._heads.get(stream_id))
+        self._cursors.setdefault(stream_id, set()).add(cursor)
+        return cursor
+
+    def remove_cursor(self, cursor: CacheCursor) -> None:
+        cursor._move(None)
+        cursors = self._cursors.get(cursor.stream_id)
+        if cursors is not None:
+            cursors.discard(cursor)
+            if not cursors:
+                del self._cursors[cursor.stream_id]
+
+    def cursors(self) -> list[CacheCursor]:
+        return [c for cs in self._cursors.values() for c in cs]
+
+    def _pin(self, bucket: int) -> None:
+        self._pins[bucket] = self._pins.get(bucket, 0) + 1
+
+    def _unpin(self, bucket: int) -> None:
+        n = self._pins[bucket] - 1
+        if n:
+            self._pins[bucket] = n
+        else:
+            del self._pins[bucket]
+
+    # -- purging ------------------------------------------------------------------------------
+    def purge(self) -> list[BatchContainer]:
+        """Remove what no gating cursor needs any more; return it for acknowledgement."""
+        items = self._items
+        if not items:
+            return []
+        limit = self._purge_limit()
+        out: list[BatchContainer] = []
+        heads = self._heads
+        while items and items[0].pos < limit:
+            item = items.popleft()
+            out.append(item.container)
+            self._bytes -= item.size
+            sid = item.stream_id
+            self._purged_token[sid] = item.token
+            if self._purged_any is None or item.token > self._purged_any:
+                self._purged_any = item.token
+            nxt = item.next
+            if nxt is None:
+                del heads[sid]
+                if self._tails.get(sid) is item:
+                    del self._tails[sid]
+            else:
+                heads[sid] = nxt
+        if out:
+            self.purged += len(out)
+            self._reseat_laggards(limit)
+        return out
+
+    def _purge_limit(self) -> int:
+        """Position below which items may go."""
+        end = self._end
+        # min / tagged: whole buckets from the old end while no gating cursor is in them.
+        bucket = self._items[0].pos // self.bucket_size
+        last = (end - 1) // self.bucket_size
+        pins = self._pins
+        while bucket <= last and not pins.get(bucket):
+            bucket += 1
+        limit = min(end, bucket * self.bucket_size)
+        # max: per stream, the fastest max-mode cursor holds items (a caught-up one: none).
+        for cursors in self._cursors.values():
+            best = -1
+            for c in cursors:
+                if c.max_mode:
+                    if c.item is None:
+                        best = end
+                        break
+                    best = max(best, c.item.pos)
+            if 0 <= best < limit:
+                limit = best
+        return limit
+
+    def _base(self) -> int:
+        return self._items[0].pos if self._items else self._end
+
+    def _reseat_laggards(self, limit: int) -> None:
+        """Cursors left on purged items move to the oldest cached item of their stream."""
+        for cursors in self._cursors.values():
+            for cursor in cursors:
+                item = cursor.item
+                if item is not None and item.pos < limit:
+                    self._reseat(cursor, item)
+
+    def _reseat(self, cursor: CacheCursor, item: CacheItem | None) -> None:
+        """Move ``cursor`` from purged ``item`` to the first cached one; record the gap."""
+        base = self._base()
+        first = last = None
+        while item is not None and item.pos < base:
+            if item.pos > cursor.inflight_last:
+                if first is None:
+                    first = item.token
+                last = item.token
+            item = item.next
+        if first is not None and last is not None:
+            if cursor.gap is not None:
+                first = cursor.gap[0]
+            cursor.gap = (first, last)
+        cursor._move(item)
+
+    # -- observability ----------------------------------------------------------------------
+    def statistics(self) -> CacheStatistics:
+        cursors = self.cursors()
+        return CacheStatistics(
+            size=len(self._items),
+            max_size=self.max_size,
+            under_pressure=self.under_pressure(),
+            cursors=len(cursors),
+            gating_cursors=sum(1 for c in cursors if c.gating),
+            max_lag=max((c.lag() for c in cursors), default=0),
+            added=self.added,
+            purged=self.purged,
+        )
+
+    def newest_token(self) -> SequenceToken | None:
+        return self._items[-1].token if self._items else None
+
+    def oldest_token(self) -> SequenceToken | None:
+        return self._items[0].token if self._items else None
+
+    def items_of(self, stream_id: StreamId) -> list[Any]:
+        """The cached items of a stream, oldest first (tests, statistics)."""
+        out = []
+        item = self._heads.get(stream_id)
+        while item is not None:
+            out.append(item)
+            item = item.next
+        return out

@@ -1,0 +1,148 @@
+"""StreamProviderOptions and the flow-control setting, validated on creation."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from orleanspy.errors import ConfigurationError
+
+__all__ = ["FlowControl", "StreamProviderOptions", "parse_flow_control"]
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """How the consumers of one queue gate its cache (see docs/streams.md).
+
+    ``strategy``: ``min`` (the slowest consumer gates), ``max`` (the fastest gates; laggards
+    are told what they missed) or ``tagged`` (only subscriptions with ``group`` as their tag
+    gate; delivery waits until ``min_members`` of them subscribed; a member that does not
+    advance for ``timeout`` seconds stops gating and is told so).
+    """
+
+    strategy: str = "min"
+    group: str | None = None
+    min_members: int = 1
+    timeout: float | None = None
+
+    def __str__(self) -> str:
+        if self.strategy != "tagged":
+            return self.strategy
+        parts = [f"tagged,group={self.group}", f"min={self.min_members}"]
+        if self.timeout is not None:
+            parts.append(f"timeout={self.timeout:g}s")
+        return ",".join(parts)
+
+
+def _duration(text: str, where: str) -> float:
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ConfigurationError(f"{where}: {text!r} is not a duration; write e.g. 2s or 500ms")
+    value = float(m.group(1))
+    unit = m.group(2) or "s"
+    return value / 1000 if unit == "ms" else value * 60 if unit == "m" else value
+
+
+def parse_flow_control(text: str | FlowControl, where: str = "flow_control") -> FlowControl:
+    """Parse ``"min"``, ``"max"`` or ``"tagged,group=NAME[,min=N][,timeout=2s]"``."""
+    if isinstance(text, FlowControl):
+        return text
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or parts[0] not in ("min", "max", "tagged"):
+        raise ConfigurationError(
+            f"{where} = {text!r}: the strategy must be min, max or tagged "
+            "(e.g. \"tagged,group=archive,min=2,timeout=2s\")"
+        )
+    strategy = parts[0]
+    if strategy != "tagged":
+        if len(parts) > 1:
+            raise ConfigurationError(f"{where} = {text!r}: {strategy} takes no parameters")
+        return FlowControl(strategy)
+    group, min_members, timeout = None, 1, None
+    for part in parts[1:]:
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key == "group" and value:
+            group = value.strip()
+        elif key == "min" and value.strip().isdigit() and int(value) >= 1:
+            min_members = int(value)
+        elif key == "timeout" and value:
+            timeout = _duration(value, where)
+        else:
+            raise ConfigurationError(
+                f"{where} = {text!r}: bad parameter {part!r}; tagged takes group=NAME, "
+                "min=N (>= 1) and timeout=DURATION"
+            )
+    if group is None:
+        raise ConfigurationError(f"{where} = {text!r}: tagged needs group=NAME")
+    return FlowControl("tagged", group, min_members, timeout)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamProviderOptions:
+    """Options of a persistent stream provider. Durations are float seconds.
+
+    Attributes:
+        total_queues: queues the streams are hashed onto (``HashRingQueueMapper``).
+        pull_period: period of each agent's read cycle when the cache has room.
+        max_pull_period: the period the agent backs off to while its cache is under pressure.
+        cache_size: events (containers) each agent's cache holds at most.
+        batch_size: containers handed to a subscription in one delivery call.
+        max_delivery_time: how long one delivery is retried before the error protocol.
+        failure: what a delivery that failed for good does: ``skip`` the event (after
+            ``on_error``) or ``fault`` the subscription.
+        flow_control: the default strategy; ``namespace_flow_control`` overrides it per
+            stream namespace (a queue uses the setting of the namespace that has it).
+        max_outstanding_events / max_outstanding_bytes: per subscription, how far the cache
+            may run ahead of it before the agent stops reading (None: no limit).
+        pubsub_storage: the grain storage that keeps explicit subscriptions (falls back to
+            ``default``).
+    """
+
+    total_queues: int = 8
+    pull_period: float = 0.1
+    max_pull_period: float = 1.0
+    cache_size: int = 4096
+    batch_size: int = 1
+    max_delivery_time: float = 60.0
+    delivery_backoff: float = 0.1
+    max_delivery_backoff: float = 5.0
+    read_backoff: float = 1.0
+    failure: str = "skip"
+    flow_control: FlowControl | str = "min"
+    namespace_flow_control: dict[str, FlowControl | str] = field(default_factory=dict)
+    max_outstanding_events: int | None = None
+    max_outstanding_bytes: int | None = None
+    pubsub_storage: str = "pubsub"
+
+    def __post_init__(self) -> None:
+        n = "StreamProviderOptions"
+
+        def check(name: str, ok: bool, rule: str) -> None:
+            if not ok:
+                raise ConfigurationError(f"{n}.{name} = {getattr(self, name)!r}: {rule}")
+
+        check("total_queues", self.total_queues >= 1, "must be >= 1")
+        check("pull_period", self.pull_period > 0, "must be > 0 seconds")
+        check("max_pull_period", self.max_pull_period >= self.pull_period,
+              "must be >= pull_period")
+        check("cache_size", self.cache_size >= 1, "must be >= 1")
+        check("batch_size", self.batch_size >= 1, "must be >= 1")
+        check("max_delivery_time", self.max_delivery_time > 0, "must be > 0 seconds")
+        check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")
+        for name in ("max_outstanding_events", "max_outstanding_bytes"):
+            value = getattr(self, name)
+            check(name, value is None or value >= 1, "must be >= 1 or None")
+        object.__setattr__(self, "flow_control",
+                           parse_flow_control(self.flow_control, f"{n}.flow_control"))
+        object.__setattr__(self, "namespace_flow_control", {
+            ns: parse_flow_control(fc, f"{n}.namespace_flow_control[{ns!r}]")
+            for ns, fc in self.namespace_flow_control.items()
+        })
+
+    def flow_for(self, namespace: str) -> FlowControl:
+        fc = self.namespace_flow_control.get(namespace, self.flow_control)
+        assert isinstance(fc, FlowControl)
+        return fc

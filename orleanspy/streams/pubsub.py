@@ -1,0 +1,132 @@
+"""Pub-sub: the persistent rendezvous of a stream's subscriptions and producing agents.
+
+One ``PubSubRendezvous`` grain per (provider, stream). Its state — the explicit
+subscriptions and the pulling agents that currently deliver the stream — is persistent, so a
+collected or restarted rendezvous still knows whom to tell.
+
+Why a subscriber never misses an event published after ``subscribe`` returned: the
+rendezvous is turn-based, so a subscription and an agent's registration are ordered. If the
+agent registered first, ``add_subscription`` awaits ``agent.add_subscriber`` before it
+returns, and the agent opens the new cursor behind everything it has read so far; whatever
+is published afterwards is read later, so it is delivered. If the subscription came first,
+the agent's ``register_producer`` returns it. Orleans tells the agent without waiting
+(its issue #9501); here the agent never calls the rendezvous from inside one of its own
+turns, so waiting cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orleanspy.errors import MessageRejectedError
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.interface import grain_type
+from orleanspy.grains.state import persistent_state
+from orleanspy.logging import get_logger
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = ["PubSubRendezvous", "PubSubState", "SubscriptionRecord"]
+
+log = get_logger(__name__)
+
+
+@dataclass
+class SubscriptionRecord:
+    """An explicit (or implicit) subscription: which grain consumes which stream, from where."""
+
+    sub_id: str
+    namespace: str
+    key: Any
+    consumer_type: str
+    consumer_key: Any
+    token: SequenceToken | None = None
+    tag: str | None = None
+    faulted: bool = False
+
+    @property
+    def implicit(self) -> bool:
+        return self.sub_id.startswith("implicit:")
+
+
+@dataclass
+class PubSubState:
+    subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)
+    producers: list[tuple[str, int]] = field(default_factory=list)
+
+
+@grain_type("orleanspy.PubSubRendezvous")
+class PubSubRendezvous(Grain):
+    """Keyed by (provider, namespace, stream key)."""
+
+    state = persistent_state(PubSubState, storage="pubsub")
+
+    async def register_producer(self, agent: tuple[str, int]) -> list[SubscriptionRecord]:
+        agent = (str(agent[0]), int(agent[1]))
+        if agent not in self.state.value.producers:
+            self.state.value.producers.append(agent)
+            await self.state.write()
+        return [r for r in self.state.value.subscriptions.values() if not r.faulted]
+
+    async def unregister_producer(self, agent: tuple[str, int]) -> None:
+        agent = (str(agent[0]), int(agent[1]))
+        if agent in self.state.value.producers:
+            self.state.value.producers.remove(agent)
+            await self.state.write()
+
+    async def add_subscription(self, record: SubscriptionRecord) -> None:
+        self.state.value.subscriptions[record.sub_id] = record
+        await self.state.write()
+        await self._tell_agents("add_subscriber", record)
+
+    async def update_subscription(self, sub_id: str, token: SequenceToken | None) -> bool:
+        record = self.state.value.subscriptions.get(sub_id)
+        if record is None:
+            return False
+        record.token = token
+        record.faulted = False
+        await self.state.write()
+        await self._tell_agents("add_subscriber", record)
+        return True
+
+    async def remove_subscription(self, sub_id: str) -> bool:
+        record = self.state.value.subscriptions.pop(sub_id, None)
+        if record is None:
+            return False
+        await self.state.write()
+        await self._tell_agents("remove_subscriber", record)
+        return True
+
+    async def fault_subscription(self, sub_id: str) -> None:
+        record = self.state.value.subscriptions.get(sub_id)
+        if record is not None and not record.faulted:
+            record.faulted = True
+            await self.state.write()
+
+    async def subscriptions_of(
+        self, consumer_type: str, consumer_key: Any
+    ) -> list[SubscriptionRecord]:
+        return [
+            r for r in self.state.value.subscriptions.values()
+            if r.consumer_type == consumer_type and r.consumer_key == consumer_key
+        ]
+
+    async def producers(self) -> list[tuple[str, int]]:
+        return list(self.state.value.producers)
+
+    async def _tell_agents(self, method: str, record: SubscriptionRecord) -> None:
+        from orleanspy.streams.agent import PullingAgent
+
+        gone = []
+        for agent in list(self.state.value.producers):
+            ref = self.silo.get_system_target(PullingAgent, agent)
+            try:
+                await ref.invoke(method, record)
+            except MessageRejectedError as exc:
+                if exc.kind != "unknown_system_target":
+                    raise
+                gone.append(agent)  # that agent stopped: it re-registers when it restarts
+        if gone:
+            for agent in gone:
+                self.state.value.producers.remove(agent)
+            await self.state.write()

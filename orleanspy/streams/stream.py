@@ -1,0 +1,144 @@
+"""AsyncStream and StreamSubscriptionHandle: what grains use to produce and consume (1, 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orleanspy.grains.context import current_turn
+from orleanspy.streams.ids import StreamId
+from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
+from orleanspy.streams.tokens import SequenceToken
+
+if TYPE_CHECKING:
+    from orleanspy.streams.provider import PersistentStreamProvider
+
+__all__ = ["AsyncStream", "StreamObserver", "StreamSubscriptionHandle"]
+
+HANDLERS = "_orleanspy_stream_handlers"
+
+
+@dataclass(slots=True)
+class StreamObserver:
+    """The callbacks of one subscription inside its grain."""
+
+    on_next: Callable[[Any, SequenceToken], Awaitable[Any]]
+    on_error: Callable[[BaseException], Awaitable[Any]] | None = None
+    on_completed: Callable[[], Awaitable[Any]] | None = None
+
+
+def as_observer(handler: Any, on_error: Any = None) -> StreamObserver:
+    if isinstance(handler, StreamObserver):
+        return handler
+    if hasattr(handler, "on_next"):
+        return StreamObserver(
+            handler.on_next, on_error or getattr(handler, "on_error", None),
+            getattr(handler, "on_completed", None),
+        )
+    if callable(handler):
+        return StreamObserver(handler, on_error)
+    raise TypeError(
+        "subscribe(handler): pass an async callable (item, token) or an object with "
+        "async on_next(item, token) [and on_error(exc)]"
+    )
+
+
+def _consumer() -> Any:
+    turn = current_turn.get()
+    if turn is None or turn[0].grain is None:
+        raise RuntimeError(
+            "subscribe and resume run inside a grain (the grain is the consumer); "
+            "call them from a grain method or on_activate"
+        )
+    return turn[0]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSubscriptionHandle:
+    """A grain's subscription to a stream: survives deactivation (resume it in on_activate)."""
+
+    provider: str
+    stream_id: StreamId
+    sub_id: str
+
+    def _rendezvous(self, activation: Any) -> Any:
+        sid = self.stream_id
+        return activation.silo.get_grain(PubSubRendezvous, (self.provider, sid.namespace, sid.key))
+
+    async def unsubscribe(self) -> None:
+        """Stop deliveries to this subscription and forget it."""
+        activation = _consumer()
+        await self._rendezvous(activation).remove_subscription(self.sub_id)
+        activation.grain.__dict__.get(HANDLERS, {}).pop(self.sub_id, None)
+
+    async def resume(
+        self, handler: Any, token: SequenceToken | None = None, *, on_error: Any = None
+    ) -> StreamSubscriptionHandle:
+        """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``."""
+        activation = _consumer()
+        activation.grain.__dict__.setdefault(HANDLERS, {})[self.sub_id] = as_observer(
+            handler, on_error
+        )
+        await self._rendezvous(activation).update_subscription(self.sub_id, token)
+        return self
+
+
+class AsyncStream:
+    """A stream of one provider: ``provider.get_stream(namespace, key)``."""
+
+    __slots__ = ("_provider", "stream_id")
+
+    def __init__(self, provider: PersistentStreamProvider, stream_id: StreamId) -> None:
+        self._provider = provider
+        self.stream_id = stream_id
+
+    def __repr__(self) -> str:
+        return f"<AsyncStream {self._provider.name}:{self.stream_id}>"
+
+    async def on_next(self, item: Any) -> None:
+        """Publish one event (durable once this returns, for durable adapters)."""
+        await self._provider.enqueue(self.stream_id, [item])
+
+    async def on_next_batch(self, items: Iterable[Any]) -> None:
+        """Publish several events as one batch (one queue message)."""
+        events = list(items)
+        if events:
+            await self._provider.enqueue(self.stream_id, events)
+
+    async def subscribe(
+        self,
+        handler: Any,
+        token: SequenceToken | None = None,
+        *,
+        on_error: Any = None,
+        tag: str | None = None,
+    ) -> StreamSubscriptionHandle:
+        """Subscribe the current grain. Every event published after this returns is
+        delivered to ``handler``; with ``token``, delivery starts at that token."""
+        activation = _consumer()
+        provider = self._provider
+        sub_id = provider.new_subscription_id()
+        activation.grain.__dict__.setdefault(HANDLERS, {})[sub_id] = as_observer(
+            handler, on_error
+        )
+        sid = self.stream_id
+        record = SubscriptionRecord(
+            sub_id=sub_id, namespace=sid.namespace, key=sid.key,
+            consumer_type=activation.grain_id.type_name, consumer_key=activation.grain_id.key,
+            token=token, tag=tag,
+        )
+        handle = StreamSubscriptionHandle(provider.name, sid, sub_id)
+        await handle._rendezvous(activation).add_subscription(record)
+        return handle
+
+    async def get_subscriptions(self) -> list[StreamSubscriptionHandle]:
+        """The current grain's subscriptions to this stream (e.g. to resume them)."""
+        activation = _consumer()
+        sid = self.stream_id
+        ref = activation.silo.get_grain(PubSubRendezvous, (self._provider.name, sid.namespace,
+                                                            sid.key))
+        records: list[SubscriptionRecord] = await ref.subscriptions_of(
+            activation.grain_id.type_name, activation.grain_id.key
+        )
+        return [StreamSubscriptionHandle(self._provider.name, sid, r.sub_id) for r in records]

@@ -1,0 +1,34 @@
+"""SequenceToken: the position of an event in its queue, totally ordered.
+
+Data path: the adapter (2) assigns one token per batch container when it reads the queue; the
+cache (4) orders and finds events by it; consumers (5) receive it with every event and can
+resume a subscription from it. A container's token has ``index`` 0; its i-th event has
+``token.for_event(i)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SequenceToken"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SequenceToken:
+    """(sequence, index), compared in that order: a total order over the events of a queue.
+
+    ``sequence`` is assigned by the queue (strictly increasing per queue: one per batch
+    container); ``index`` is the event's position inside its container. Tokens of different
+    queues are not comparable in any meaningful way. Being a dataclass, a token travels
+    through the msgpack ``Codec``.
+    """
+
+    sequence: int
+    index: int = 0
+
+    def for_event(self, i: int) -> SequenceToken:
+        """The token of the ``i``-th event of the container at this token's sequence."""
+        return SequenceToken(self.sequence, i)
+
+    def __str__(self) -> str:
+        return f"{self.sequence}.{self.index}"
