@@ -1,0 +1,445 @@
+"""Persistent streams end to end in one silo: delivery counts, ordering, faults, tokens, races."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from orleanspy import Grain, Silo, SiloOptions, reentrant
+from orleanspy.errors import QueueCacheMissError, StreamDeliveryError
+from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.options import StreamProviderOptions
+from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
+from orleanspy.streams.tokens import SequenceToken
+
+WAIT = 10.0
+
+
+class Sink:
+    """What consumers received, per consumer key; tests await conditions on it."""
+
+    def __init__(self) -> None:
+        self.got: dict[Any, list[Any]] = defaultdict(list)
+        self.tokens: dict[Any, list[SequenceToken]] = defaultdict(list)
+        self.errors: dict[Any, list[BaseException]] = defaultdict(list)
+        self.changed = asyncio.Event()
+        self.fail: Callable[[Any, Any], bool] = lambda key, item: False
+
+    def add(self, key: Any, item: Any, token: SequenceToken) -> None:
+        self.got[key].append(item)
+        self.tokens[key].append(token)
+        self.changed.set()
+
+    def error(self, key: Any, exc: BaseException) -> None:
+        self.errors[key].append(exc)
+        self.changed.set()
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+SINK = Sink()
+
+
+class Producer(Grain):
+    async def produce(self, namespace: str, key: Any, items: list[Any]) -> None:
+        stream = self.get_stream_provider("s").get_stream(namespace, key)
+        for item in items:
+            await stream.on_next(item)
+
+    async def produce_batch(self, namespace: str, key: Any, items: list[Any]) -> None:
+        await self.get_stream_provider("s").get_stream(namespace, key).on_next_batch(items)
+
+    async def leave(self) -> None:
+        self.deactivate_on_idle()
+
+
+class Consumer(Grain):
+    async def on_activate(self) -> None:
+        # Resume this grain's subscriptions after a reactivation.
+        for namespace, key in getattr(self.silo, "resume_streams", ()):
+            stream = self.get_stream_provider("s").get_stream(namespace, key)
+            for handle in await stream.get_subscriptions():
+                await handle.resume(self._handle, on_error=self._error)
+
+    async def subscribe(self, namespace: str, key: Any, token: SequenceToken | None = None,
+                        tag: str | None = None) -> None:
+        stream = self.get_stream_provider("s").get_stream(namespace, key)
+        await stream.subscribe(self._handle, token, on_error=self._error, tag=tag)
+
+    async def unsubscribe_all(self, namespace: str, key: Any) -> int:
+        stream = self.get_stream_provider("s").get_stream(namespace, key)
+        handles = await stream.get_subscriptions()
+        for handle in handles:
+            await handle.unsubscribe()
+        return len(handles)
+
+    async def _handle(self, item: Any, token: SequenceToken) -> None:
+        if SINK.fail(self.key, item):
+            raise RuntimeError(f"consumer refuses {item}")
+        SINK.add(self.key, item, token)
+
+    async def _error(self, exc: BaseException) -> None:
+        SINK.error(self.key, exc)
+
+    async def leave(self) -> None:
+        self.deactivate_on_idle()
+
+
+@reentrant
+class ReentrantProsumer(Consumer):
+    async def produce_and_consume(self, namespace: str, key: Any, items: list[Any]) -> None:
+        stream = self.get_stream_provider("s").get_stream(namespace, key)
+        await stream.subscribe(self._handle)
+        for item in items:
+            await stream.on_next(item)
+
+
+class Prosumer(ReentrantProsumer):
+    pass
+
+
+Prosumer._orleanspy_reentrant = False  # type: ignore[attr-defined]
+
+
+@implicit_subscription("implicit")
+class Implicit(Grain):
+    async def on_next(self, item: Any, token: SequenceToken) -> None:
+        SINK.add(("implicit", self.key), item, token)
+
+
+GRAINS = [Producer, Consumer, Prosumer, ReentrantProsumer, Implicit]
+
+
+@pytest.fixture
+async def silo() -> AsyncIterator[Silo]:
+    global SINK
+    SINK = Sink()
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(),
+        StreamProviderOptions(pull_period=0.01, max_delivery_time=0.5, delivery_backoff=0.01,
+                              max_delivery_backoff=0.05),
+    )
+    s = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={"s": provider})
+    await s.start()
+    yield s
+    await s.stop()
+
+
+async def test_stream_consumer_first_receives_everything_in_order(silo: Silo) -> None:
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(200)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 200)
+    assert SINK.got["c"] == list(range(200))
+    assert SINK.tokens["c"] == sorted(SINK.tokens["c"])
+
+
+async def test_stream_producer_first_then_consumer_gets_what_follows(silo: Silo) -> None:
+    producer = silo.get_grain(Producer, "p")
+    await producer.produce("ns", "k", ["before"])
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await producer.produce("ns", "k", list(range(100)))
+    await SINK.until(lambda: len([x for x in SINK.got["c"] if x != "before"]) >= 100)
+    assert [x for x in SINK.got["c"] if x != "before"] == list(range(100))
+
+
+async def test_stream_many_producers_many_consumers_exact_counts(silo: Silo) -> None:
+    consumers = [f"c{i}" for i in range(5)]
+    for c in consumers:
+        await silo.get_grain(Consumer, c).subscribe("ns", "shared")
+    producers = [silo.get_grain(Producer, f"p{i}") for i in range(4)]
+    await asyncio.gather(*(
+        p.produce("ns", "shared", [(i, n) for n in range(50)]) for i, p in enumerate(producers)
+    ))
+    await SINK.until(lambda: all(len(SINK.got[c]) >= 200 for c in consumers))
+    for c in consumers:
+        assert len(SINK.got[c]) == 200
+        for i in range(4):  # per producer, in order
+            assert [n for (p, n) in SINK.got[c] if p == i] == list(range(50))
+
+
+@pytest.mark.parametrize("cls", [Prosumer, ReentrantProsumer])
+async def test_stream_producer_and_consumer_in_one_grain_do_not_deadlock(
+    silo: Silo, cls: type
+) -> None:
+    await silo.get_grain(cls, "self").produce_and_consume("ns", "own", list(range(30)))
+    await SINK.until(lambda: len(SINK.got["self"]) >= 30)
+    assert SINK.got["self"] == list(range(30))
+
+
+async def test_stream_implicit_subscriber_gets_its_keys_stream(silo: Silo) -> None:
+    await silo.get_grain(Producer, "p").produce("implicit", "z", list(range(20)))
+    await silo.get_grain(Producer, "p").produce("implicit", "y", ["other"])
+    await SINK.until(lambda: len(SINK.got[("implicit", "z")]) >= 20
+                     and len(SINK.got[("implicit", "y")]) >= 1)
+    assert SINK.got[("implicit", "z")] == list(range(20))
+    assert SINK.got[("implicit", "y")] == ["other"]
+
+
+async def test_stream_many_streams_in_parallel(silo: Silo) -> None:
+    keys = [f"k{i}" for i in range(40)]
+    for k in keys:
+        await silo.get_grain(Consumer, k).subscribe("many", k)
+    await asyncio.gather(*(
+        silo.get_grain(Producer, k).produce("many", k, list(range(25))) for k in keys
+    ))
+    await SINK.until(lambda: all(len(SINK.got[k]) >= 25 for k in keys))
+    assert all(SINK.got[k] == list(range(25)) for k in keys)
+
+
+async def test_stream_transient_delivery_faults_lose_nothing(silo: Silo) -> None:
+    failures: dict[Any, int] = defaultdict(int)
+
+    def flaky(key: Any, item: Any) -> bool:
+        if item % 7 == 0 and failures[item] < 2:
+            failures[item] += 1
+            return True
+        return False
+
+    SINK.fail = flaky
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(50)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 50)
+    assert SINK.got["c"] == list(range(50))
+    assert failures  # the faults really happened
+
+
+async def test_stream_poison_event_is_skipped_after_on_error(silo: Silo) -> None:
+    SINK.fail = lambda key, item: item == 13
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(30)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 29 and SINK.errors["c"])
+    assert SINK.got["c"] == [i for i in range(30) if i != 13]
+    assert isinstance(SINK.errors["c"][0], StreamDeliveryError)
+
+
+async def test_stream_subscribe_from_a_token_in_the_cache_rewinds(silo: Silo) -> None:
+    await silo.get_grain(Consumer, "first").subscribe("ns", "k")
+    producer = silo.get_grain(Producer, "p")
+    await producer.produce("ns", "k", list(range(10)))
+    await SINK.until(lambda: len(SINK.got["first"]) >= 10)
+    # Keep the events cached: a consumer that has not reached them gates the cache.
+    SINK.fail = lambda key, item: key == "stuck"
+    await silo.get_grain(Consumer, "stuck").subscribe("ns", "k", SINK.tokens["first"][0])
+    token5 = SINK.tokens["first"][5]
+    await silo.get_grain(Consumer, "late").subscribe("ns", "k", token5)
+    await SINK.until(lambda: len(SINK.got["late"]) >= 5)
+    assert SINK.got["late"] == [5, 6, 7, 8, 9]
+
+
+async def test_stream_subscribe_from_a_purged_token_reports_a_cache_miss(silo: Silo) -> None:
+    await silo.get_grain(Consumer, "first").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(5)))
+    await SINK.until(lambda: len(SINK.got["first"]) >= 5)
+    old = SINK.tokens["first"][0]
+    agent = next(iter(silo.stream_providers["s"].agents.values()))
+    for a in silo.stream_providers["s"].agents.values():
+        await a.read_once()  # purge what everyone has
+    del agent
+    await silo.get_grain(Consumer, "late").subscribe("ns", "k", old)
+    await SINK.until(lambda: bool(SINK.errors["late"]))
+    miss = SINK.errors["late"][0]
+    assert isinstance(miss, QueueCacheMissError) and miss.requested == old
+
+
+async def test_stream_deactivated_consumer_resumes_with_exact_counts(silo: Silo) -> None:
+    silo.resume_streams = [("ns", "k")]  # type: ignore[attr-defined]
+    consumer = silo.get_grain(Consumer, "c")
+    producer = silo.get_grain(Producer, "p")
+    await consumer.subscribe("ns", "k")
+    await producer.produce("ns", "k", list(range(20)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 20)
+    await consumer.leave()
+    await producer.leave()
+    act = silo.catalog.get(consumer.grain_id)
+    if act is not None:
+        await act.wait_deactivated()
+    assert silo.catalog.get(consumer.grain_id) is None
+    await producer.produce("ns", "k", list(range(20, 40)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 40)
+    assert SINK.got["c"] == list(range(40))
+
+
+async def test_stream_unsubscribe_stops_delivery(silo: Silo) -> None:
+    consumer = silo.get_grain(Consumer, "c")
+    await consumer.subscribe("ns", "k")
+    await silo.get_grain(Consumer, "witness").subscribe("ns", "k")
+    assert await consumer.unsubscribe_all("ns", "k") == 1
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(10)))
+    await SINK.until(lambda: len(SINK.got["witness"]) >= 10)
+    assert SINK.got["c"] == []
+
+
+async def test_stream_subscribe_versus_publish_race_never_misses(silo: Silo) -> None:
+    producer = silo.get_grain(Producer, "p")
+    for round_ in range(30):
+        key = f"race{round_}"
+        await producer.produce("race", key, ["warm"])  # the agent knows the stream
+        consumer = silo.get_grain(Consumer, key)
+        published: list[int] = []
+
+        async def publish(k: str = key, out: list[int] = published) -> None:
+            for n in range(20):
+                await producer.produce("race", k, [n])
+                out.append(n)
+                await asyncio.sleep(0)
+
+        pub = asyncio.create_task(publish())
+        await asyncio.sleep(0)
+        await consumer.subscribe("race", key)
+        after = len(published)  # everything from index `after` on was published later
+        await pub
+        await SINK.until(lambda k=key, a=after: set(range(a, 20)) <= set(SINK.got[k]))
+        got = [x for x in SINK.got[key] if x != "warm"]
+        assert got == sorted(got)
+
+
+async def test_stream_batch_publish_delivers_each_event(silo: Silo) -> None:
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce_batch("ns", "k", ["a", "b", "c"])
+    await SINK.until(lambda: len(SINK.got["c"]) >= 3)
+    assert SINK.got["c"] == ["a", "b", "c"]
+    tokens = SINK.tokens["c"]
+    assert tokens[0].sequence == tokens[2].sequence and [t.index for t in tokens] == [0, 1, 2]
+
+
+async def make_silo(**options: Any) -> Silo:
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(),
+        StreamProviderOptions(pull_period=0.01, max_delivery_time=30, delivery_backoff=0.01,
+                              max_delivery_backoff=0.02, **options),
+    )
+    silo = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={"s": provider})
+    await silo.start()
+    return silo
+
+
+class Gate:
+    """Holds a consumer's deliveries until opened."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+
+
+async def test_stream_slow_consumer_bounds_the_cache_and_still_gets_everything() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(cache_size=100, total_queues=1)
+    try:
+        gate = asyncio.Event()
+        held = [0]
+
+        def slow(key: Any, item: Any) -> bool:  # fail (retry later) until the gate opens
+            if key == "slow" and not gate.is_set():
+                held[0] += 1
+                return True
+            return False
+
+        SINK.fail = slow
+        await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
+        await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
+        producer = silo.get_grain(Producer, "p")
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        sizes: list[int] = []
+        for chunk in range(10):
+            await producer.produce("ns", "k", list(range(chunk * 50, chunk * 50 + 50)))
+            sizes.append(len(agent.cache))
+        # The cache filled and stopped the reads instead of growing or dropping.
+        await SINK.until(lambda: len(SINK.got["fast"]) >= 90)
+        assert max(sizes) <= 100 and len(agent.cache) <= 100
+        assert agent.cache.under_pressure()
+        assert agent.period > agent.options.pull_period  # backed off while under pressure
+        gate.set()
+        await SINK.until(lambda: len(SINK.got["slow"]) >= 500 and len(SINK.got["fast"]) >= 500,
+                         timeout=20)
+        assert SINK.got["slow"] == list(range(500))
+        assert SINK.got["fast"] == list(range(500))
+        assert agent.period == agent.options.pull_period  # back to full speed
+    finally:
+        await silo.stop()
+
+
+async def test_stream_max_flow_control_tells_the_laggard_what_it_missed() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(flow_control="max", cache_size=1000, total_queues=1)
+    try:
+        gate = asyncio.Event()
+        SINK.fail = lambda key, item: key == "lag" and not gate.is_set()
+        await silo.get_grain(Consumer, "lag").subscribe("ns", "k")
+        await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(50)))
+        await SINK.until(lambda: len(SINK.got["fast"]) >= 50)
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await agent.read_once()  # purge behind the fastest consumer
+        gate.set()
+        await silo.get_grain(Producer, "p").produce("ns", "k", [50, 51])
+        await SINK.until(lambda: bool(SINK.errors["lag"]) and 51 in SINK.got["lag"])
+        from orleanspy.errors import EventsMissedError
+
+        gaps = [e for e in SINK.errors["lag"] if isinstance(e, EventsMissedError)]
+        assert gaps, SINK.errors["lag"]
+        missed = set(range(gaps[0].first.sequence, gaps[0].last.sequence + 1))
+        received = set(SINK.got["lag"])
+        # every event is either received or reported missed, and none both
+        assert received.isdisjoint({n for n in range(52) if SINK.tokens["fast"][n].sequence
+                                    in missed})
+        assert len(received) + len(
+            [n for n in range(50) if SINK.tokens["fast"][n].sequence in missed]
+        ) >= 51
+    finally:
+        await silo.stop()
+
+
+async def test_stream_tagged_flow_control_only_the_group_gates() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(flow_control="tagged,group=archive", cache_size=1000,
+                           total_queues=1)
+    try:
+        gate = asyncio.Event()
+        SINK.fail = lambda key, item: key in ("viewer", "archive") and not gate.is_set()
+        await silo.get_grain(Consumer, "archive").subscribe("ns", "k", tag="archive")
+        await silo.get_grain(Consumer, "viewer").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(30)))
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await agent.read_once()  # read whatever the pump has not read yet, then purge
+        await agent.read_once()
+        assert len(agent.cache) == 30  # the stuck archive member holds everything
+        gate.set()
+        await SINK.until(lambda: len(SINK.got["archive"]) >= 30 and len(SINK.got["viewer"]) >= 30)
+        assert SINK.got["archive"] == list(range(30))
+    finally:
+        await silo.stop()
+
+
+async def test_stream_tagged_flow_control_a_stuck_non_member_does_not_gate() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(flow_control="tagged,group=archive", cache_size=1000,
+                           total_queues=1)
+    try:
+        gate = asyncio.Event()
+        SINK.fail = lambda key, item: key == "viewer" and not gate.is_set()
+        await silo.get_grain(Consumer, "archive").subscribe("ns", "k", tag="archive")
+        await silo.get_grain(Consumer, "viewer").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(30)))
+        await SINK.until(lambda: len(SINK.got["archive"]) >= 30)
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await agent.read_once()
+        assert len(agent.cache) == 0  # the archive group is past everything
+        gate.set()
+        await silo.get_grain(Producer, "p").produce("ns", "k", [30])
+        await SINK.until(lambda: 30 in SINK.got["viewer"])
+        from orleanspy.errors import EventsMissedError
+
+        assert any(isinstance(e, EventsMissedError) for e in SINK.errors["viewer"])
+    finally:
+        await silo.stop()
