@@ -17,39 +17,57 @@ stack: beyond it the turn starts as an ordinary task.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import sys
-import types
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Final
 
-__all__ = ["MAX_DEPTH", "continue_in_generator", "eager_start"]
+__all__ = ["MAX_DEPTH", "Continuation", "eager_start"]
 
 MAX_DEPTH: Final = 20
 
 _depth = 0
 
 
-@types.coroutine
-def continue_in_generator(
-    coro: Coroutine[Any, Any, Any], yielded: Any
-) -> Generator[Any, Any, Any]:
-    """Resume ``coro``, which already yielded ``yielded``, inside a Task."""
-    send = coro.send
-    throw = coro.throw
-    while True:
-        try:
-            value = yield yielded
-        except BaseException as exc:  # forwarded into the coroutine, incl. CancelledError
-            try:
-                yielded = throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = send(value)
-            except StopIteration as stop:
-                return stop.value
+class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """The rest of a coroutine that already ran its first step and yielded ``yielded``.
+
+    A Task drives it like any coroutine. Unlike a generator wrapper, a ``throw`` that
+    arrives before the first ``send`` (a cancel requested during the eager step) reaches the
+    grain's coroutine where it is suspended, so its ``except``/``finally`` blocks run.
+    """
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded: Any = _NOTHING if yielded is None else yielded
+        if yielded is None:
+            self._yielded = _BARE
+
+    def send(self, value: Any) -> Any:
+        first = self._yielded
+        if first is not _NOTHING:
+            self._yielded = _NOTHING
+            return None if first is _BARE else first
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._yielded = _NOTHING
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover - legacy signature
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        raise TypeError("a Continuation is driven by its Task, not awaited")
+
+
+_NOTHING: Final = object()
+_BARE: Final = object()  # the coroutine yielded None (asyncio.sleep(0))
 
 
 if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
@@ -174,7 +192,7 @@ else:
                 del _current_tasks[loop]
             else:
                 _current_tasks[loop] = previous
-        task = loop.create_task(continue_in_generator(coro, yielded), context=context)
+        task = loop.create_task(Continuation(coro, yielded), context=context)
         _free[depth] = None  # this stand-in now belongs to the task
         stand_in.bind(task)
         return task, None

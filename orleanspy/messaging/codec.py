@@ -62,14 +62,17 @@ def qualified_name(cls: type) -> str:
     return name
 
 
-def resolve_name(name: str) -> type | None:
-    """Find a class by ``module:qualname``, importing the module if needed; None if absent."""
+def resolve_name(name: str, allow_import: bool = True) -> type | None:
+    """Find a class by ``module:qualname``, importing the module if needed and allowed;
+    None if absent."""
     cls = _type_cache.get(name)
     if cls is not None:
         return cls
     module_name, _, qualname = name.partition(":")
     module = sys.modules.get(module_name)
     if module is None:
+        if not allow_import:
+            return None
         try:
             module = importlib.import_module(module_name)
         except Exception:
@@ -100,12 +103,18 @@ def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class Codec:
     """Encodes and decodes values; ``reference_factory`` rebuilds grain references."""
 
-    __slots__ = ("_packer", "reference_factory")
+    __slots__ = ("_packer", "allow_import", "reference_factory")
 
     def __init__(
-        self, reference_factory: Callable[[str, GrainId], Any] | None = None
+        self,
+        reference_factory: Callable[[str, GrainId], Any] | None = None,
+        *,
+        allow_import: bool = True,
     ) -> None:
         self.reference_factory = reference_factory
+        # A silo decodes data from clients: it resolves types only among modules it has
+        # already imported, so a peer cannot make it import (run) arbitrary modules.
+        self.allow_import = allow_import
         self._packer = msgpack.Packer(
             default=self._default, strict_types=True, use_bin_type=True, autoreset=True
         )
@@ -117,9 +126,9 @@ class Codec:
         except SerializationError:
             self._packer.reset()
             raise
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             self._packer.reset()
-            raise SerializationError(f"cannot serialise with msgpack: {exc}") from exc
+            raise SerializationError(f"cannot serialise with msgpack: {exc!r}") from exc
 
     def _nested(self, obj: Any) -> bytes:
         return msgpack.packb(obj, default=self._default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
@@ -188,9 +197,12 @@ class Codec:
 
     # -- decode --------------------------------------------------------------------------
     def unpackb(self, data: bytes | bytearray | memoryview) -> Any:
-        return msgpack.unpackb(
-            data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
-        )
+        try:
+            return msgpack.unpackb(
+                data, ext_hook=self._ext_hook, raw=False, strict_map_key=False, use_list=True
+            )
+        except RecursionError as exc:
+            raise SerializationError("cannot decode: the value is nested too deeply") from exc
 
     def _ext_hook(self, code: int, data: bytes) -> Any:
         if code == EXT_TUPLE:
@@ -214,7 +226,7 @@ class Codec:
             return frozenset(self.unpackb(data))
         if code == EXT_ENUM:
             name, value = self.unpackb(data)
-            cls = resolve_name(name)
+            cls = resolve_name(name, self.allow_import)
             if cls is None or not issubclass(cls, enum.Enum):
                 raise SerializationError(
                     f"enum {name} is not importable here; install or import its module"
@@ -222,7 +234,7 @@ class Codec:
             return cls(value)
         if code == EXT_DATACLASS:
             name, values = self.unpackb(data)
-            cls = resolve_name(name)
+            cls = resolve_name(name, self.allow_import)
             if cls is None or not dataclasses.is_dataclass(cls):
                 raise SerializationError(
                     f"dataclass {name} is not importable here; install or import its module"
@@ -235,7 +247,7 @@ class Codec:
             return obj
         if code == EXT_EXCEPTION:
             name, args, message = self.unpackb(data)
-            cls = resolve_name(name)
+            cls = resolve_name(name, self.allow_import)
             if cls is not None and issubclass(cls, BaseException) and args is not None:
                 try:
                     return cls(*args)

@@ -72,6 +72,10 @@ class FramedConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self.protocol_error(str(exc))
             return
+        except Exception as exc:  # a bug, or input we failed to validate: this peer only
+            self.log.error("connection_frame_failed", peer=self.peer, error=repr(exc))
+            self.protocol_error(f"frame handling failed: {exc!r}")
+            return
         if pos:
             del buf[:pos]
 

@@ -9,6 +9,7 @@ missed while no silo ran are not replayed: the next tick is the next multiple of
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,7 @@ class ReminderService:
         entry = ReminderEntry(grain.grain_id, name, self._silo.clock.time() + due, period)
         etag = await self.table.upsert(entry)
         entry = ReminderEntry(entry.grain_id, name, entry.start_at, period, etag)
-        self._schedule(entry)
+        self._schedule(entry, first=True)
         return entry
 
     async def unregister(self, grain_id: GrainId, name: str) -> bool:
@@ -90,27 +91,32 @@ class ReminderService:
     async def list(self, grain_id: GrainId) -> list[ReminderEntry]:
         return await self.table.read_rows(grain_id)
 
-    def _schedule(self, entry: ReminderEntry) -> None:
+    def _schedule(self, entry: ReminderEntry, first: bool = False) -> None:
         key = (entry.grain_id, entry.name)
         old = self._handles.pop(key, None)
         if old is not None:
             old.cancel()
         self._entries[key] = entry
         now = self._silo.clock.time()
-        if now <= entry.start_at:
-            at = entry.start_at
+        if now <= entry.start_at or first:
+            at = entry.start_at  # a new reminder fires at its due time, even if just passed
         else:
             k = math.ceil((now - entry.start_at) / entry.period)
             at = entry.start_at + k * entry.period
         loop = asyncio.get_running_loop()
-        self._handles[key] = loop.call_later(max(0.0, at - now), self._fire, key, at)
+        # An empty context: a tick is not part of the turn that registered it (no call chain).
+        self._handles[key] = loop.call_later(
+            max(0.0, at - now), self._fire, key, at, context=contextvars.Context()
+        )
 
     def _fire(self, key: tuple[GrainId, str], at: float) -> None:
         self._handles.pop(key, None)
         entry = self._entries.get(key)
         if entry is None:
             return
-        task = asyncio.get_running_loop().create_task(self._deliver(entry, at))
+        task = asyncio.get_running_loop().create_task(
+            self._deliver(entry, at), context=contextvars.Context()
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -40,6 +40,7 @@ from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
     FLAG_READ_ONLY,
+    FLAG_SELF_CALL,
     FLAG_SUPPRESS_KEEP_ALIVE,
     Direction,
     Message,
@@ -203,7 +204,9 @@ class Activation:
             grain.__init__()
             self.grain = grain
             await grain.on_activate()
-        except Exception as exc:
+        except BaseException as exc:  # incl. CancelledError: the activation must not hang
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             self.silo.log.warning(
                 "grain_activation_failed", grain=self.name, error=repr(exc)
             )
@@ -227,6 +230,9 @@ class Activation:
         self.reason = DeactivationReason.ACTIVATION_FAILED
         self.silo.catalog.remove(self)
         pending = list(self.waiting) + [m for m, _ in self.blocked]
+        for _, room in self.blocked:
+            if room is not None and not room.done():
+                room.set_result(None)
         self.waiting.clear()
         self.blocked.clear()
         for msg in pending:
@@ -264,6 +270,8 @@ class Activation:
         self.silo.track(task)
 
     async def _teardown(self) -> None:
+        for timer in list(self.timers):
+            timer.dispose()
         grain = self.grain
         token = current_turn.set((self, _TEARDOWN))
         try:
@@ -340,6 +348,14 @@ class Activation:
     def _admissible_now(self, msg: Message) -> bool:
         """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``.)"""
         if self.state is not ActivationState.VALID:
+            # While deactivating, calls made by a running request (reentrant, always-
+            # interleave or call-chain) still get in; fresh requests wait for redispatch.
+            if (
+                self.state is ActivationState.DEACTIVATING
+                and self.running
+                and any(e[1] in self.running for e in msg.chain)
+            ):
+                return self._may_invoke(msg)
             return False
         if not self.waiting:
             return self._may_invoke(msg)
@@ -375,6 +391,8 @@ class Activation:
         if state is ActivationState.INVALID:
             if self.error is not None:  # activation failed: its callers get the error
                 self._deliver(msg, False, self.error)
+            elif msg.invoke is not None:
+                pass  # a timer tick of a gone activation dies with it
             else:
                 self.silo.dispatcher.redispatch(msg)
             return None
@@ -394,7 +412,11 @@ class Activation:
 
     def _is_self_call(self, msg: Message) -> bool:
         chain = msg.chain
-        return msg.invoke is not None or (bool(chain) and chain[-1][1] in self.running)
+        return (
+            msg.invoke is not None
+            or bool(msg.flags & FLAG_SELF_CALL)
+            or (bool(chain) and chain[-1][1] in self.running)
+        )
 
     def _overflow(self, msg: Message, wait: bool) -> asyncio.Future[None] | None:
         """Apply the overflow policy to a message that finds the mailbox full."""
@@ -487,8 +509,12 @@ class Activation:
         ``msg.reply``.
         """
         self.running[msg.id] = msg
-        if self.blocking is None and not msg.flags & FLAG_ALWAYS_INTERLEAVE:
-            self.blocking = msg
+        blocking = self.blocking
+        if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
+            blocking is None
+            or (blocking.flags & FLAG_READ_ONLY and not msg.flags & FLAG_READ_ONLY)
+        ):
+            self.blocking = msg  # a write that got in (reentrancy) blocks read-only calls
         try:
             if msg.invoke is not None:
                 coro = msg.invoke()
@@ -536,10 +562,16 @@ class Activation:
         else:
             exc = task.exception()
         self._finish(msg, exc)
-        if exc is None:
-            self._deliver(msg, True, task.result())
-        else:
-            self._deliver(msg, False, exc)
+        try:
+            if exc is None:
+                self._deliver(msg, True, task.result())
+            else:
+                self._deliver(msg, False, exc)
+        except Exception as err:  # the reply itself failed (e.g. unencodable result)
+            self.silo.log.error("grain_reply_failed", grain=self.name, method=msg.method,
+                                error=repr(err))
+            if msg.reply is not None:
+                msg.reply(False, InternalError(f"the reply of {msg.method} failed: {err!r}"))
 
     def _finish(self, msg: Message, exc: BaseException | None) -> None:
         running = self.running
@@ -585,7 +617,9 @@ class Activation:
             task, _ = eager_start(
                 self.silo.loop, coro, copy_context(), _enter_turn, self, _ACTIVATE
             )
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
             raise InternalError(f"activation of {self.name} crashed") from exc
         if task is not None:
             self.silo.track(task)

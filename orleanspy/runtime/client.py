@@ -105,6 +105,7 @@ class _ClientConnection(FramedConnection):
         self.codec = client.codec
         self.pending = client._pending
         self.handshake: asyncio.Future[Any] = self._loop.create_future()
+        self._silent = False  # a connection that never became the client's: no effects
 
     def frame_received(self, payload: bytes) -> None:
         try:
@@ -147,7 +148,9 @@ class _ClientConnection(FramedConnection):
             self.handshake.set_exception(
                 SiloUnavailableError(f"gateway {self.peer} closed the connection")
             )
-        self.client._connection_lost(self)
+            self.handshake.exception()  # retrieved: _open reports it
+        if not self._silent:
+            self.client._connection_lost(self)
 
 
 class ClusterClient:
@@ -222,6 +225,7 @@ class ClusterClient:
         for i in range(len(opts.gateways)):
             gw = opts.gateways[(self._next_gateway + i) % len(opts.gateways)]
             host, _, port = gw.rpartition(":")
+            conn = None
             try:
                 async with asyncio.timeout(opts.connect_timeout):
                     _, conn = await loop.create_connection(
@@ -239,9 +243,13 @@ class ClusterClient:
                     )
                     reply = await conn.handshake
             except (OSError, TimeoutError, SiloUnavailableError) as exc:
+                if conn is not None:
+                    conn._silent = True
+                    conn.close()
                 errors.append(f"{gw}: {exc!r}")
                 continue
             if not isinstance(reply, dict) or not reply.get("ok"):
+                conn._silent = True
                 conn.close()
                 error = reply.get("error") if isinstance(reply, dict) else repr(reply)
                 errors.append(f"{gw}: handshake refused: {error}")
@@ -257,8 +265,9 @@ class ClusterClient:
         )
 
     def _connection_lost(self, conn: _ClientConnection) -> None:
-        if self._conn is conn:
-            self._conn = None
+        if self._conn is not conn:
+            return  # not the connection the pending calls went out on
+        self._conn = None
         pending = self._pending
         if pending:
             failed = list(pending.items())
@@ -315,6 +324,8 @@ class ClusterClient:
             conn = await self._connection()
         if conn._write_paused:
             await conn.wait_writable()
+            if conn.closed:
+                raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
         corr = next(self._ids)
         t = timeout or self.options.response_timeout
         payload = self.codec.packb(
@@ -324,6 +335,9 @@ class ClusterClient:
         pending = self._pending
         pending[corr] = fut
         conn.send(payload)
+        if conn.closed:
+            pending.pop(corr, None)
+            raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
         deadlines = self._deadlines
         if deadlines is None:
             deadlines = self._deadlines = _Deadlines(conn._loop, pending)
@@ -344,6 +358,8 @@ class ClusterClient:
         if conn is None or conn.closed:
             conn = await self._connection()
         await conn.wait_writable()
+        if conn.closed:
+            raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
         payload = self.codec.packb(
             [1, next(self._ids), grain_id.type_name, grain_id.key, method, list(args), kwargs,
              None, []]

@@ -16,16 +16,20 @@ from orleanspy.errors import (
     MessageRejectedError,
     SiloUnavailableError,
 )
-from orleanspy.grains.context import current_chain, current_turn, turn_chain
+from orleanspy.grains.context import current_turn, turn_chain
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, is_immutable
-from orleanspy.messaging.message import Direction, Message
+from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
 
 if TYPE_CHECKING:
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["Dispatcher"]
+
+
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
 
 
 def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
@@ -53,13 +57,15 @@ class Dispatcher:
     # -- values ---------------------------------------------------------------------------
     def _copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         for a in args:
-            if not is_immutable(a):
+            if not is_immutable(a) or (type(a) is int and not _MIN_INT <= a <= _MAX_INT):
                 codec = self._codec
                 return tuple(codec.unpackb(codec.packb(list(args))))
         return args
 
     def _copy(self, value: Any) -> Any:
-        if is_immutable(value):
+        if is_immutable(value) and not (
+            type(value) is int and not _MIN_INT <= value <= _MAX_INT
+        ):
             return value
         codec = self._codec
         return codec.unpackb(codec.packb(value))
@@ -116,7 +122,10 @@ class Dispatcher:
                     handle.cancel()
             else:
                 result = result.result()
-        return result if type(result) in IMMUTABLE_TYPES else self._copy(result)
+        t = type(result)
+        if t in IMMUTABLE_TYPES and (t is not int or _MIN_INT <= result <= _MAX_INT):
+            return result
+        return self._copy(result)
 
     async def send_one_way(
         self,
@@ -129,7 +138,12 @@ class Dispatcher:
             args = self._copy_args(args)
         if kwargs:
             kwargs = self._copy(kwargs)
-        msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, current_chain())
+        # The sender does not wait for a one-way call: its chain must not make the receiver's
+        # calls back look like a cycle. Only "to myself" is kept (never held back).
+        msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, ())
+        turn = current_turn.get()
+        if turn is not None and turn[0].grain_id == grain_id:
+            msg.flags |= FLAG_SELF_CALL
         act = self._locate(grain_id, method, msg)
         room = act.enqueue(msg, wait=True)
         if room is not None:

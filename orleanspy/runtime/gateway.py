@@ -26,6 +26,22 @@ if TYPE_CHECKING:
 __all__ = ["Gateway"]
 
 
+def _raw_ext(code: int, data: bytes) -> Any:
+    return None
+
+
+def _chain_entry(entry: Any) -> tuple[str, int, bool]:
+    if (
+        type(entry) is not list
+        or len(entry) != 3
+        or type(entry[0]) is not str
+        or type(entry[1]) is not int
+        or type(entry[2]) is not bool
+    ):
+        raise ValueError(f"bad call-chain entry {entry!r}: expected [str, int, bool]")
+    return (entry[0], entry[1], entry[2])
+
+
 class GatewayConnection(FramedConnection):
     """One client connection on the silo side."""
 
@@ -50,6 +66,12 @@ class GatewayConnection(FramedConnection):
     def frame_received(self, payload: bytes) -> None:
         try:
             obj = self.codec.unpackb(payload)
+        except SerializationError as exc:
+            # Well-formed msgpack whose values this silo cannot rebuild (an unknown
+            # dataclass, say): answer that one request, keep the connection.
+            if self.ready and self._reject_one(payload, exc):
+                return
+            raise ProtocolError(f"undecodable frame ({exc})") from exc
         except Exception as exc:
             raise ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})") from exc
         if not self.ready:
@@ -71,8 +93,8 @@ class GatewayConnection(FramedConnection):
         one_way = kind == 1
         try:
             gid = GrainId(type_name, normalize_key(key))
-            entries = tuple((str(e[0]), int(e[1]), bool(e[2])) for e in chain)
-        except (TypeError, ValueError, IndexError) as exc:
+            entries = tuple(_chain_entry(e) for e in chain) if chain else ()
+        except Exception as exc:  # a bad key or chain: answer this request, keep serving
             if not one_way:
                 self._reply(corr, False, exc)
             return
@@ -111,17 +133,36 @@ class GatewayConnection(FramedConnection):
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
 
+    def _reject_one(self, payload: bytes, exc: Exception) -> bool:
+        try:
+            raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_raw_ext)
+        except Exception:
+            return False
+        if type(raw) is not list or len(raw) != 9 or type(raw[1]) is not int:
+            return False
+        if raw[0] == 0:
+            self._reply(raw[1], False, SerializationError(
+                f"the silo cannot decode this request's arguments: {exc}"
+            ))
+        return True
+
     def _reply(self, corr: int, ok: bool, value: Any) -> None:
         if self.closed:
             return
         codec = self.codec
-        if ok:
-            try:
-                payload = codec.packb([2, corr, True, value])
-            except SerializationError as exc:
-                payload = codec.packb([2, corr, False, encode_error(codec, exc)])
-        else:
-            payload = codec.packb([2, corr, False, encode_error(codec, value)])
+        try:
+            if ok:
+                try:
+                    payload = codec.packb([2, corr, True, value])
+                except SerializationError as exc:
+                    payload = codec.packb([2, corr, False, encode_error(codec, exc)])
+            else:
+                payload = codec.packb([2, corr, False, encode_error(codec, value)])
+        except Exception as exc:  # even the error does not encode: say so plainly
+            payload = codec.packb([2, corr, False, {
+                "type": "orleanspy.errors:InternalError", "args": None,
+                "message": f"the reply could not be encoded: {exc!r}", "tb": "",
+            }])
         self.send(payload)
 
 

@@ -126,7 +126,7 @@ class Silo:
 
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
-        self.codec = Codec(self._reference_factory)
+        self.codec = Codec(self._reference_factory, allow_import=False)
         self.address = SiloAddress(self.options.host, self.options.port, int(time.time()))
         self.name = f"{self.options.host}:{self.options.port}"
         self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
@@ -207,10 +207,12 @@ class Silo:
         await self.dispatcher.send_one_way(grain_id, method, args, kwargs)
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
-        cls = resolve_name(cls_name) if cls_name else None
+        info = self.registry.get(grain_id.type_name)
+        if info is not None:
+            return make_reference(self, info.cls, grain_id.key, grain_id)
+        cls = resolve_name(cls_name, allow_import=False) if cls_name else None
         if cls is not None and issubclass(cls, Grain):
             return make_reference(self, cls, grain_id.key, grain_id)
-        info = self.registry.get(grain_id.type_name)
         if info is not None:
             return make_reference(self, info.cls, grain_id.key, grain_id)
         return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
@@ -316,11 +318,20 @@ class Silo:
                     task.cancel()
             for task in list(self._tasks):  # hanging on_activate / on_deactivate
                 task.cancel()
-        tasks = list(self._tasks)
-        if tasks:
-            _, still = await asyncio.wait(tasks, timeout=self.options.shutdown_timeout)
-            if still:
-                self.log.error("silo_shutdown_tasks_abandoned", count=len(still))
+        # Cancelled turns start their teardowns (on_deactivate, state flush) from their done
+        # callbacks: wait for those too, bounded, before storage closes.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.shutdown_timeout
+        while True:
+            turns = [t for act in acts for t in act.tasks]
+            pending = [*turns, *self._tasks]
+            if not pending:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                self.log.error("silo_shutdown_tasks_abandoned", count=len(pending))
+                break
+            await asyncio.wait(pending, timeout=remaining)
 
     async def wait_stopped(self) -> None:
         if self._stopped is None:

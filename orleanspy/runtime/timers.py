@@ -13,6 +13,7 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
+from orleanspy.runtime.activation import ActivationState
 
 if TYPE_CHECKING:
     from orleanspy.runtime.activation import Activation
@@ -76,6 +77,9 @@ class GrainTimer:
         if self._disposed:
             return
         act = self._activation
+        if act.state >= ActivationState.DEACTIVATING:
+            self.dispose()
+            return
         msg = Message(Direction.ONE_WAY, act.grain_id, self.name, (), None, flags=self._flags)
         msg.invoke = self._invoke
         msg.reply = self._done

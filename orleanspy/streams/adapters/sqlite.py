@@ -22,6 +22,7 @@ producers that were waiting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,18 +57,31 @@ _SCHEMA: Final = (
     " size INTEGER NOT NULL)",
     "CREATE INDEX IF NOT EXISTS stream_queue_by_queue ON stream_queue (queue, seq)",
 )
-_INSERT: Final = (
-    "INSERT INTO stream_queue (queue, namespace, key, events, size) VALUES (?, ?, ?, ?, ?)"
-)
+_COLUMNS: Final = 5  # queue, namespace, key, events, size
 _SELECT: Final = (
     "SELECT seq, namespace, key, events, size FROM stream_queue "
     "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
-_DELETE: Final = "DELETE FROM stream_queue WHERE seq = ? AND queue = ?"
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
+_MAX_CHUNK: Final = 256  # rows per statement; 5 * 256 parameters, far below SQLite's limit
 _STREAM_ID_CACHE_SIZE: Final = 4096
 
-_Row = tuple[str, str, bytes, bytes, int]
+
+@functools.cache
+def _insert_sql(n: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * n)
+    return f"INSERT INTO stream_queue (queue, namespace, key, events, size) VALUES {values}"
+
+
+@functools.cache
+def _delete_sql(n: int) -> str:
+    marks = ", ".join(["?"] * n)
+    return f"DELETE FROM stream_queue WHERE queue = ? AND seq IN ({marks})"
+
+
+def _chunk_size(remaining: int) -> int:
+    """The largest power of two <= ``remaining``, at most ``_MAX_CHUNK``."""
+    return min(_MAX_CHUNK, 1 << (remaining.bit_length() - 1))
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -75,8 +89,23 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _insert(conn: sqlite3.Connection, rows: list[_Row]) -> None:
-    conn.executemany(_INSERT, rows)
+def _insert(conn: sqlite3.Connection, params: list[Any]) -> None:
+    """Insert rows given as one flat parameter list, in order, a few statements in all."""
+    start, end = 0, len(params)
+    while start < end:
+        n = _chunk_size((end - start) // _COLUMNS)
+        stop = start + n * _COLUMNS
+        conn.execute(_insert_sql(n), params[start:stop])
+        start = stop
+
+
+def _delete(conn: sqlite3.Connection, queue: str, seqs: list[int]) -> None:
+    """Delete rows by seq, padding each IN list to a power of two (one cached statement)."""
+    for start in range(0, len(seqs), _MAX_CHUNK):
+        chunk = seqs[start : start + _MAX_CHUNK]
+        n = len(chunk)
+        size = n if n & (n - 1) == 0 else 1 << n.bit_length()
+        conn.execute(_delete_sql(size), [queue, *chunk, *[chunk[-1]] * (size - n)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +186,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         self._check_ready("messages_delivered()")
         if batch:
             queue = self._queue_text
-            await self._db.executemany(_DELETE, [(c.token.sequence, queue) for c in batch])
+            await self._db.transaction(_delete, queue, [c.token.sequence for c in batch])
 
     async def shutdown(self) -> None:
         self._state = "stopped"
@@ -191,7 +220,7 @@ class SqliteQueueAdapter(QueueAdapter):
         self._db = SqliteDatabase(path)
         self._codec = Codec()
         self._state = "new"
-        self._rows: list[_Row] = []
+        self._rows: list[Any] = []  # pending rows, flattened: _COLUMNS values per row
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._commits = 0
@@ -246,9 +275,7 @@ class SqliteQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         pack = self._codec.packb
         payload = pack(list(events))
-        self._rows.append(
-            (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
-        )
+        self._rows += (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         if self._flusher is None:
@@ -270,7 +297,7 @@ class SqliteQueueAdapter(QueueAdapter):
                             waiter.set_exception(exc)
                     continue
                 self._commits += 1
-                self._committed += len(rows)
+                self._committed += len(rows) // _COLUMNS
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)

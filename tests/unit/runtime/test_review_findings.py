@@ -1,4 +1,4 @@
-"""Review findings: each test demonstrates one runtime bug (xfail strict until fixed).
+"""Review findings: each test pins a runtime bug found in review (all fixed).
 
 Every test is bounded by ``asyncio.timeout`` (or a grain-call timeout where the bug *is* a
 hang) and synchronises on probe events / runtime state, never on sleeps.
@@ -225,23 +225,12 @@ async def read_frame(reader: asyncio.StreamReader) -> Any:
 # -- 1. eager start (3.11): a cancel requested before the continuation task's first step ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: eager.py bind() cancels the continuation Task before its first step; the "
-    "CancelledError is thrown into the unstarted continue_in_generator and never reaches "
-    "the grain coroutine (its except/finally do not run)",
-)
 async def test_sync_self_cancel_reaches_the_grain_coroutine(make_silo):
     silo = await make_silo(EagerCancel)
     async with asyncio.timeout(WAIT):
         assert await silo.get_grain(EagerCancel, "a").self_cancel() == "handled"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: asyncio.timeout(0) entered before the first await cancels the stand-in; "
-    "the cancel never reaches the grain coroutine so TimeoutError is never raised in it",
-)
 async def test_timeout_zero_before_first_await_raises_timeout_in_the_grain(make_silo):
     silo = await make_silo(EagerCancel)
     async with asyncio.timeout(WAIT):
@@ -251,11 +240,6 @@ async def test_timeout_zero_before_first_await_raises_timeout_in_the_grain(make_
 # -- 2. CancelledError out of on_activate leaves the activation ACTIVATING forever -----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Activation._activate/_run_internal catch only Exception; a CancelledError "
-    "from on_activate leaves the activation ACTIVATING in the catalog, its callers unanswered",
-)
 @pytest.mark.parametrize("cls", [CancelOnActivateSync, CancelOnActivateAsync])
 async def test_cancelled_on_activate_fails_the_activation(make_silo, cls):
     silo = await make_silo(cls, response_timeout=1.0)
@@ -274,11 +258,6 @@ async def test_cancelled_on_activate_fails_the_activation(make_silo, cls):
 # -- 3. failed activation never releases one-way senders suspended on a full mailbox --------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Activation._fail_activation clears `blocked` without resolving the room "
-    "futures; a one-way sender suspended on the full mailbox waits forever",
-)
 async def test_failed_activation_releases_suspended_one_way_senders(make_silo, probe):
     silo = await make_silo(FailSlowActivation)
     ref = silo.get_grain(FailSlowActivation, "a")
@@ -297,11 +276,6 @@ async def test_failed_activation_releases_suspended_one_way_senders(make_silo, p
 # -- 4. a timer registered while deactivating outlives the activation ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: timers registered after deactivate() are never disposed; their tick hits the "
-    "INVALID activation, is redispatched to a fresh activation and runs the old grain's callback",
-)
 async def test_timer_registered_while_deactivating_dies_with_the_activation(make_silo, probe):
     silo = await make_silo(TimerLeave)
     ref = silo.get_grain(TimerLeave, "a")
@@ -318,11 +292,6 @@ async def test_timer_registered_while_deactivating_dies_with_the_activation(make
 # -- 5. silo.stop() after the shutdown timeout returns before the teardown ran --------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Silo._deactivate_all snapshots silo._tasks before cancelled turns finish; the "
-    "teardowns they trigger run after stop() returned and after storage was closed",
-)
 async def test_stop_after_shutdown_timeout_waits_for_teardown(make_silo, probe):
     silo = await make_silo(StuckAtShutdown, shutdown_timeout=0.2)
     ref = silo.get_grain(StuckAtShutdown, "a")
@@ -345,11 +314,6 @@ async def test_stop_after_shutdown_timeout_waits_for_teardown(make_silo, probe):
 # -- 6. reminder ticks inherit the registering turn's call chain ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ReminderService schedules with loop.call_later inside the grain turn, so ticks "
-    "run in a copy of that turn's context and carry its call chain -> false DeadlockError",
-)
 async def test_reminder_tick_is_not_a_deadlock_with_the_registering_turn(make_silo, probe):
     silo = await make_silo(ReminderHolder, minimum_reminder_period=1.0)
     rec = LogRecorder(silo.log)
@@ -368,12 +332,6 @@ async def test_reminder_tick_is_not_a_deadlock_with_the_registering_turn(make_si
         await probe.wait_logged(("reminder", "r"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ReminderService.register takes start_at before the table upsert and "
-    "_schedule rounds a start_at already in the past up to the next period: due=0 (or any "
-    "due shorter than the upsert) first fires a whole period late",
-)
 async def test_reminder_with_due_zero_fires_now(make_silo, probe):
     silo = await make_silo(ReminderHolder, minimum_reminder_period=1.0)
     ref = silo.get_grain(ReminderHolder, "a")
@@ -387,11 +345,6 @@ async def test_reminder_with_due_zero_fires_now(make_silo, probe):
 # -- 7. one-way calls carry the sender's call chain ------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: send_one_way stamps the caller's chain on a one-way message although the "
-    "caller does not wait; a call back from the receiver raises a false DeadlockError",
-)
 async def test_call_back_from_a_one_way_receiver_is_not_a_deadlock(make_silo, probe):
     silo = await make_silo(OneWayA, OneWayB)
     a = silo.get_grain(OneWayA, "a")
@@ -416,11 +369,6 @@ async def test_call_back_from_a_one_way_receiver_is_not_a_deadlock(make_silo, pr
 # -- 8. read-only blocking request is not replaced by a chain-reentrant write ----------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Activation._start keeps a read-only `blocking` when a non-read-only request "
-    "enters through call-chain reentrancy; another read-only request then interleaves with it",
-)
 async def test_read_only_does_not_interleave_with_a_reentrant_write(make_silo, probe):
     silo = await make_silo(ReadWrite, RWHelper)
     ref = silo.get_grain(ReadWrite, "a")
@@ -439,11 +387,6 @@ async def test_read_only_does_not_interleave_with_a_reentrant_write(make_silo, p
 # -- 9. a reentrant grain's own interleaved call after deactivate_on_idle hangs --------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: once DEACTIVATING, _admissible_now refuses everything, incl. calls a running "
-    "reentrant request makes to its own activation -> it waits until response_timeout",
-)
 async def test_reentrant_self_call_after_deactivate_on_idle_completes(make_silo):
     silo = await make_silo(ReentrantLeave, response_timeout=1.0)
     async with asyncio.timeout(WAIT):
@@ -453,12 +396,6 @@ async def test_reentrant_self_call_after_deactivate_on_idle_completes(make_silo)
 # -- 10. gateway: one undecodable request closes the whole connection ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: GatewayConnection.frame_received turns any decode error (e.g. a dataclass "
-    "the silo cannot import) into ProtocolError and closes the connection, failing every "
-    "other pending call of that client",
-)
 async def test_gateway_undecodable_argument_fails_only_that_call(make_cluster, probe):
     cluster = await make_cluster(Echo)
 
@@ -479,12 +416,6 @@ async def test_gateway_undecodable_argument_fails_only_that_call(make_cluster, p
 # -- 11. gateway: a bad chain entry escapes data_received -----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: frame_received validates chain entries catching only TypeError/ValueError/"
-    "IndexError; OverflowError (inf) or KeyError (a map entry) escapes data_received and "
-    "asyncio aborts the connection with a fatal-error log",
-)
 async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
     # {"a": 1} as the entry (KeyError) escapes the same way
     entry = ["x", float("inf"), False]
@@ -521,12 +452,6 @@ async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
 # -- 12. codec RecursionError is not a SerializationError: a remote reply is lost ------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Codec.packb converts TypeError/ValueError/OverflowError but not the "
-    "RecursionError of nested ext tuples; in _task_done it escapes the reply callback and the "
-    "remote caller never gets an answer",
-)
 async def test_unserialisable_recursive_result_is_answered_remotely(make_cluster):
     cluster = await make_cluster(Echo)
     ref = cluster.client.get_grain(Echo, "k").with_timeout(2.0)
@@ -538,11 +463,6 @@ async def test_unserialisable_recursive_result_is_answered_remotely(make_cluster
 # -- 13. client: a call resumed after wait_writable on a dead connection times out -----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ClusterClient.call registers its future after awaiting wait_writable without "
-    "re-checking conn.closed; send() is a no-op and the call waits for its full timeout",
-)
 async def test_client_call_on_connection_lost_while_paused_fails_fast(make_cluster, probe):
     cluster = await make_cluster(Echo)
     client = cluster.client
@@ -562,11 +482,6 @@ async def test_client_call_on_connection_lost_while_paused_fails_fast(make_clust
 # -- 14. in-process calls accept ints the wire cannot carry ----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: is_immutable() skips the copy for every int, so a > 64-bit int passes an "
-    "in-process call although it fails across processes (docs promise the same failure)",
-)
 async def test_local_call_rejects_int_wider_than_64_bits(make_silo):
     silo = await make_silo(Echo)
     async with asyncio.timeout(WAIT):
