@@ -122,8 +122,8 @@ class Dispatcher:
                     handle.cancel()
             else:
                 result = result.result()
-        t = type(result)
-        if t in IMMUTABLE_TYPES and (t is not int or _MIN_INT <= result <= _MAX_INT):
+        kind = type(result)
+        if kind in IMMUTABLE_TYPES and (kind is not int or _MIN_INT <= result <= _MAX_INT):
             return result
         return self._copy(result)
 

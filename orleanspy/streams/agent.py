@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from orleanspy.errors import (
     EventsMissedError,
     FaultedSubscriptionError,
+    GatingRevokedError,
     QueueCacheMissError,
     StreamDeliveryError,
 )
@@ -63,7 +64,7 @@ class AgentStatistics:
 
 
 class _Subscription:
-    __slots__ = ("consumer", "cursor", "record", "stream_id", "task")
+    __slots__ = ("consumer", "cursor", "member", "progress_at", "record", "stream_id", "task")
 
     def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
         self.record = record
@@ -71,6 +72,8 @@ class _Subscription:
         self.consumer = consumer
         self.cursor: CacheCursor | None = None
         self.task: asyncio.Task[None] | None = None
+        self.member = False  # a gating member of the tagged group
+        self.progress_at = 0.0  # when it last delivered (or was caught up)
 
 
 class PullingAgent(SystemTarget):
@@ -146,6 +149,7 @@ class PullingAgent(SystemTarget):
 
     async def read_once(self) -> None:
         """One cycle: purge and ack, check pressure, read while reads come back full."""
+        self._revoke_unresponsive()
         await self._ack()
         cache = self.cache
         while not self._stopping:
@@ -238,9 +242,11 @@ class PullingAgent(SystemTarget):
         sub = _Subscription(record, sid, consumer)
         self.streams.setdefault(sid, {})[record.sub_id] = sub
         flow = self.options.flow_for(sid.namespace)
-        gating = flow.strategy == "min" or (
-            flow.strategy == "tagged" and record.tag is not None and record.tag == flow.group
+        sub.member = flow.strategy == "tagged" and record.tag is not None and (
+            record.tag == flow.group
         )
+        sub.progress_at = asyncio.get_running_loop().time()
+        gating = flow.strategy == "min" or sub.member
         try:
             sub.cursor = self.cache.cursor(
                 sid, start, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
@@ -250,13 +256,48 @@ class PullingAgent(SystemTarget):
                 sid, miss.low, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
             )
             self._notify_later(sub, miss)
-        self._start_delivery(sub)
+        if sub.member:  # the group may just have reached its minimum size
+            for other in self.streams[sid].values():
+                self._start_delivery(other)
+        else:
+            self._start_delivery(sub)
+
+    def _group_ready(self, sid: StreamId) -> bool:
+        """Tagged flow control: delivery starts once ``min_members`` of the group are in."""
+        flow = self.options.flow_for(sid.namespace)
+        if flow.strategy != "tagged" or flow.min_members <= 1:
+            return True
+        members = sum(1 for s in self.streams.get(sid, {}).values() if s.member)
+        return members >= flow.min_members
+
+    def _revoke_unresponsive(self) -> None:
+        """Tagged flow control: a member stuck longer than the timeout stops gating."""
+        now = asyncio.get_running_loop().time()
+        for sid, subs in self.streams.items():
+            flow = self.options.flow_for(sid.namespace)
+            if flow.strategy != "tagged" or flow.timeout is None:
+                continue
+            for sub in subs.values():
+                cursor = sub.cursor
+                if cursor is None or not cursor.gating:
+                    continue
+                if not cursor.is_set:
+                    sub.progress_at = now
+                elif now - sub.progress_at > flow.timeout:
+                    cursor.set_gating(False)
+                    self.log.warning("stream_member_stopped_gating",
+                                     subscription=sub.record.sub_id, stream=str(sid))
+                    self._notify_later(sub, GatingRevokedError(
+                        f"subscription {sub.record.sub_id} on {sid} did not advance for "
+                        f"{flow.timeout:g} s and no longer holds events for group "
+                        f"{flow.group!r}; it may miss events from now on",
+                    ))
 
     # -- delivery -------------------------------------------------------------------------------
     def _start_delivery(self, sub: _Subscription) -> None:
         if sub.task is None and sub.cursor is not None and not self._stopping and (
             sub.cursor.is_set or sub.cursor.gap is not None
-        ):
+        ) and self._group_ready(sub.stream_id):
             sub.task = asyncio.get_running_loop().create_task(self._deliver_loop(sub))
 
     def _notify_later(self, sub: _Subscription, exc: Exception) -> None:
@@ -292,6 +333,7 @@ class PullingAgent(SystemTarget):
                 if sub.cursor is not cursor:
                     continue  # re-attached (resume) or removed meanwhile
                 cursor.advance(items)
+                sub.progress_at = asyncio.get_running_loop().time()
                 if ok:
                     self.delivered += len(events)
                 if self._wake_reader_needed():

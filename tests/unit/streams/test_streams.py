@@ -443,3 +443,46 @@ async def test_stream_tagged_flow_control_a_stuck_non_member_does_not_gate() -> 
         assert any(isinstance(e, EventsMissedError) for e in SINK.errors["viewer"])
     finally:
         await silo.stop()
+
+
+async def test_stream_tagged_group_waits_for_its_minimum_size() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(flow_control="tagged,group=g,min=2", total_queues=1)
+    try:
+        await silo.get_grain(Consumer, "m1").subscribe("ns", "k", tag="g")
+        await silo.get_grain(Consumer, "other").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(10)))
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await agent.read_once()
+        await agent.read_once()
+        assert SINK.got["m1"] == [] and SINK.got["other"] == []  # the group is not complete
+        assert len(agent.cache) == 10
+        await silo.get_grain(Consumer, "m2").subscribe("ns", "k", tag="g")
+        await SINK.until(lambda: len(SINK.got["m1"]) >= 10 and len(SINK.got["other"]) >= 10)
+        assert SINK.got["m1"] == list(range(10))
+    finally:
+        await silo.stop()
+
+
+async def test_stream_tagged_member_that_stalls_stops_gating_and_is_told() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(flow_control="tagged,group=g,timeout=200ms", total_queues=1)
+    try:
+        SINK.fail = lambda key, item: key == "stuck"
+        await silo.get_grain(Consumer, "stuck").subscribe("ns", "k", tag="g")
+        await silo.get_grain(Consumer, "ok").subscribe("ns", "k", tag="g")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(20)))
+        await SINK.until(lambda: len(SINK.got["ok"]) >= 20)
+        from orleanspy.errors import GatingRevokedError
+
+        await SINK.until(
+            lambda: any(isinstance(e, GatingRevokedError) for e in SINK.errors["stuck"]),
+            timeout=5,
+        )
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await agent.read_once()
+        assert len(agent.cache) == 0  # the stalled member no longer holds the events
+    finally:
+        await silo.stop()
