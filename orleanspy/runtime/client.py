@@ -305,6 +305,13 @@ class ClusterClient:
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         return make_reference(self, grain_class, key)
 
+    def get_stream_provider(self, name: str) -> Any:
+        """Publish to the silos' stream provider ``name``:
+        ``client.get_stream_provider("events").get_stream("ns", key).on_next(item)``."""
+        from orleanspy.streams.publisher import ClientStreamProvider
+
+        return ClientStreamProvider(self, name)
+
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
         cls = resolve_name(cls_name) if cls_name else None
         if cls is not None and issubclass(cls, Grain):

@@ -206,6 +206,16 @@ class Silo:
                            kwargs: dict[str, Any] | None) -> None:
         await self.dispatcher.send_one_way(grain_id, method, args, kwargs)
 
+    def get_stream_provider(self, name: str) -> Any:
+        """The stream provider ``name`` of this silo (``.get_stream(namespace, key)``)."""
+        try:
+            return self.stream_providers[name]
+        except KeyError:
+            raise KeyError(
+                f"no stream provider {name!r} on this silo (configured: "
+                f"{sorted(self.stream_providers) or 'none'})"
+            ) from None
+
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
         info = self.registry.get(grain_id.type_name)
         if info is not None:

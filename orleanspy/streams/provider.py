@@ -88,8 +88,10 @@ class PersistentStreamProvider:
     async def start(self) -> None:
         """Open the adapter and start an agent for every queue the balancer gives us."""
         from orleanspy.streams.agent import PullingAgent
+        from orleanspy.streams.publisher import StreamPublisher
 
         await self.adapter.open()
+        self.silo.add_system_target(StreamPublisher(self), self.name)
         for queue in self.balancer.my_queues(self.mapper.all_queues(), self.silo.name):
             agent = PullingAgent(self, queue)
             self.silo.add_system_target(agent, (self.name, queue.index))

@@ -486,3 +486,20 @@ async def test_stream_tagged_member_that_stalls_stops_gating_and_is_told() -> No
         assert len(agent.cache) == 0  # the stalled member no longer holds the events
     finally:
         await silo.stop()
+
+
+async def test_stream_client_publishes_through_the_gateway() -> None:
+    global SINK
+    SINK = Sink()
+    from orleanspy.testing import TestCluster
+
+    provider = PersistentStreamProvider(MemoryAdapterFactory(),
+                                        StreamProviderOptions(pull_period=0.01))
+    async with TestCluster(GRAINS, stream_providers={"s": provider}) as cluster:
+        await cluster.get_grain(Consumer, "c").subscribe("ns", "from-client")
+        stream = cluster.client.get_stream_provider("s").get_stream("ns", "from-client")
+        for n in range(10):
+            await stream.on_next(n)
+        await stream.on_next_batch([10, 11])
+        await SINK.until(lambda: len(SINK.got["c"]) >= 12)
+        assert SINK.got["c"] == list(range(12))

@@ -1,0 +1,65 @@
+"""StreamPublisher: the system target through which a ClusterClient publishes (1).
+
+Each silo hosts one per stream provider, keyed by the provider's name. A client's
+``on_next`` is a call to it through the gateway; it enqueues like a grain's ``on_next``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orleanspy.grains.interface import grain_type, reentrant
+from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.streams.ids import StreamId
+
+if TYPE_CHECKING:
+    from orleanspy.streams.provider import PersistentStreamProvider
+
+__all__ = ["PUBLISHER_TYPE", "ClientStream", "ClientStreamProvider", "StreamPublisher"]
+
+PUBLISHER_TYPE = "orleanspy.StreamPublisher"
+
+
+@reentrant
+@grain_type(PUBLISHER_TYPE)
+class StreamPublisher(SystemTarget):
+    """Publishes events sent by clients (reentrant: enqueues from many clients overlap)."""
+
+    def __init__(self, provider: PersistentStreamProvider) -> None:
+        self.provider = provider
+
+    async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
+        if events:
+            await self.provider.enqueue(StreamId(namespace, key), list(events))
+
+
+class ClientStream:
+    """A stream as a ClusterClient sees it: it can publish (subscribing is grain-side)."""
+
+    __slots__ = ("_publisher", "stream_id")
+
+    def __init__(self, publisher: Any, stream_id: StreamId) -> None:
+        self._publisher = publisher
+        self.stream_id = stream_id
+
+    def __repr__(self) -> str:
+        return f"<ClientStream {self.stream_id}>"
+
+    async def on_next(self, item: Any) -> None:
+        await self._publisher.publish(self.stream_id.namespace, self.stream_id.key, [item])
+
+    async def on_next_batch(self, items: list[Any]) -> None:
+        await self._publisher.publish(self.stream_id.namespace, self.stream_id.key, list(items))
+
+
+class ClientStreamProvider:
+    """``client.get_stream_provider(name)``: streams of that provider, for publishing."""
+
+    __slots__ = ("_publisher", "name")
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.name = name
+        self._publisher = client.get_grain(PUBLISHER_TYPE, name)
+
+    def get_stream(self, namespace: str, key: Any) -> ClientStream:
+        return ClientStream(self._publisher, StreamId(namespace, key))
