@@ -278,7 +278,9 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
 
     runner = asyncio.Runner()
     try:
-        code = runner.run(run_silo(options, config.app, on_ready=ready))
+        code = runner.run(
+            run_silo(options, config.app, on_ready=ready, stream_providers=config.streams)
+        )
     except BaseException:
         runner.close()
         raise

@@ -47,6 +47,7 @@ ENV_PREFIX: Final = "ORLEANSPY_"
 DEFAULT_CONFIG_FILE: Final = "orleanspy.toml"
 APP_KEY: Final = "app"
 _TABLE: Final = "silo"
+_STREAMS: Final = "streams"
 _CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -71,6 +72,7 @@ class SiloConfig:
 
     options: SiloOptions
     app: tuple[str, ...] = ()
+    streams: Mapping[str, Any] = field(default_factory=dict)
     config_file: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -179,8 +181,10 @@ def parse_toml(path: Path) -> _Layer:
         raise ConfigurationError(f"{label}: not valid TOML: {exc}") from None
 
     entries: dict[str, tuple[str, object]] = {}  # name -> (key as written, value)
-    top_known = [*_FIELDS, APP_KEY, _TABLE]
+    top_known = [*_FIELDS, APP_KEY, _TABLE, _STREAMS]
     for key, value in data.items():
+        if key == _STREAMS:
+            continue  # [streams.NAME] tables: silo/streams_config.py
         if key == _TABLE:
             if not isinstance(value, dict):
                 raise ConfigurationError(
@@ -305,10 +309,18 @@ def load_config(
                 _validate(name, setting)
             merged[name] = setting
     app_setting = merged.pop(APP_KEY, None)
+    streams: dict[str, Any] = {}
     try:
         options = SiloOptions(**{name: s.value for name, s in merged.items()})
     except ConfigurationError as exc:  # pragma: no cover - every field was checked alone
         raise ConfigurationError(f"invalid configuration: {exc}") from None
+    if path is not None:
+        from silo.streams_config import parse_streams
+
+        with path.open("rb") as f:
+            tables = tomllib.load(f).get(_STREAMS)
+        if tables is not None:
+            streams = parse_streams(tables, options.data_dir, str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}
     if app_setting is not None:
         sources[APP_KEY] = app_setting.source
@@ -317,4 +329,5 @@ def load_config(
         app=tuple(app_setting.value) if app_setting is not None else (),
         config_file=path,
         sources=sources,
+        streams=streams,
     )

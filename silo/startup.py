@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, TextIO
 
 import structlog
@@ -137,6 +137,7 @@ async def run_silo(
     *,
     on_ready: Callable[[Silo], None] | None = None,
     signals: Iterable[signal.Signals] = _STOP_SIGNALS,
+    stream_providers: Mapping[str, Any] | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -155,7 +156,7 @@ async def run_silo(
             cannot start (e.g. the gateway port is taken).
     """
     log = get_logger("silo.startup", cluster=options.cluster_id)
-    silo = Silo(options, modules=app_modules)
+    silo = Silo(options, modules=app_modules, stream_providers=dict(stream_providers or {}))
     for module in app_modules:
         if not any(info.cls.__module__ == module for info in silo.registry.values()):
             raise ConfigurationError(
