@@ -52,6 +52,7 @@ class SiloStatistics:
     gateway_connections: int
     collected: int
     reminders_fired: int
+    streams: dict[str, list[Any]]
 
 
 def _open_storage(url: str, data_dir: str) -> GrainStorage:
@@ -370,4 +371,5 @@ class Silo:
             gateway_connections=self.gateway.connection_count if self.gateway else 0,
             collected=self.collector.collected,
             reminders_fired=self.reminders.fired if self.reminders else 0,
+            streams={name: p.statistics() for name, p in self.stream_providers.items()},
         )

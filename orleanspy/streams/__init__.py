@@ -1,1 +1,65 @@
-"""Persistent streams: producers → durable queues → pulling agents → bounded cache → consumers."""
+"""Persistent streams: producers → durable queues → pulling agents → bounded cache → consumers.
+
+Configure a provider on the silo, publish from grains or clients, subscribe from grains::
+
+    provider = PersistentStreamProvider(SqliteAdapterFactory("streams.db"))
+    silo = Silo(options, grains=[...], stream_providers={"events": provider})
+
+    stream = self.get_stream_provider("events").get_stream("clicks", user_id)
+    await stream.on_next(click)                       # producer
+    handle = await stream.subscribe(self.on_click)    # consumer (inside a grain)
+
+See docs/streams.md.
+"""
+
+from orleanspy.streams.adapters import (
+    BatchContainer,
+    GeneratorAdapterFactory,
+    GeneratorOptions,
+    MemoryAdapterFactory,
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+    QueueFullError,
+    SqliteAdapterFactory,
+)
+from orleanspy.streams.agent import AgentStatistics, PullingAgent
+from orleanspy.streams.balancer import QueueBalancer, StaticQueueBalancer
+from orleanspy.streams.cache import QueueCache
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.mapper import HashRingQueueMapper
+from orleanspy.streams.options import FlowControl, StreamProviderOptions, parse_flow_control
+from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
+from orleanspy.streams.pubsub import SubscriptionRecord
+from orleanspy.streams.stream import AsyncStream, StreamObserver, StreamSubscriptionHandle
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = [
+    "AgentStatistics",
+    "AsyncStream",
+    "BatchContainer",
+    "FlowControl",
+    "GeneratorAdapterFactory",
+    "GeneratorOptions",
+    "HashRingQueueMapper",
+    "MemoryAdapterFactory",
+    "PersistentStreamProvider",
+    "PullingAgent",
+    "QueueAdapter",
+    "QueueAdapterFactory",
+    "QueueAdapterReceiver",
+    "QueueBalancer",
+    "QueueCache",
+    "QueueFullError",
+    "QueueId",
+    "SequenceToken",
+    "SqliteAdapterFactory",
+    "StaticQueueBalancer",
+    "StreamId",
+    "StreamObserver",
+    "StreamProviderOptions",
+    "StreamSubscriptionHandle",
+    "SubscriptionRecord",
+    "implicit_subscription",
+    "parse_flow_control",
+]

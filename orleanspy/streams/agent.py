@@ -225,6 +225,10 @@ class PullingAgent(SystemTarget):
 
     @always_interleave
     async def statistics(self) -> AgentStatistics:
+        return self.snapshot()
+
+    def snapshot(self) -> AgentStatistics:
+        """Cache size and pressure, pull period, counters and per-subscription lag."""
         stats = self.cache.statistics()
         lag = {
             s.record.sub_id: (s.cursor.lag() if s.cursor else 0)

@@ -142,5 +142,6 @@ class PersistentStreamProvider:
             except Exception as err:
                 self.log.error("stream_failure_handler_failed", error=repr(err))
 
-    def agent_statistics(self) -> list[Any]:
-        return [a.cache.statistics() for a in self.agents.values()]
+    def statistics(self) -> list[Any]:
+        """One ``AgentStatistics`` per pulling agent of this silo."""
+        return [agent.snapshot() for agent in self.agents.values()]

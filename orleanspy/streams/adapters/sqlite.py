@@ -11,12 +11,18 @@ survives ``kill -9`` of the process, not a power loss. Rows stay until acknowled
 receiver (after a crash, or on the silo the queue moved to) reads every unacknowledged
 container again, in order: delivery is at-least-once.
 
-Group commit: a transaction per enqueue would cap producers at a few thousand commits per
-second. Instead, an enqueue appends its encoded row to a pending list and awaits a future; one
-flusher task (started by the first enqueue, ending when the list is empty) commits everything
-pending in one transaction on the database thread, resolves those futures, and starts over
-with whatever arrived meanwhile. Under load each transaction carries the rows of all
-producers that were waiting.
+Why the writes look the way they do (measured, see docs/benchmarks.md):
+
+* Group commit. A transaction per call would cap producers at a few thousand per second.
+  ``enqueue`` and ``messages_delivered`` add their rows (or seqs) to ``_GroupCommit`` and await
+  a future; one flusher task, started by the first caller and ending when nothing is pending,
+  commits everything pending in one transaction on the database thread, resolves those
+  futures, and starts over with what arrived meanwhile. Inserts of all producers and deletes
+  of all receivers share the transaction.
+* Few statements. The sqlite3 module releases the GIL around every ``sqlite3_step`` and must
+  win it back from the busy event loop afterwards; with ``executemany`` that is once per row.
+  Rows are therefore inserted with multi-row ``VALUES`` and deleted with ``IN (...)`` lists,
+  in power-of-two chunks so that a handful of cached statements covers every batch size.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ _SELECT: Final = (
     "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
-_MAX_CHUNK: Final = 256  # rows per statement; 5 * 256 parameters, far below SQLite's limit
+_MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
 _STREAM_ID_CACHE_SIZE: Final = 4096
 
 
@@ -75,13 +81,7 @@ def _insert_sql(n: int) -> str:
 
 @functools.cache
 def _delete_sql(n: int) -> str:
-    marks = ", ".join(["?"] * n)
-    return f"DELETE FROM stream_queue WHERE queue = ? AND seq IN ({marks})"
-
-
-def _chunk_size(remaining: int) -> int:
-    """The largest power of two <= ``remaining``, at most ``_MAX_CHUNK``."""
-    return min(_MAX_CHUNK, 1 << (remaining.bit_length() - 1))
+    return f"DELETE FROM stream_queue WHERE queue = ? AND seq IN ({', '.join(['?'] * n)})"
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -89,31 +89,100 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _insert(conn: sqlite3.Connection, params: list[Any]) -> None:
-    """Insert rows given as one flat parameter list, in order, a few statements in all."""
-    start, end = 0, len(params)
+def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]]) -> None:
+    """Insert rows (flat parameters, in order) and delete seqs, in a few statements."""
+    start, end = 0, len(inserts)
     while start < end:
-        n = _chunk_size((end - start) // _COLUMNS)
+        n = min(_MAX_CHUNK, 1 << (((end - start) // _COLUMNS).bit_length() - 1))
         stop = start + n * _COLUMNS
-        conn.execute(_insert_sql(n), params[start:stop])
+        conn.execute(_insert_sql(n), inserts[start:stop])
         start = stop
-
-
-def _delete(conn: sqlite3.Connection, queue: str, seqs: list[int]) -> None:
-    """Delete rows by seq, padding each IN list to a power of two (one cached statement)."""
-    for start in range(0, len(seqs), _MAX_CHUNK):
-        chunk = seqs[start : start + _MAX_CHUNK]
-        n = len(chunk)
-        size = n if n & (n - 1) == 0 else 1 << n.bit_length()
-        conn.execute(_delete_sql(size), [queue, *chunk, *[chunk[-1]] * (size - n)])
+    for queue, seqs in deletes.items():
+        for first in range(0, len(seqs), _MAX_CHUNK):
+            chunk = seqs[first : first + _MAX_CHUNK]
+            n = len(chunk)
+            size = n if n & (n - 1) == 0 else 1 << n.bit_length()  # pad: repeat the last seq
+            conn.execute(_delete_sql(size), [queue, *chunk, *[chunk[-1]] * (size - n)])
 
 
 @dataclass(frozen=True, slots=True)
 class SqliteAdapterStatistics:
-    """Producer-side counters of one adapter: containers committed, in how many commits."""
+    """Write counters of one adapter: rows inserted and deleted, in how many commits."""
 
     containers_committed: int
+    containers_deleted: int
     commits: int
+
+
+class _GroupCommit:
+    """Pending inserts and deletes of one database, committed together by one flusher task."""
+
+    __slots__ = (
+        "_db",
+        "_deletes",
+        "_flusher",
+        "_inserts",
+        "_waiters",
+        "commits",
+        "deleted",
+        "inserted",
+    )
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+        self._inserts: list[Any] = []  # flattened rows: _COLUMNS values each
+        self._deletes: dict[str, list[int]] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.commits = self.inserted = self.deleted = 0
+
+    async def insert(self, row: tuple[str, str, bytes, bytes, int]) -> None:
+        self._inserts += row
+        await self._committed()
+
+    async def delete(self, queue: str, seqs: list[int]) -> None:
+        self._deletes.setdefault(queue, []).extend(seqs)
+        await self._committed()
+
+    def _committed(self) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name=f"flush {self._db.path}")
+        return waiter
+
+    async def wait_idle(self) -> None:
+        """Wait until everything submitted so far is committed (or failed)."""
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+
+    async def _flush(self) -> None:
+        waiters: list[asyncio.Future[None]] = []
+        try:
+            while self._waiters:
+                inserts, deletes, waiters = self._inserts, self._deletes, self._waiters
+                self._inserts, self._deletes, self._waiters = [], {}, []
+                try:
+                    await self._db.transaction(_write, inserts, deletes)
+                except Exception as exc:  # loop boundary: fail this round's callers, go on
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                self.commits += 1
+                self.inserted += len(inserts) // _COLUMNS
+                self.deleted += sum(map(len, deletes.values()))
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            waiters = []
+        except BaseException:
+            for waiter in (*waiters, *self._waiters):
+                waiter.cancel()
+            self._inserts, self._deletes, self._waiters = [], {}, []
+            raise
+        finally:
+            self._flusher = None
 
 
 @final
@@ -129,12 +198,14 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         "_queue_text",
         "_state",
         "_stream_ids",
+        "_writer",
     )
 
-    def __init__(self, queue_id: QueueId, db: SqliteDatabase) -> None:
+    def __init__(self, queue_id: QueueId, db: SqliteDatabase, writer: _GroupCommit) -> None:
         self._queue_id = queue_id
         self._queue_text = str(queue_id)
         self._db = db
+        self._writer = writer
         self._codec = Codec()
         self._last_seq = 0
         self._lock = asyncio.Lock()
@@ -185,8 +256,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         self._check_ready("messages_delivered()")
         if batch:
-            queue = self._queue_text
-            await self._db.transaction(_delete, queue, [c.token.sequence for c in batch])
+            await self._writer.delete(self._queue_text, [c.token.sequence for c in batch])
 
     async def shutdown(self) -> None:
         self._state = "stopped"
@@ -203,28 +273,14 @@ class SqliteQueueAdapter(QueueAdapter):
     (one connection, one thread). ``path`` may be ``":memory:"`` (then nothing is durable).
     """
 
-    __slots__ = (
-        "_codec",
-        "_commits",
-        "_committed",
-        "_db",
-        "_flusher",
-        "_name",
-        "_rows",
-        "_state",
-        "_waiters",
-    )
+    __slots__ = ("_codec", "_db", "_name", "_state", "_writer")
 
     def __init__(self, name: str, path: str) -> None:
         self._name = name
         self._db = SqliteDatabase(path)
+        self._writer = _GroupCommit(self._db)
         self._codec = Codec()
         self._state = "new"
-        self._rows: list[Any] = []  # pending rows, flattened: _COLUMNS values per row
-        self._waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._commits = 0
-        self._committed = 0
 
     def __repr__(self) -> str:
         return f"SqliteQueueAdapter({self._name!r}, {self._db.path!r})"
@@ -254,15 +310,14 @@ class SqliteQueueAdapter(QueueAdapter):
                 self._state = "open"
 
     async def close(self) -> None:
-        """Wait for pending enqueues to commit, then close the file. Idempotent."""
+        """Wait for pending enqueues and acknowledgements to commit, then close. Idempotent."""
         self._state = "closed"
-        flusher = self._flusher
-        if flusher is not None:
-            await asyncio.shield(flusher)
+        await self._writer.wait_idle()
         await self._db.close()
 
     def statistics(self) -> SqliteAdapterStatistics:
-        return SqliteAdapterStatistics(self._committed, self._commits)
+        w = self._writer
+        return SqliteAdapterStatistics(w.inserted, w.deleted, w.commits)
 
     async def pending_count(self, queue: QueueId) -> int:
         """Rows of ``queue`` not yet acknowledged (read or not)."""
@@ -275,44 +330,13 @@ class SqliteQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         pack = self._codec.packb
         payload = pack(list(events))
-        self._rows += (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name=f"{self!r} flusher")
-        await waiter
-
-    async def _flush(self) -> None:
-        """Commit pending rows, one transaction per round, until none is pending."""
-        waiters: list[asyncio.Future[None]] = []
-        try:
-            while self._rows:
-                rows, waiters = self._rows, self._waiters
-                self._rows, self._waiters = [], []
-                try:
-                    await self._db.transaction(_insert, rows)
-                except Exception as exc:  # loop boundary: fail this round's callers, go on
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
-                    continue
-                self._commits += 1
-                self._committed += len(rows) // _COLUMNS
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            waiters = []
-        except BaseException:
-            for waiter in (*waiters, *self._waiters):
-                waiter.cancel()
-            self._rows, self._waiters = [], []
-            raise
-        finally:
-            self._flusher = None
+        await self._writer.insert(
+            (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
+        )
 
     def create_receiver(self, queue: QueueId) -> SqliteQueueReceiver:
         self._check_open("create_receiver()")
-        return SqliteQueueReceiver(queue, self._db)
+        return SqliteQueueReceiver(queue, self._db, self._writer)
 
 
 @final

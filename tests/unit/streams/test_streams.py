@@ -503,3 +503,14 @@ async def test_stream_client_publishes_through_the_gateway() -> None:
         await stream.on_next_batch([10, 11])
         await SINK.until(lambda: len(SINK.got["c"]) >= 12)
         assert SINK.got["c"] == list(range(12))
+
+
+async def test_stream_agent_statistics_are_readable_from_the_silo(silo: Silo) -> None:
+    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(10)))
+    await SINK.until(lambda: len(SINK.got["c"]) >= 10)
+    stats = silo.statistics().streams["s"]
+    assert len(stats) == 8  # one agent per queue
+    busy = [s for s in stats if s.read]
+    assert len(busy) == 1 and busy[0].read == 10 and busy[0].delivered == 10
+    assert busy[0].subscriptions == 1 and busy[0].cache_max == 4096
