@@ -9,7 +9,7 @@ import pytest
 import orleanspy
 from orleanspy import errors
 
-MODULES = ["orleanspy", "orleanspy.testing"]
+MODULES = ["orleanspy", "orleanspy.testing", "orleanspy.streams", "orleanspy.storage"]
 
 
 @pytest.mark.parametrize("name", MODULES)
