@@ -198,6 +198,35 @@ async def test_sqlite_concurrent_enqueues_share_one_commit(tmp_path: Path) -> No
         await adapter.close()
 
 
+async def test_sqlite_acknowledgements_and_enqueues_share_commits(tmp_path: Path) -> None:
+    adapter = await _open_sqlite(tmp_path / "q.db")
+    try:
+        queues = [QueueId("p", i) for i in range(4)]
+        for n in range(40):
+            await adapter.enqueue(queues[n % 4], StreamId("s", n % 4), [n])
+        receivers = [adapter.create_receiver(q) for q in queues]
+        batches = []
+        for receiver in receivers:
+            await receiver.initialize()
+            batches.append(await receiver.get_messages(100))
+        before = adapter.statistics()
+
+        await asyncio.gather(
+            *(r.messages_delivered(b) for r, b in zip(receivers, batches, strict=True)),
+            *(adapter.enqueue(queues[n % 4], StreamId("s", n % 4), [n]) for n in range(40, 60)),
+        )
+
+        after = adapter.statistics()
+        assert after.containers_deleted - before.containers_deleted == 40
+        assert after.containers_committed - before.containers_committed == 20
+        assert after.commits - before.commits <= 2
+        assert [await adapter.pending_count(q) for q in queues] == [5, 5, 5, 5]
+        for receiver in receivers:
+            await receiver.shutdown()
+    finally:
+        await adapter.close()
+
+
 async def test_sqlite_pending_count_drops_only_on_acknowledgement(tmp_path: Path) -> None:
     adapter = await _open_sqlite(tmp_path / "q.db")
     try:

@@ -11,7 +11,7 @@ survives ``kill -9`` of the process, not a power loss. Rows stay until acknowled
 receiver (after a crash, or on the silo the queue moved to) reads every unacknowledged
 container again, in order: delivery is at-least-once.
 
-Why the writes look the way they do (measured, see docs/benchmarks.md):
+Why the writes look the way they do (both measured with 100 concurrent producers):
 
 * Group commit. A transaction per call would cap producers at a few thousand per second.
   ``enqueue`` and ``messages_delivered`` add their rows (or seqs) to ``_GroupCommit`` and await
@@ -107,7 +107,8 @@ def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list
 
 @dataclass(frozen=True, slots=True)
 class SqliteAdapterStatistics:
-    """Write counters of one adapter: rows inserted and deleted, in how many commits."""
+    """Write counters of one adapter: containers enqueued, containers acknowledged (rows
+    deleted), and the commits that carried them (fewer commits = more group commit)."""
 
     containers_committed: int
     containers_deleted: int
@@ -136,13 +137,15 @@ class _GroupCommit:
         self._flusher: asyncio.Task[None] | None = None
         self.commits = self.inserted = self.deleted = 0
 
-    async def insert(self, row: tuple[str, str, bytes, bytes, int]) -> None:
+    def insert(self, row: tuple[str, str, bytes, bytes, int]) -> asyncio.Future[None]:
+        """Add a row; the future resolves once it is committed."""
         self._inserts += row
-        await self._committed()
+        return self._committed()
 
-    async def delete(self, queue: str, seqs: list[int]) -> None:
+    def delete(self, queue: str, seqs: list[int]) -> asyncio.Future[None]:
+        """Add seqs of ``queue`` to delete; the future resolves once that is committed."""
         self._deletes.setdefault(queue, []).extend(seqs)
-        await self._committed()
+        return self._committed()
 
     def _committed(self) -> asyncio.Future[None]:
         waiter = asyncio.get_running_loop().create_future()
