@@ -92,8 +92,11 @@ class Dispatcher:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         timeout: float | None,
+        owned: bool = False,
     ) -> Any:
-        if args:
+        """A local call. ``owned``: the caller hands the arguments over (runtime components
+        only), so they are not copied."""
+        if args and not owned:
             args = self._copy_args(args)
         if kwargs:
             kwargs = self._copy(kwargs)

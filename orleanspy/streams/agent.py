@@ -357,10 +357,17 @@ class PullingAgent(SystemTarget):
         deadline = loop.time() + opts.max_delivery_time
         backoff = opts.delivery_backoff
         record = sub.record
+        sid = sub.stream_id
+        dispatcher = self.silo.dispatcher
+        target = sub.consumer.grain_id
         while True:
+            # Events decoded from the queue belong to the cache; a stream with one subscription
+            # hands them over without a copy, several subscriptions each get their own.
+            owned = len(self.streams.get(sid, ())) <= 1
             try:
-                await sub.consumer.invoke(
-                    DELIVER, record.sub_id, sub.stream_id.namespace, sub.stream_id.key, events
+                await dispatcher.call(
+                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, events), None,
+                    None, owned,
                 )
                 return True
             except Exception as exc:
