@@ -7,13 +7,16 @@ the stream data path)::
     from orleanspy.testing.stream_conformance import QueueAdapterConformance
 
     class TestMyAdapter(QueueAdapterConformance):
-        durable = True  # also run the restart clauses
+        at_least_once = True  # unacknowledged containers return to the next receiver
+        durable = True  # ... also after the adapter is reopened on the same storage
 
         async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
             return MyAdapterFactory(str(tmp_path / "queues.db"))
 
 ``make_factory`` may be called more than once with the same ``tmp_path``: the durable clauses
-reopen the adapter on the same storage. The suite needs pytest and pytest-asyncio.
+reopen the adapter on the same storage. The rewind clauses (``read_from``) run for adapters
+whose ``is_rewindable`` is True; for the others the suite checks that ``read_from`` raises
+``NotImplementedError``. The suite needs pytest and pytest-asyncio.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import enum
 import itertools
@@ -41,6 +45,7 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterReceiver,
 )
 from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.tokens import SequenceToken
 
 __all__ = ["QueueAdapterConformance", "SampleEvent", "SampleKind", "event_shape"]
 
@@ -107,13 +112,16 @@ def _assert_token_order(batch: Sequence[BatchContainer]) -> None:
 class QueueAdapterConformance(abc.ABC):
     """Every clause of the queue adapter contract. Subclass and implement ``make_factory``.
 
-    Set ``durable = True`` for adapters that keep unacknowledged containers across a restart;
-    the restart clauses are skipped otherwise.
+    Set ``at_least_once = True`` for adapters that keep unacknowledged containers for the
+    next receiver of the queue (in this process), and ``durable = True`` for adapters that
+    keep them across a reopen of the adapter (a restart of the process); ``durable`` implies
+    ``at_least_once``. The clauses of a property the adapter lacks are skipped.
     """
 
     pytestmark = pytest.mark.asyncio
 
     provider_name = "conformance"
+    at_least_once = False
     durable = False
 
     @abc.abstractmethod
@@ -161,9 +169,33 @@ class QueueAdapterConformance(abc.ABC):
         for n in range(count):
             await adapter.enqueue(queue or self.queue(), stream, [n])
 
+    async def rewind_all(
+        self,
+        receiver: QueueAdapterReceiver,
+        token: SequenceToken,
+        stream_id: StreamId | None = None,
+        max_count: int = 1000,
+    ) -> list[BatchContainer]:
+        """Page through ``read_from`` from ``token`` until it gives ``[]``."""
+        batch: list[BatchContainer] = []
+        async with asyncio.timeout(_WAIT):
+            while chunk := await receiver.read_from(token, max_count, stream_id):
+                assert len(chunk) <= max_count
+                batch.extend(chunk)
+                token = SequenceToken(chunk[-1].token.sequence + 1)
+        return batch
+
     def require_durable(self) -> None:
         if not self.durable:
             pytest.skip("the adapter is not durable")
+
+    def require_at_least_once(self) -> None:
+        if not (self.at_least_once or self.durable):
+            pytest.skip("the adapter does not keep unacknowledged containers")
+
+    def require_rewindable(self, adapter: QueueAdapter) -> None:
+        if not adapter.is_rewindable:
+            pytest.skip("the adapter is not rewindable")
 
     # -- adapter -------------------------------------------------------------------------
     async def test_adapter_name_is_provider_name(self, adapter: QueueAdapter) -> None:
@@ -465,6 +497,210 @@ class QueueAdapterConformance(abc.ABC):
 
         assert [c.events[0] for c in rest] == [1, 2]
 
+    async def test_messages_delivered_placeholders_without_events_acknowledge_the_originals(
+        self, adapter: QueueAdapter
+    ) -> None:
+        stream = StreamId("s", 1)
+        for n in range(5):
+            await adapter.enqueue(self.queue(), stream, [n, f"event {n}"])
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            placeholders = [dataclasses.replace(c, events=(), size=0) for c in batch[:3]]
+            await receiver.messages_delivered([placeholders[1], placeholders[0]])
+            await receiver.messages_delivered(placeholders[2:])
+            assert await receiver.get_messages(10) == []
+            if adapter.is_rewindable:
+                assert await self.rewind_all(receiver, SequenceToken(0)) == batch[3:]
+
+        if self.at_least_once or self.durable:
+            async with self.receiver(adapter) as receiver:
+                assert await self.read_all(receiver) == batch[3:]
+
+    # -- read_from (rewindable adapters) -------------------------------------------------
+    async def test_read_from_is_implemented_exactly_when_rewindable(
+        self, adapter: QueueAdapter
+    ) -> None:
+        await adapter.enqueue(self.queue(), StreamId("s", 1), ["a"])
+        async with self.receiver(adapter) as receiver:
+            if adapter.is_rewindable:
+                (container,) = await receiver.read_from(SequenceToken(0), 10)
+                assert container.events == ("a",)
+            else:
+                with pytest.raises(NotImplementedError):
+                    await receiver.read_from(SequenceToken(0), 10)
+
+    async def test_read_from_returns_kept_containers_in_token_order(
+        self, adapter: QueueAdapter
+    ) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("a", 1), StreamId("a", "1"), StreamId("b", 1)]
+        for n in range(10):
+            await adapter.enqueue(self.queue(), streams[n % 3], [n, SampleEvent(str(n))])
+        await adapter.enqueue(self.queue(1), streams[0], ["other queue"])
+
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            again = await receiver.read_from(SequenceToken(0), 100)
+
+        assert again == batch
+        assert [c.events for c in again] == [(n, SampleEvent(str(n))) for n in range(10)]
+        _assert_token_order(again)
+
+    async def test_read_from_token_is_inclusive(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        stream = StreamId("s", 1)
+        for n in range(6):
+            await adapter.enqueue(self.queue(), stream, [n, n + 100])
+
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            for k in range(6):
+                assert await receiver.read_from(batch[k].token, 100) == batch[k:], k
+            # an event token: from the container holding that event
+            assert await receiver.read_from(batch[2].token.for_event(1), 100) == batch[2:]
+            after_last = SequenceToken(batch[-1].token.sequence + 1)
+            assert await receiver.read_from(after_last, 100) == []
+
+    async def test_read_from_includes_containers_not_read_yet(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        await self.enqueue_numbered(adapter, StreamId("s", 1), 4)
+
+        async with self.receiver(adapter) as receiver:
+            early = await receiver.read_from(SequenceToken(0), 100)
+            batch = await self.read_all(receiver)
+
+        assert early == batch
+        assert [c.events[0] for c in batch] == [0, 1, 2, 3]
+
+    async def test_read_from_filters_by_stream(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("a", 1), StreamId("a", "1"), StreamId("b", 1), StreamId("a", _UUID)]
+        for n in range(16):
+            await adapter.enqueue(self.queue(), streams[n % 4], [n])
+
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            first = batch[0].token
+            for stream in streams:
+                mine = [c for c in batch if c.stream_id == stream]
+                assert await receiver.read_from(first, 100, stream) == mine
+                assert await receiver.read_from(batch[7].token, 100, stream) == [
+                    c for c in batch[7:] if c.stream_id == stream
+                ]
+                assert await self.rewind_all(receiver, first, stream, max_count=1) == mine
+            assert await receiver.read_from(first, 100, StreamId("a", 2)) == []
+            assert await receiver.read_from(first, 100, StreamId("c", 1)) == []
+
+    async def test_read_from_respects_max_count(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("s", 1), StreamId("s", 2)]
+        for n in range(10):
+            await adapter.enqueue(self.queue(), streams[n % 2], [n])
+
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            first = batch[0].token
+            assert await receiver.read_from(first, 3) == batch[:3]
+            assert await receiver.read_from(batch[4].token, 1) == batch[4:5]
+            assert await receiver.read_from(first, 2, streams[1]) == [batch[1], batch[3]]
+            assert await receiver.read_from(first, 0) == []
+            with pytest.raises(ValueError):
+                await receiver.read_from(first, -1)
+            assert await self.rewind_all(receiver, first, max_count=3) == batch
+
+    async def test_read_from_does_not_move_the_read_position(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        stream = StreamId("s", 1)
+        await self.enqueue_numbered(adapter, stream, 6)
+
+        async with self.receiver(adapter) as receiver:
+            first = await receiver.get_messages(2)
+            everything = await receiver.read_from(SequenceToken(0), 100)
+            assert await receiver.read_from(first[1].token, 1) == [first[1]]
+            rest = await self.read_all(receiver, max_count=3)
+            assert await receiver.read_from(SequenceToken(0), 100) == everything
+            assert await receiver.get_messages(10) == []
+            await adapter.enqueue(self.queue(), stream, ["late"])
+            assert [c.events for c in await receiver.get_messages(10)] == [("late",)]
+
+        assert first + rest == everything
+        assert [c.events[0] for c in everything] == [0, 1, 2, 3, 4, 5]
+
+    async def test_read_from_skips_acknowledged_containers(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("s", 1), StreamId("s", 2)]
+        for n in range(8):
+            await adapter.enqueue(self.queue(), streams[n % 2], [n])
+
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            await receiver.messages_delivered([batch[5], *batch[:3]])
+            kept = batch[3:5] + batch[6:]
+            assert await receiver.read_from(SequenceToken(0), 100) == kept
+            assert await receiver.read_from(batch[1].token, 100, streams[1]) == [
+                batch[3],
+                batch[7],
+            ]
+            assert await receiver.read_from(batch[5].token, 1) == [batch[6]]
+            await receiver.messages_delivered(batch)
+            assert await receiver.read_from(SequenceToken(0), 100) == []
+
+    async def test_read_from_runs_alongside_get_messages(self, adapter: QueueAdapter) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("s", 1), StreamId("s", 2)]
+        for n in range(20):
+            await adapter.enqueue(self.queue(), streams[n % 2], [n])
+
+        async with self.receiver(adapter) as receiver, asyncio.timeout(_WAIT):
+            # Tasks start in creation order: the read is under way when the rewinds begin.
+            read = asyncio.create_task(receiver.get_messages(5))
+            rewinds = [
+                asyncio.create_task(receiver.read_from(SequenceToken(0), 100)),
+                asyncio.create_task(receiver.read_from(SequenceToken(0), 100, streams[1])),
+            ]
+            first, everything, odd = await asyncio.gather(read, *rewinds)
+            rest = await self.read_all(receiver, max_count=4)
+
+        assert first + rest == everything
+        assert [c.events[0] for c in everything] == list(range(20))
+        assert [c.events[0] for c in odd] == list(range(1, 20, 2))
+
+    async def test_read_from_while_producers_enqueue_sees_a_growing_prefix(
+        self, adapter: QueueAdapter
+    ) -> None:
+        self.require_rewindable(adapter)
+        streams = [StreamId("live", i) for i in range(4)]
+        seen: list[BatchContainer] = []
+        async with (
+            self.receiver(adapter) as receiver,
+            asyncio.timeout(_WAIT),
+            asyncio.TaskGroup() as tg,
+        ):
+            for stream in streams:
+                tg.create_task(self.enqueue_numbered(adapter, stream, 25))
+            while len(seen) < 100:
+                batch = await receiver.get_messages(7)
+                seen.extend(batch)
+                again = await receiver.read_from(SequenceToken(0), 1000)
+                assert again[: len(seen)] == seen
+                _assert_token_order(again)
+                await asyncio.sleep(0)  # let producers run; no timing involved
+
+        for stream in streams:
+            assert [c.events[0] for c in seen if c.stream_id == stream] == list(range(25))
+
+    async def test_read_from_before_initialize_or_after_shutdown_raises_runtime_error(
+        self, adapter: QueueAdapter
+    ) -> None:
+        self.require_rewindable(adapter)
+        receiver = adapter.create_receiver(self.queue())
+        with pytest.raises(RuntimeError):
+            await receiver.read_from(SequenceToken(0), 10)
+        await receiver.initialize()
+        await receiver.shutdown()
+        with pytest.raises(RuntimeError):
+            await receiver.read_from(SequenceToken(0), 10)
+
     # -- receiver lifecycle --------------------------------------------------------------
     async def test_receiver_calls_before_initialize_raise_runtime_error(
         self, adapter: QueueAdapter
@@ -515,11 +751,11 @@ class QueueAdapterConformance(abc.ABC):
         assert finished == ["read", "shutdown"]
         assert [c.events[0] for c in read.result()] == [0, 1, 2]
 
-    # -- durability (durable adapters only) ----------------------------------------------
-    async def test_durable_unacknowledged_containers_return_to_next_receiver(
+    # -- at-least-once (adapters that keep unacknowledged containers) -------------------
+    async def test_at_least_once_unacknowledged_containers_return_to_next_receiver(
         self, adapter: QueueAdapter
     ) -> None:
-        self.require_durable()
+        self.require_at_least_once()
         await self.enqueue_numbered(adapter, StreamId("s", 1), 6)
         async with self.receiver(adapter) as receiver:
             batch = await self.read_all(receiver)
@@ -529,6 +765,44 @@ class QueueAdapterConformance(abc.ABC):
             again = await self.read_all(receiver, max_count=3)
 
         assert again == batch[2:]
+
+    async def test_at_least_once_next_receiver_gets_read_and_unread_containers_in_order(
+        self, adapter: QueueAdapter
+    ) -> None:
+        self.require_at_least_once()
+        streams = [StreamId("s", 1), StreamId("t", "x")]
+        for n in range(8):
+            await adapter.enqueue(self.queue(), streams[n % 2], [n])
+        async with self.receiver(adapter) as receiver:
+            read = await receiver.get_messages(5)
+            await receiver.messages_delivered([read[3], read[0]])  # out of order
+            await adapter.enqueue(self.queue(), streams[0], ["late"])
+
+        async with self.receiver(adapter) as receiver:
+            again = await self.read_all(receiver, max_count=2)
+            await receiver.messages_delivered(again[:2])
+
+        assert [c.events[0] for c in again] == [1, 2, 4, 5, 6, 7, "late"]
+        assert again[:3] == [read[1], read[2], read[4]]
+        _assert_token_order(again)
+        async with self.receiver(adapter) as receiver:
+            assert await self.read_all(receiver) == again[2:]
+
+    async def test_at_least_once_rewind_on_next_receiver_sees_unacknowledged(
+        self, adapter: QueueAdapter
+    ) -> None:
+        self.require_at_least_once()
+        self.require_rewindable(adapter)
+        await self.enqueue_numbered(adapter, StreamId("s", 1), 5)
+        async with self.receiver(adapter) as receiver:
+            batch = await self.read_all(receiver)
+            await receiver.messages_delivered(batch[:2])
+
+        async with self.receiver(adapter) as receiver:
+            assert await receiver.read_from(SequenceToken(0), 100) == batch[2:]
+            assert await self.read_all(receiver) == batch[2:]
+
+    # -- durability (durable adapters only) ----------------------------------------------
 
     async def test_durable_unacknowledged_containers_survive_reopen(
         self, adapter: QueueAdapter, tmp_path: Path

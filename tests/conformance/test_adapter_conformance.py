@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from orleanspy.errors import ConfigurationError, StreamError
-from orleanspy.streams.adapters.base import QueueAdapterFactory, QueueFullError
+from orleanspy.streams.adapters import memory as memory_adapter
+from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterFactory, QueueFullError
 from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
 from orleanspy.streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter
 from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory, SqliteQueueAdapter
@@ -29,11 +31,28 @@ Q0 = QueueId("p", 0)
 
 
 class TestMemoryAdapterConformance(QueueAdapterConformance):
+    at_least_once = True  # within the process: not durable
+
     async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
         return MemoryAdapterFactory()
 
 
+class TestSmallMemoryAdapterConformance(QueueAdapterConformance):
+    """No compaction slack: the suite's acknowledgements drop entries (and move indexes)."""
+
+    at_least_once = True
+
+    @pytest.fixture(autouse=True)
+    def _no_compaction_slack(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(memory_adapter, "_COMPACT_SLACK", 0)
+        monkeypatch.setattr(memory_adapter, "_PREFIX_MIN", 1)
+
+    async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
+        return MemoryAdapterFactory(capacity_per_queue=1000)
+
+
 class TestSqliteAdapterConformance(QueueAdapterConformance):
+    at_least_once = True
     durable = True
 
     async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
@@ -41,6 +60,8 @@ class TestSqliteAdapterConformance(QueueAdapterConformance):
 
 
 class TestSqliteInMemoryAdapterConformance(QueueAdapterConformance):
+    at_least_once = True  # for receivers of the same adapter (its one connection)
+
     async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
         return SqliteAdapterFactory(":memory:")
 
@@ -54,7 +75,7 @@ async def _open_memory(**options: Any) -> MemoryQueueAdapter:
     return adapter
 
 
-async def test_memory_full_queue_enqueue_waits_until_a_read_frees_room() -> None:
+async def test_memory_full_queue_enqueue_waits_until_an_acknowledgement_frees_room() -> None:
     adapter = await _open_memory(capacity_per_queue=2)
     stream = StreamId("s", 1)
     await adapter.enqueue(Q0, stream, ["a"])
@@ -65,14 +86,18 @@ async def test_memory_full_queue_enqueue_waits_until_a_read_frees_room() -> None
     producer = asyncio.create_task(adapter.enqueue(Q0, stream, ["c"]))
     await asyncio.sleep(0)  # one loop iteration: the producer runs until it waits for room
     assert not producer.done()
+    first, _ = await receiver.get_messages(10)
+    await asyncio.sleep(0)
+    assert not producer.done()  # reading frees no room: the containers are still kept
     assert adapter.queue_length(Q0) == 2
 
-    assert [c.events for c in await receiver.get_messages(1)] == [("a",)]
+    await receiver.messages_delivered([first])
     async with asyncio.timeout(WAIT):
         await producer
 
     assert adapter.queue_length(Q0) == 2
-    assert [c.events for c in await receiver.get_messages(10)] == [("b",), ("c",)]
+    assert [c.events for c in await receiver.get_messages(10)] == [("c",)]
+    assert [c.events for c in await receiver.read_from(SequenceToken(0), 10)] == [("b",), ("c",)]
 
 
 @pytest.mark.parametrize("enqueue_timeout", [0.0, 0.05])
@@ -92,6 +117,29 @@ async def test_memory_full_queue_enqueue_raises_queue_full_after_timeout(
     assert adapter.queue_length(Q0) == 1
 
 
+async def test_memory_capacity_counts_read_but_unacknowledged_containers() -> None:
+    adapter = await _open_memory(capacity_per_queue=3, enqueue_timeout=0.0)
+    stream = StreamId("s", 1)
+    receiver = adapter.create_receiver(Q0)
+    await receiver.initialize()
+    for n in range(3):
+        await adapter.enqueue(Q0, stream, [n])
+    batch = await receiver.get_messages(10)
+
+    with pytest.raises(QueueFullError):
+        await adapter.enqueue(Q0, stream, ["read, not acknowledged"])
+    await receiver.messages_delivered([dataclasses.replace(batch[1], events=())])
+    await adapter.enqueue(Q0, stream, [3])
+    with pytest.raises(QueueFullError):
+        await adapter.enqueue(Q0, stream, ["full again"])
+    await receiver.messages_delivered(batch)
+    for n in range(4, 6):
+        await adapter.enqueue(Q0, stream, [n])
+
+    assert [c.events[0] for c in await receiver.get_messages(10)] == [3, 4, 5]
+    assert adapter.queue_length(Q0) == 3
+
+
 async def test_memory_cancelled_waiting_producer_passes_room_to_the_next() -> None:
     adapter = await _open_memory(capacity_per_queue=1)
     stream = StreamId("s", 1)
@@ -102,7 +150,7 @@ async def test_memory_cancelled_waiting_producer_passes_room_to_the_next() -> No
     second = asyncio.create_task(adapter.enqueue(Q0, stream, ["c"]))
     await asyncio.sleep(0)  # one loop iteration: both producers wait for room
 
-    await receiver.get_messages(1)  # wakes the first producer...
+    await receiver.messages_delivered(await receiver.get_messages(1))  # wakes the first...
     first.cancel()  # ...which is cancelled before it runs
     async with asyncio.timeout(WAIT):
         await second
@@ -147,7 +195,7 @@ async def test_memory_adapters_of_one_factory_share_queues_per_provider_name() -
     assert [c.events for c in await receiver.get_messages(10)] == [("shared",)]
 
 
-async def test_memory_queue_length_counts_unread_containers() -> None:
+async def test_memory_queue_length_counts_unacknowledged_containers() -> None:
     adapter = await _open_memory()
     assert adapter.queue_length(Q0) == 0
     for n in range(3):
@@ -155,10 +203,126 @@ async def test_memory_queue_length_counts_unread_containers() -> None:
     receiver = adapter.create_receiver(Q0)
     await receiver.initialize()
 
-    await receiver.get_messages(2)
+    batch = await receiver.get_messages(2)
+    assert adapter.queue_length(Q0) == 3
+    await receiver.messages_delivered(batch[1:])
 
-    assert adapter.queue_length(Q0) == 1
+    assert adapter.queue_length(Q0) == 2
     assert adapter.queue_length(QueueId("p", 1)) == 0
+
+
+async def test_memory_and_sqlite_are_rewindable_and_the_generator_is_not(
+    tmp_path: Path,
+) -> None:
+    """The suite's rewind clauses must not be skipped for the adapters that can rewind."""
+    memory = await _open_memory()
+    sqlite = await _open_sqlite(tmp_path / "q.db")
+    generator = GeneratorAdapterFactory().create_adapter("p")
+    await generator.open()
+    try:
+        assert memory.is_rewindable is True
+        assert sqlite.is_rewindable is True
+        assert generator.is_rewindable is False
+        receiver = generator.create_receiver(Q0)
+        await receiver.initialize()
+        with pytest.raises(NotImplementedError, match="not rewindable"):
+            await receiver.read_from(SequenceToken(0), 10)
+        await receiver.shutdown()
+    finally:
+        await sqlite.close()
+
+
+async def test_memory_restarted_agent_gets_unacknowledged_containers_again() -> None:
+    """A provider rebuilt in the same process (same factory) starts at the oldest kept one."""
+    factory = MemoryAdapterFactory()
+    stream = StreamId("s", 1)
+    first = factory.create_adapter("p")
+    await first.open()
+    for n in range(5):
+        await first.enqueue(Q0, stream, [n])
+    receiver = first.create_receiver(Q0)
+    await receiver.initialize()
+    batch = await receiver.get_messages(10)
+    await receiver.messages_delivered(batch[:2])
+    await receiver.shutdown()
+    await first.close()
+
+    second = factory.create_adapter("p")
+    await second.open()
+    receiver = second.create_receiver(Q0)
+    await receiver.initialize()
+
+    assert await receiver.get_messages(10) == batch[2:]
+    await receiver.messages_delivered(batch)
+    assert second.queue_length(Q0) == 0
+
+
+async def _read_all(receiver: Any, max_count: int) -> list[BatchContainer]:
+    batch: list[BatchContainer] = []
+    while chunk := await receiver.get_messages(max_count):
+        batch.extend(chunk)
+    return batch
+
+
+async def test_memory_out_of_order_acknowledgements_across_compactions() -> None:
+    adapter = await _open_memory()
+    stream = StreamId("s", 1)
+    for n in range(5000):
+        await adapter.enqueue(Q0, stream, [n])
+    slow, fast = adapter.create_receiver(Q0), adapter.create_receiver(Q0)
+    await slow.initialize()
+    await fast.initialize()
+    slow_first = await slow.get_messages(2500)
+    everything = await _read_all(fast, 300)
+    assert slow_first == everything[:2500]
+
+    # Every odd container and the first 2000: far more acknowledged than kept.
+    await fast.messages_delivered(everything[1::2])
+    await fast.messages_delivered(everything[1999::-1])
+    kept = [c for c in everything[2000:] if c.events[0] % 2 == 0]
+    assert adapter.queue_length(Q0) == len(kept) == 1500
+
+    assert await _read_all(slow, 7) == [c for c in kept if c.events[0] >= 2500]
+    assert await fast.read_from(SequenceToken(0), 10_000) == kept
+    assert await fast.read_from(everything[2001].token, 2) == kept[1:3]
+    late = adapter.create_receiver(Q0)
+    await late.initialize()
+    assert await _read_all(late, 100) == kept
+
+    await late.messages_delivered(kept[:-1])
+    for n in range(5000, 5100):
+        await adapter.enqueue(Q0, stream, [n])
+    tail = await _read_all(slow, 64)
+    assert [c.events[0] for c in tail] == list(range(5000, 5100))
+    assert tail[0].token > kept[-1].token
+    assert await slow.read_from(SequenceToken(0), 10) == [kept[-1], *tail[:9]]
+    await slow.messages_delivered([*tail, kept[-1]])
+    assert adapter.queue_length(Q0) == 0
+    assert await slow.read_from(SequenceToken(0), 10) == []
+
+
+async def test_memory_reads_and_acknowledgements_create_no_task() -> None:
+    adapter = await _open_memory()
+    receiver = adapter.create_receiver(Q0)
+    await receiver.initialize()
+    loop = asyncio.get_running_loop()
+    created: list[Any] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)
+    try:
+        for n in range(100):
+            await adapter.enqueue(Q0, StreamId("s", n % 3), [n])
+            batch = await receiver.get_messages(10)
+            await receiver.read_from(batch[0].token, 10, StreamId("s", 1))
+            await receiver.messages_delivered(batch)
+    finally:
+        loop.set_task_factory(None)
+
+    assert created == []
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,22 @@ Data path: producer (1) -> ``QueueAdapter.enqueue`` (2) -> queue -> ``QueueAdapt
 ``.get_messages`` -> pulling agent (3) -> cache (4) -> consumers (5) -> ``messages_delivered``.
 
 One ``enqueue`` call becomes exactly one ``BatchContainer``. The agent of a queue owns that
-queue's receiver and calls it one step at a time (never two calls at once). Delivery is
-at-least-once: a durable adapter keeps a container until it is acknowledged, and hands every
-unacknowledged container out again to the next receiver of the queue. The conformance suite
-``orleanspy.testing.stream_conformance`` checks every guarantee written here.
+queue's receiver and calls ``get_messages`` / ``messages_delivered`` one step at a time (never
+two calls at once). Delivery is at-least-once: an adapter that keeps a container until it is
+acknowledged (every rewindable adapter; a durable one also across a crash of the process)
+hands every unacknowledged container out again to the next receiver of the queue.
+
+Rewinding. A rewindable adapter (``QueueAdapter.is_rewindable``) lets the agent read the kept
+containers again without moving the receiver's read position: ``QueueAdapterReceiver.read_from``
+returns the unacknowledged containers from a token on, optionally of one stream only. The
+agent uses it to let a slow subscription fall out of its bounded cache and serve it from the
+queue instead. While that subscription lags, the agent keeps (and does not acknowledge) the
+containers it still needs, but may drop their events from its cache: the containers it finally
+acknowledges may then be placeholders whose ``events`` are empty. Adapters must therefore
+acknowledge by ``token`` (and ``stream_id``) only, never by comparing events or sizes.
+
+The conformance suite ``orleanspy.testing.stream_conformance`` checks every guarantee written
+here.
 """
 
 from __future__ import annotations
@@ -59,7 +71,9 @@ class BatchContainer:
         stream_id: the stream the events were produced on.
         token: the container's position in its queue (``index`` 0); strictly greater than
             the token of every container read earlier from the same queue.
-        events: the events, in the order they were enqueued; never empty.
+        events: the events, in the order they were enqueued; never empty in a container an
+            adapter returns (only a placeholder the agent acknowledges has none, see
+            ``QueueAdapterReceiver.messages_delivered``).
         size: bytes of the encoded events, for flow control (an estimate for adapters that do
             not encode).
     """
@@ -79,8 +93,10 @@ class QueueAdapterReceiver(ABC):
     """Reads one queue for its pulling agent. Created by ``QueueAdapter.create_receiver``.
 
     Lifecycle: ``initialize`` once, then any number of ``get_messages`` and
-    ``messages_delivered`` calls, one at a time, then ``shutdown``. ``get_messages`` and
-    ``messages_delivered`` before ``initialize`` or after ``shutdown`` raise ``RuntimeError``.
+    ``messages_delivered`` calls, one at a time, then ``shutdown``. ``read_from`` (rewindable
+    adapters only) may be called at any time in between, also while another call runs.
+    ``get_messages``, ``messages_delivered`` and ``read_from`` before ``initialize`` or after
+    ``shutdown`` raise ``RuntimeError``.
     """
 
     __slots__ = ()
@@ -89,8 +105,9 @@ class QueueAdapterReceiver(ABC):
     async def initialize(self) -> None:
         """Start reading: the next ``get_messages`` begins at the oldest unacknowledged container.
 
-        For a durable adapter that includes containers an earlier receiver of the queue (in
-        this process or a process that died) read but never acknowledged.
+        For an adapter that keeps containers until they are acknowledged, that includes the
+        containers an earlier receiver of the queue read but never acknowledged: one of this
+        process, or (durable adapters) of a process that died.
         """
 
     @abstractmethod
@@ -115,20 +132,59 @@ class QueueAdapterReceiver(ABC):
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         """Acknowledge containers this receiver returned: they are never returned again.
 
-        A durable adapter deletes them (after the call returns they are gone, also for later
-        receivers); an adapter with destructive reads does nothing. Acknowledging a container
-        twice, or none, is harmless.
+        An adapter that keeps containers deletes them (after the call returns they are gone,
+        for ``read_from`` and for later receivers too); an adapter with destructive reads does
+        nothing. Acknowledging a container twice, or none, is harmless.
+
+        A container is identified by its ``token`` (and ``stream_id``) alone: the agent may
+        acknowledge a placeholder of a container it read, with the same ``stream_id`` and
+        ``token`` but empty ``events`` (its cache dropped them while a slow subscription was
+        served through ``read_from``). That acknowledges the original container.
 
         Raises:
             RuntimeError: called before ``initialize`` or after ``shutdown``.
         """
 
+    async def read_from(
+        self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        """Read kept containers again, from ``token`` on, without moving the read position.
+
+        Returns up to ``max_count`` unacknowledged containers of this receiver's queue whose
+        sequence is ``token.sequence`` or later (so ``token`` itself is included, and for an
+        event token the container holding that event), only those of ``stream_id`` if given,
+        in token order. Containers not read by ``get_messages`` yet are included; acknowledged
+        ones are not. The receiver's own read position is not touched: what ``get_messages``
+        returns next is the same with or without this call. It may run while a
+        ``get_messages`` (or another ``read_from``) call of this receiver is in flight.
+
+        Only rewindable adapters (``QueueAdapter.is_rewindable``) implement it.
+
+        Args:
+            token: where to start (inclusive); tokens older than every kept container start
+                at the oldest one.
+            max_count: >= 0; 0 returns ``[]``.
+            stream_id: only containers of this stream (``max_count`` counts only those).
+
+        Raises:
+            NotImplementedError: the adapter is not rewindable.
+            ValueError: ``max_count`` is negative.
+            RuntimeError: called before ``initialize`` or after ``shutdown``.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot read_from(): its adapter is not rewindable "
+            "(QueueAdapter.is_rewindable is False); a subscription that falls out of the "
+            "cache cannot be served from this queue"
+        )
+
     @abstractmethod
     async def shutdown(self) -> None:
         """Stop reading. Waits for a ``get_messages`` already running; idempotent.
 
-        Unacknowledged containers are not acknowledged: a durable adapter returns them to the
-        next receiver of the queue.
+        A ``read_from`` already running completes normally; later calls raise ``RuntimeError``.
+
+        Unacknowledged containers are not acknowledged: an adapter that keeps containers
+        returns them to the next receiver of the queue.
         """
 
 
@@ -150,7 +206,11 @@ class QueueAdapter(ABC):
     @property
     @abstractmethod
     def is_rewindable(self) -> bool:
-        """True if a subscription may start at a past token still kept by the queue."""
+        """True exactly if the receivers implement ``QueueAdapterReceiver.read_from``.
+
+        A subscription may then start at (or fall back to) a past token still kept by the
+        queue, that is, of a container not yet acknowledged.
+        """
 
     @abstractmethod
     async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:

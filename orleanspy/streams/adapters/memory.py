@@ -1,24 +1,43 @@
 """MemoryQueueAdapter: bounded in-process queues, the reference adapter and test double (2).
 
-Data path: producer (1) -> ``enqueue`` encodes the events and appends them to the queue's
-deque -> the agent's receiver pops and decodes them (3). Reads are destructive, so a container
-read but not yet delivered is lost if its agent stops: the adapter is not durable and not
-rewindable. Use it for tests and for single-process pipelines that may lose in-flight data.
+Data path: producer (1) -> ``enqueue`` encodes the events and appends them to the queue -> the
+agent's receiver (3) decodes the containers after its read position -> cache (4) -> consumers
+(5) -> the purged containers come back through ``messages_delivered`` and leave the queue.
 
-Backpressure: each queue holds at most ``capacity_per_queue`` containers. A producer that finds
-its queue full waits (only its own task is suspended) until a read frees room, for at most
+Reads are not destructive: a queue keeps each container until it is acknowledged. A new
+receiver of the queue (its agent restarted, or the queue moved to another silo of this process)
+starts again at the oldest unacknowledged container, so delivery is at-least-once within the
+process, as with SQLite; nothing survives the process. The adapter is rewindable:
+``read_from`` reads kept containers again (from a token, optionally of one stream) without
+moving the receiver's read position. Use it for tests and for single-process pipelines.
+
+Backpressure: each queue holds at most ``capacity_per_queue`` unacknowledged containers, read
+or not, so a backlog of read-but-unacknowledged containers (a slow subscription the agent
+serves from the queue) slows the producers down too. A producer that finds its queue full
+waits (only its own task is suspended) until an acknowledgement frees room, for at most
 ``enqueue_timeout`` seconds, then gets ``QueueFullError``. The waiters are futures in a FIFO,
 woken one per freed slot, as in ``asyncio.Queue.put``; the fast path creates no future and no
 task.
+
+Layout (every operation O(1) amortized, none creates a task): a queue is a list of
+``(sequence, stream id, encoded events)`` entries in sequence order plus the set of sequences
+not yet acknowledged. An acknowledgement only removes sequences from that set; the entries of
+acknowledged containers are skipped by readers and dropped lazily: the acknowledged prefix
+by moving a head index (and deleting it once it is an eighth of the list), the others once
+they outnumber the kept ones. A receiver remembers its position as a list index, valid until
+entries are dropped, and the sequence it read last, from which it finds its place again by
+bisection after that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, final
+from operator import itemgetter
+from typing import Any, Final, final
 
 from orleanspy.errors import ConfigurationError
 from orleanspy.messaging.codec import Codec
@@ -34,17 +53,79 @@ from orleanspy.streams.tokens import SequenceToken
 
 __all__ = ["MemoryAdapterFactory", "MemoryQueueAdapter", "MemoryQueueReceiver"]
 
+_Entry = tuple[int, StreamId, bytes]  # sequence, stream id, encoded events
+_sequence_of: Final = itemgetter(0)
+# Acknowledged entries are dropped from a queue's list (an "epoch" change) when
+# - those past the head outnumber the kept entries by _COMPACT_SLACK (all are dropped), or
+# - the acknowledged prefix is _PREFIX_MIN entries or more, and an eighth of the list.
+# Both cost O(1) amortized per entry dropped, and keep the list within
+# 2 x kept + _COMPACT_SLACK entries plus the prefix: few dead entries for the GC to walk.
+_COMPACT_SLACK: Final = 1024
+_PREFIX_MIN: Final = 256
+
 
 class _MemoryQueue:
-    """One queue: (stream id, sequence, encoded events) entries and the producers waiting."""
+    """One queue: its entries, the sequences not yet acknowledged, the producers waiting.
 
-    __slots__ = ("capacity", "entries", "last_sequence", "putters")
+    ``entries[head:]`` holds every unacknowledged container (and acknowledged ones not yet
+    dropped) in sequence order; ``entries[:head]`` are all acknowledged. ``epoch`` changes
+    whenever entries move to other indexes (a compaction).
+    """
+
+    __slots__ = ("capacity", "entries", "epoch", "head", "last_sequence", "pending", "putters")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.entries: deque[tuple[StreamId, int, bytes]] = deque()
+        self.entries: list[_Entry] = []
+        self.head = 0
+        self.epoch = 0
+        self.pending: set[int] = set()
         self.last_sequence = 0
         self.putters: deque[asyncio.Future[None]] = deque()
+
+    def index_after(self, sequence: int) -> int:
+        """Index of the first entry whose sequence is greater than ``sequence``."""
+        return bisect_right(self.entries, sequence, self.head, key=_sequence_of)
+
+    def index_from(self, sequence: int) -> int:
+        """Index of the first entry whose sequence is ``sequence`` or greater."""
+        return bisect_left(self.entries, sequence, self.head, key=_sequence_of)
+
+    def acknowledge(self, sequences: list[int]) -> None:
+        """Forget the containers of ``sequences``; unknown or repeated ones are ignored."""
+        pending, entries, head = self.pending, self.entries, self.head
+        before = len(pending)
+        end = len(entries)
+        contiguous = end - head == before  # no acknowledged entry stored past the head
+        pending.difference_update(sequences)
+        kept = len(pending)
+        freed = before - kept
+        if not freed:
+            return
+        if not kept:
+            head = end
+        elif (
+            contiguous
+            and entries[head][0] == min(sequences)
+            and entries[head + freed - 1][0] == max(sequences)
+        ):
+            head += freed  # the usual case: the oldest containers, acknowledged in order
+        else:
+            while entries[head][0] not in pending:
+                head += 1
+        if end - head - kept > kept + _COMPACT_SLACK:
+            # More acknowledged entries past the head than kept ones: drop them all, O(1)
+            # amortized since at least half of the entries copied go.
+            self.entries = [e for e in entries[head:] if e[0] in pending]
+            head = 0
+            self.epoch += 1
+        elif head >= _PREFIX_MIN and head * 8 >= end:
+            del entries[:head]  # moves at most 7 entries per entry dropped
+            head = 0
+            self.epoch += 1
+        self.head = head
+        if self.putters:
+            self.wake_putters(freed)
 
     def wake_putters(self, n: int) -> None:
         putters = self.putters
@@ -71,17 +152,29 @@ class _MemoryBroker:
         return q
 
 
+def _check_max_count(max_count: int) -> None:
+    if max_count < 0:
+        raise ValueError(f"max_count must be >= 0, got {max_count}")
+
+
 @final
 class MemoryQueueReceiver(QueueAdapterReceiver):
-    """Pops containers off one memory queue; acknowledgements are no-ops."""
+    """Reads one memory queue past its own position; acknowledgements remove containers.
 
-    __slots__ = ("_codec", "_queue", "_queue_id", "_state")
+    The position is ``_index`` (into the queue's entries, valid while the queue's epoch is
+    ``_epoch``) and ``_last_sequence``, the sequence of the last entry passed.
+    """
+
+    __slots__ = ("_codec", "_epoch", "_index", "_last_sequence", "_queue", "_queue_id", "_state")
 
     def __init__(self, queue_id: QueueId, queue: _MemoryQueue) -> None:
         self._queue_id = queue_id
         self._queue = queue
         self._codec = Codec()
         self._state = "new"
+        self._last_sequence = 0
+        self._index = 0
+        self._epoch = -1  # no valid index yet: find it from _last_sequence
 
     def __repr__(self) -> str:
         return f"MemoryQueueReceiver({self._queue_id})"
@@ -96,32 +189,78 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             raise RuntimeError(f"cannot {action} on {self!r} {when}")
 
     async def initialize(self) -> None:
+        """Start at the oldest unacknowledged container of the queue."""
         if self._state == "new":
             self._state = "ready"
 
     async def get_messages(self, max_count: int) -> list[BatchContainer]:
-        if max_count < 0:
-            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        _check_max_count(max_count)
         self._check_ready("get_messages()")
         q = self._queue
-        n = min(max_count, len(q.entries))
-        if n == 0:
+        entries = q.entries
+        if self._epoch == q.epoch:
+            i = self._index
+            if i < q.head:
+                i = q.head  # everything in between was acknowledged meanwhile
+        else:
+            i = q.index_after(self._last_sequence)
+            self._epoch = q.epoch
+        end = len(entries)
+        if i >= end or max_count == 0:
+            self._index = i
             return []
-        pop, unpack = q.entries.popleft, self._codec.unpackb
+        pending, unpack = q.pending, self._codec.unpackb
+        if end - q.head == len(pending):  # no acknowledged entry stored past the head
+            chunk = entries[i : i + max_count]
+            self._index = i + len(chunk)
+            self._last_sequence = chunk[-1][0]
+            return [
+                BatchContainer(sid, SequenceToken(seq), tuple(unpack(payload)), len(payload))
+                for seq, sid, payload in chunk
+            ]
         batch: list[BatchContainer] = []
-        for _ in range(n):
-            stream_id, sequence, payload = pop()
-            batch.append(
-                BatchContainer(
-                    stream_id, SequenceToken(sequence), tuple(unpack(payload)), len(payload)
+        append = batch.append
+        while i < end:
+            sequence, stream_id, payload = entries[i]
+            i += 1
+            if sequence in pending:
+                append(
+                    BatchContainer(
+                        stream_id, SequenceToken(sequence), tuple(unpack(payload)), len(payload)
+                    )
                 )
-            )
-        if q.putters:
-            q.wake_putters(n)
+                if len(batch) == max_count:
+                    break
+        self._index = i
+        self._last_sequence = entries[i - 1][0]
+        return batch
+
+    async def read_from(
+        self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        _check_max_count(max_count)
+        self._check_ready("read_from()")
+        if max_count == 0:
+            return []
+        q = self._queue
+        entries, pending, unpack = q.entries, q.pending, self._codec.unpackb
+        batch: list[BatchContainer] = []
+        for i in range(q.index_from(token.sequence), len(entries)):
+            sequence, sid, payload = entries[i]
+            if sequence in pending and (stream_id is None or sid == stream_id):
+                batch.append(
+                    BatchContainer(
+                        sid, SequenceToken(sequence), tuple(unpack(payload)), len(payload)
+                    )
+                )
+                if len(batch) == max_count:
+                    break
         return batch
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         self._check_ready("messages_delivered()")
+        if batch:
+            self._queue.acknowledge([c.token.sequence for c in batch])
 
     async def shutdown(self) -> None:
         # Reads never wait, so there is no read in flight to wait for.
@@ -130,7 +269,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
 
 @final
 class MemoryQueueAdapter(QueueAdapter):
-    """Bounded FIFO queues in this process; see the module docstring for the semantics.
+    """Bounded, rewindable queues in this process; see the module docstring for the semantics.
 
     Adapters made by one factory for the same provider name share their queues, so the
     silos of an in-process test cluster given the same factory see each other's events.
@@ -154,7 +293,7 @@ class MemoryQueueAdapter(QueueAdapter):
 
     @property
     def is_rewindable(self) -> bool:
-        return False
+        return True
 
     def _check_open(self, action: str) -> None:
         if self._state != "open":
@@ -169,9 +308,12 @@ class MemoryQueueAdapter(QueueAdapter):
         self._state = "closed"
 
     def queue_length(self, queue: QueueId) -> int:
-        """Containers waiting in ``queue`` (enqueued, not yet read)."""
+        """Containers kept in ``queue``: enqueued and not yet acknowledged (read or not).
+
+        This is what ``capacity_per_queue`` bounds.
+        """
         q = self._broker.queues.get(queue)
-        return 0 if q is None else len(q.entries)
+        return 0 if q is None else len(q.pending)
 
     async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
         self._check_open("enqueue()")
@@ -179,19 +321,20 @@ class MemoryQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))
         q = self._broker.queue(queue)
-        if len(q.entries) >= q.capacity:
+        if len(q.pending) >= q.capacity:
             await self._wait_for_room(queue, q)
             if self._state != "open":
                 q.wake_putters(1)  # the room we were given goes to the next producer
                 self._check_open("enqueue()")
-        q.last_sequence += 1
-        q.entries.append((stream_id, q.last_sequence, payload))
+        sequence = q.last_sequence = q.last_sequence + 1
+        q.entries.append((sequence, stream_id, payload))
+        q.pending.add(sequence)
 
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._enqueue_timeout):
-                while len(q.entries) >= q.capacity:
+                while len(q.pending) >= q.capacity:
                     putter = loop.create_future()
                     q.putters.append(putter)
                     try:
@@ -200,13 +343,14 @@ class MemoryQueueAdapter(QueueAdapter):
                         putter.cancel()
                         with contextlib.suppress(ValueError):
                             q.putters.remove(putter)
-                        if not putter.cancelled() and len(q.entries) < q.capacity:
+                        if not putter.cancelled() and len(q.pending) < q.capacity:
                             q.wake_putters(1)  # we were woken but give up: pass the slot on
                         raise
         except TimeoutError:
             raise QueueFullError(
                 f"queue {queue} stayed full ({q.capacity} containers) for "
-                f"{self._enqueue_timeout} s; consumers are not keeping up",
+                f"{self._enqueue_timeout} s; consumers are not keeping up (containers leave "
+                "the queue when the agent acknowledges them)",
                 str(queue),
                 q.capacity,
             ) from None
@@ -221,7 +365,8 @@ class MemoryAdapterFactory(QueueAdapterFactory):
     """Makes memory adapters; those for the same provider name share their queues.
 
     Args:
-        capacity_per_queue: containers a queue holds before producers wait, >= 1.
+        capacity_per_queue: unacknowledged containers a queue holds before producers wait,
+            >= 1.
         enqueue_timeout: seconds a producer waits for room before ``QueueFullError``
             (0: fail at once; None: wait forever).
 

@@ -11,6 +11,15 @@ survives ``kill -9`` of the process, not a power loss. Rows stay until acknowled
 receiver (after a crash, or on the silo the queue moved to) reads every unacknowledged
 container again, in order: delivery is at-least-once.
 
+The adapter is rewindable: ``read_from`` selects the kept rows of a queue from a ``seq`` on,
+through index ``stream_queue_by_queue``, without moving the receiver's read position.
+Acknowledgements delete rows by ``seq`` alone, so the agent may acknowledge placeholders whose
+events it dropped. A ``read_from`` of one stream filters the queue's rows on ``namespace`` and
+``key`` while scanning that index (in SQLite, about a million rows a second), so a sparse
+stream in a long backlog costs a scan of the rows in between. There is deliberately no
+``(queue, namespace, key, seq)`` index: its out-of-order inserts cut the throughput of
+``enqueue`` by about 40 % and that of reads with acknowledgements by about 25 %.
+
 Why the writes look the way they do (both measured with 100 concurrent producers):
 
 * Group commit. A transaction per call would cap producers at a few thousand per second.
@@ -67,6 +76,14 @@ _COLUMNS: Final = 5  # queue, namespace, key, events, size
 _SELECT: Final = (
     "SELECT seq, namespace, key, events, size FROM stream_queue "
     "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+_SELECT_FROM: Final = (
+    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?"
+)
+_SELECT_STREAM_FROM: Final = (
+    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "WHERE queue = ? AND namespace = ? AND key = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
 _MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
@@ -245,6 +262,34 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
             if not rows:
                 return []
             self._last_seq = rows[-1][0]
+        return self._containers(rows)
+
+    async def read_from(
+        self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        """Select the kept rows from ``token.sequence`` on; ``_last_seq`` is not touched.
+
+        No lock: the query runs on the database thread after (or before) a read in flight,
+        and the rows of both are consistent snapshots.
+        """
+        if max_count < 0:
+            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        self._check_ready("read_from()")
+        if max_count == 0:
+            return []
+        if stream_id is None:
+            rows = await self._db.fetchall(
+                _SELECT_FROM, (self._queue_text, token.sequence, max_count)
+            )
+        else:
+            key = self._codec.packb(stream_id.key)
+            rows = await self._db.fetchall(
+                _SELECT_STREAM_FROM,
+                (self._queue_text, stream_id.namespace, key, token.sequence, max_count),
+            )
+        return self._containers(rows)
+
+    def _containers(self, rows: list[Any]) -> list[BatchContainer]:
         unpack, stream_ids = self._codec.unpackb, self._stream_ids
         batch: list[BatchContainer] = []
         for seq, namespace, key, events, size in rows:
@@ -257,6 +302,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         return batch
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
+        """Delete the rows of ``batch`` by ``seq`` alone (placeholders without events too)."""
         self._check_ready("messages_delivered()")
         if batch:
             await self._writer.delete(self._queue_text, [c.token.sequence for c in batch])
@@ -298,7 +344,7 @@ class SqliteQueueAdapter(QueueAdapter):
 
     @property
     def is_rewindable(self) -> bool:
-        return False
+        return True
 
     def _check_open(self, action: str) -> None:
         if self._state != "open":

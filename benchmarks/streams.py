@@ -1,0 +1,787 @@
+"""Stream benchmarks: persistent streams against hand-written baselines, in one run.
+
+Usage::
+
+    .venv/bin/python benchmarks/streams.py            # table for humans (progress on stderr)
+    .venv/bin/python benchmarks/streams.py --json     # one JSON list on stdout
+    .venv/bin/python benchmarks/streams.py --only backpressure     # one group of figures
+    .venv/bin/python benchmarks/streams.py --profile memory        # pyinstrument, our side
+
+Throughput figures (best of ``--trials`` for orleanspy and for its baseline, trials
+interleaved, the baseline run with the same N events of the same payload; see
+docs/benchmarks.md, section "Streams"):
+
+1. ``memory_1_consumer``: 10 producer grains (each called once by its own task) publish N
+   events with ``stream.on_next`` on one stream of a memory-adapter provider; one consumer
+   grain subscribed to it; from the first publish until the consumer has all N. Baseline:
+   10 producer tasks ``await queue.put(event)`` into one ``asyncio.Queue`` read by one
+   consumer task.
+2. ``memory_1_consumer_batch100``: the same with ``on_next_batch`` of 100 events (one
+   container per 100 events); baseline: the queue carries lists of 100 events.
+3. ``memory_fanout_100``: the same stream with 100 consumer grains subscribed (each gets all
+   N events), in deliveries/s; baseline: every producer puts each event into 100 queues,
+   one consumer task each.
+4. ``sqlite_1_consumer``: figure 1 on ``SqliteAdapterFactory`` (durable: each ``on_next``
+   returns once committed), until the consumer has all N and the rows are deleted.
+   Baseline: raw ``sqlite3`` on a temp file (same pragmas and table): insert the N
+   msgpack-encoded events in transactions of 1000 rows with ``executemany``, select them
+   back in order 1000 at a time, delete each page.
+
+Every consumer (ours and the baselines') does the same work per event: count it and check
+that each producer's events arrive in order.
+
+Backpressure run (``--only backpressure``; figures ``backpressure_*``): one stream on one
+queue (``total_queues=1``, ``cache_size=512``, ``pull_period=0.01``, memory adapter), a fast
+consumer (no waiting) and a slow one (``await asyncio.sleep`` paced to ``d = 10 / fast solo
+rate`` seconds per event). The fast consumer first runs alone (its solo rate), then both
+together (``--flow-control max`` runs it under the other strategy). Sampled every 50 ms:
+cache occupancy (and the exact peak, checked after every add), pull period, both consumers'
+counts, the memory queue's backlog, RSS; plotted to docs/streams-backpressure.png (needs
+matplotlib; ``--no-plot`` skips it).
+
+Pull period 0.01 s throughout (the default is 0.1 s): the low-latency setting a throughput-
+or latency-sensitive deployment uses, and the one the tests use. Under sustained load the
+agent reads back-to-back anyway; the period matters at the start and after a back-off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import math
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from _common import Figure, progress, quiet_logging
+
+from orleanspy import Grain, Silo, SiloOptions, grain_type
+from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
+from orleanspy.streams.ids import StreamId
+from orleanspy.streams.options import StreamProviderOptions
+from orleanspy.streams.provider import PersistentStreamProvider
+
+NS = "bench"
+BODY = "x" * 64  # every event is [producer, index, BODY]: ~70 bytes of msgpack
+PRODUCERS = 10
+FANOUT = 100
+BATCH = 100
+QUEUE_CAPACITY = 100_000  # MemoryAdapterFactory's default capacity_per_queue
+SQLITE_CHUNK = 1000
+PULL_PERIOD = 0.01
+BP_CACHE = 512
+BP_SLOWDOWN = 10
+SAMPLE_EVERY = 0.05
+PACING_SLACK = 0.005  # a paced consumer catches up at most this much after a stall
+DONE_TIMEOUT = 120.0
+PLOT = Path(__file__).resolve().parent.parent / "docs" / "streams-backpressure.png"
+
+# A trial: publish ``n`` events and return the rate (events or deliveries per second).
+Trial = Callable[[int], Awaitable[float]]
+
+
+# -- what a consumer does with an event (ours and the baselines alike) ------------------------
+@dataclass(slots=True, eq=False)
+class Tally:
+    """Counts one consumer's events and checks each producer's order; ``done`` at ``expect``."""
+
+    expect: int
+    delay: float = 0.0  # seconds per event, paced (see StreamConsumer._on_next)
+    due: float = 0.0
+    count: int = 0
+    disorder: int = 0  # events that came after a later one of their producer (or twice)
+    gaps: int = 0  # places where events of a producer were skipped
+    last_at: float = 0.0
+    next: dict[int, int] = field(default_factory=dict)
+    done: asyncio.Future[float] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def add(self, item: Any) -> None:
+        p, i = item[0], item[1]
+        expected = self.next.get(p, 0)
+        if i != expected:
+            if i < expected:
+                self.disorder += 1
+            else:
+                self.gaps += 1
+        self.next[p] = i + 1
+        self.count += 1
+        self.last_at = now = time.perf_counter()
+        if self.count == self.expect and not self.done.done():
+            self.done.set_result(now)
+
+    def check(self, who: str) -> None:
+        if self.count != self.expect or self.disorder or self.gaps:
+            raise RuntimeError(
+                f"{who}: received {self.count} of {self.expect} events, "
+                f"{self.disorder} out of order, {self.gaps} gaps"
+            )
+
+
+TALLIES: dict[Any, Tally] = {}  # consumer grain key -> its tally (set before subscribing)
+
+
+# -- grains -------------------------------------------------------------------------------------
+@grain_type("BenchStreamProducer")
+class StreamProducer(Grain):
+    async def produce(
+        self, provider: str, key: str, producer: int, count: int, batch: int
+    ) -> None:
+        stream = self.get_stream_provider(provider).get_stream(NS, key)
+        if batch <= 1:
+            on_next = stream.on_next
+            for i in range(count):
+                await on_next([producer, i, BODY])
+        else:
+            for start in range(0, count, batch):
+                stop = min(start + batch, count)
+                await stream.on_next_batch([[producer, i, BODY] for i in range(start, stop)])
+
+
+@grain_type("BenchStreamConsumer")
+class StreamConsumer(Grain):
+    def __init__(self) -> None:
+        self.tally: Tally | None = None
+
+    async def subscribe(self, provider: str, key: str) -> None:
+        self.tally = TALLIES[self.key]
+        await self.get_stream_provider(provider).get_stream(NS, key).subscribe(self._on_next)
+
+    async def _on_next(self, item: Any, token: Any) -> None:
+        tally = self.tally
+        assert tally is not None
+        if tally.delay:
+            # A slow consumer: ``delay`` seconds per event on an absolute schedule, so that
+            # the loop's timer granularity (~1 ms when idle) does not make it slower still.
+            now = asyncio.get_running_loop().time()
+            tally.due = max(tally.due, now - PACING_SLACK) + tally.delay
+            if tally.due > now:
+                await asyncio.sleep(tally.due - now)
+        tally.add(item)
+
+
+GRAINS = [StreamProducer, StreamConsumer]
+_ids = itertools.count()
+
+
+def _provider_options(**overrides: Any) -> StreamProviderOptions:
+    return StreamProviderOptions(**{"pull_period": PULL_PERIOD, **overrides})
+
+
+def _silo(providers: dict[str, PersistentStreamProvider]) -> Silo:
+    return Silo(
+        SiloOptions(gateway_port=None, collection_quantum=3600.0),
+        grains=GRAINS,
+        stream_providers=providers,
+    )
+
+
+def _agent(silo: Silo, provider: str, key: str) -> Any:
+    p = silo.stream_providers[provider]
+    return p.agents[p.mapper.queue_for(StreamId(NS, key))]
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = DONE_TIMEOUT) -> None:
+    """Poll a runtime counter (the agent offers no event to wait on) every millisecond."""
+    async with asyncio.timeout(timeout):
+        for _ in itertools.count():
+            if predicate():
+                return
+            await asyncio.sleep(0.001)
+
+
+# -- our side: one trial --------------------------------------------------------------------
+async def stream_trial(
+    silo: Silo,
+    provider: str,
+    n: int,
+    *,
+    consumers: int = 1,
+    batch: int = 1,
+    wait_ack: bool = False,
+    profiler: Any = None,
+) -> float:
+    """Publish ``n`` events (10 producer grains) to ``consumers`` subscribers of a new stream;
+    return deliveries per second from the first publish until every consumer has all ``n``
+    (and, with ``wait_ack``, the agent acknowledged them to the adapter)."""
+    key = f"s{next(_ids)}"
+    per = n // PRODUCERS
+    n = per * PRODUCERS
+    tallies = []
+    for c in range(consumers):
+        ck = f"{key}-c{c}"
+        TALLIES[ck] = tally = Tally(n)
+        tallies.append(tally)
+        await silo.get_grain(StreamConsumer, ck).subscribe(provider, key)
+    producers = [silo.get_grain(StreamProducer, f"p{p}") for p in range(PRODUCERS)]
+    agent = _agent(silo, provider, key)
+    containers = n if batch <= 1 else PRODUCERS * math.ceil(per / batch)
+    acked = agent.acknowledged + containers
+    gc.collect()
+    if profiler is not None:
+        profiler.start()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(
+        ref.produce(provider, key, p, per, batch) for p, ref in enumerate(producers)
+    ))
+    async with asyncio.timeout(DONE_TIMEOUT):
+        await asyncio.gather(*(t.done for t in tallies))
+    if wait_ack:
+        await _until(lambda: agent.acknowledged >= acked)
+    elapsed = time.perf_counter() - t0
+    if profiler is not None:
+        profiler.stop()
+    for c, tally in enumerate(tallies):
+        tally.check(f"consumer {c} of stream {key}")
+        del TALLIES[f"{key}-c{c}"]
+    return n * consumers / elapsed
+
+
+# -- baselines ------------------------------------------------------------------------------
+async def queue_trial(n: int, *, consumers: int = 1, batch: int = 1) -> float:
+    """10 producer tasks -> asyncio.Queue per consumer -> consumer task(s); deliveries/s."""
+    per = n // PRODUCERS
+    n = per * PRODUCERS
+    queues: list[asyncio.Queue[Any]] = [asyncio.Queue(QUEUE_CAPACITY) for _ in range(consumers)]
+    tallies = [Tally(n) for _ in range(consumers)]
+
+    async def consume(queue: asyncio.Queue[Any], tally: Tally) -> None:
+        get, add = queue.get, tally.add
+        while tally.count < n:
+            item = await get()
+            if batch <= 1:
+                add(item)
+            else:
+                for event in item:
+                    add(event)
+
+    async def produce(p: int) -> None:
+        puts = [q.put for q in queues]
+        if batch <= 1:
+            for i in range(per):
+                event = [p, i, BODY]
+                for put in puts:
+                    await put(event)
+        else:
+            for start in range(0, per, batch):
+                events = [[p, i, BODY] for i in range(start, min(start + batch, per))]
+                for put in puts:
+                    await put(events)
+
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(consume(q, t)) for q, t in zip(queues, tallies, strict=True)]
+    gc.collect()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(produce(p) for p in range(PRODUCERS)))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - t0
+    for tally in tallies:
+        tally.check("asyncio.Queue baseline")
+    return n * consumers / elapsed
+
+
+_RAW_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS q (seq INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL,"
+    " namespace TEXT NOT NULL, key BLOB NOT NULL, events BLOB NOT NULL, size INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS q_by_queue ON q (queue, seq)",
+)
+
+
+def raw_sqlite_trial(path: str, n: int, batch: int = 1) -> float:
+    """Insert the events as rows (``batch`` events a row) in transactions of 1000 rows
+    (executemany), select them back in order 1000 rows at a time, delete each page; the
+    events are msgpack-encoded/decoded. Events/s."""
+    per = n // PRODUCERS
+    n = per * PRODUCERS
+    events = [[j % PRODUCERS, j // PRODUCERS, BODY] for j in range(n)]
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in _RAW_SCHEMA:
+            conn.execute(statement)
+        tally = Tally(n)
+        pack, unpack = msgpack.packb, msgpack.unpackb
+        key = pack("raw")
+        insert = "INSERT INTO q (queue, namespace, key, events, size) VALUES (?, ?, ?, ?, ?)"
+        select = "SELECT seq, events FROM q WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
+        gc.collect()
+        t0 = time.perf_counter()
+        step = SQLITE_CHUNK * batch
+        for start in range(0, n, step):
+            rows = []
+            for j in range(start, min(start + step, n), batch):
+                payload = pack(events[j : j + batch])
+                rows.append(("raw-0", NS, key, payload, len(payload)))
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(insert, rows)
+            conn.execute("COMMIT")
+        last = 0
+        while True:
+            page = conn.execute(select, ("raw-0", last, SQLITE_CHUNK)).fetchall()
+            if not page:
+                break
+            for _seq, events in page:
+                for event in unpack(events):
+                    tally.add(event)
+            last = page[-1][0]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("DELETE FROM q WHERE queue = ? AND seq <= ?", ("raw-0", last))
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - t0
+        tally.check("raw SQLite baseline")
+        return n / elapsed
+    finally:
+        conn.close()
+
+
+async def raw_sqlite(path: str, n: int, batch: int = 1) -> float:
+    return raw_sqlite_trial(path, n, batch)
+
+
+# -- measurement ----------------------------------------------------------------------------
+async def calibrate(trial: Trial, deliveries_per_event: int, seconds: float, n_max: int) -> int:
+    """Warm up and return the event count that makes one trial last about ``seconds``."""
+    n = max(PRODUCERS, 1000 // deliveries_per_event)
+    while True:
+        rate = await trial(n)
+        elapsed = n * deliveries_per_event / rate
+        if elapsed >= 0.25 or n >= n_max:
+            break
+        n = min(n * 4, n_max)
+    n = int(n * seconds / elapsed)
+    return max(PRODUCERS, min(n_max, n // PRODUCERS * PRODUCERS))
+
+
+async def compare(
+    ours: Trial, base: Trial, *, deliveries_per_event: int, seconds: float, trials: int,
+    n_max: int = QUEUE_CAPACITY,
+) -> tuple[float, float, int]:
+    """Best rate of each side over interleaved trials, both with the same N (after warm-up)."""
+    n = await calibrate(ours, deliveries_per_event, seconds, n_max)
+    await base(n)  # warm-up
+    best_ours = best_base = 0.0
+    for _ in range(trials):
+        best_ours = max(best_ours, await ours(n))
+        best_base = max(best_base, await base(n))
+    return best_ours, best_base, n
+
+
+async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
+    figures: list[Figure] = []
+    s, t = args.seconds, args.trials
+    if which & {"memory", "batch", "fanout"}:
+        provider = PersistentStreamProvider(MemoryAdapterFactory(), _provider_options())
+        async with _silo({"m": provider}) as silo:
+            if "memory" in which:
+                progress("memory adapter, 1 consumer ...")
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "m"), queue_trial,
+                    deliveries_per_event=1, seconds=s, trials=t,
+                )
+                figures.append(Figure(
+                    "memory_1_consumer", ours, "events/s", base, 0.3,
+                    f"N={n:,}, {PRODUCERS} producer grains, on_next per event; "
+                    "baseline asyncio.Queue",
+                ))
+            if "batch" in which:
+                progress(f"memory adapter, 1 consumer, on_next_batch({BATCH}) ...")
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "m", batch=BATCH),
+                    partial(queue_trial, batch=BATCH),
+                    deliveries_per_event=1, seconds=s, trials=t, n_max=3 * QUEUE_CAPACITY,
+                )
+                figures.append(Figure(
+                    f"memory_1_consumer_batch{BATCH}", ours, "events/s", base, 0.3,
+                    f"N={n:,}, on_next_batch of {BATCH}; baseline queue of {BATCH}-event lists"
+                    " (target assumed: as memory_1_consumer)",
+                ))
+            if "fanout" in which:
+                progress(f"memory adapter, {FANOUT} consumers on one stream ...")
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "m", consumers=FANOUT),
+                    partial(queue_trial, consumers=FANOUT),
+                    deliveries_per_event=FANOUT, seconds=s, trials=t,
+                )
+                figures.append(Figure(
+                    f"memory_fanout_{FANOUT}", ours, "deliveries/s", base, 0.3,
+                    f"N={n:,} events x {FANOUT} subscribers of one stream; baseline "
+                    f"{FANOUT} queues (target assumed: as memory_1_consumer)",
+                ))
+    if "sqlite" in which:
+        progress("SQLite adapter, 1 consumer ...")
+        with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
+            provider = PersistentStreamProvider(
+                SqliteAdapterFactory(str(Path(tmp) / "streams.db")), _provider_options()
+            )
+            raw = str(Path(tmp) / "raw.db")
+            async with _silo({"q": provider}) as silo:
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "q", wait_ack=True), partial(raw_sqlite, raw),
+                    deliveries_per_event=1, seconds=s, trials=t,
+                )
+                figures.append(Figure(
+                    "sqlite_1_consumer", ours, "events/s", base, 0.5,
+                    f"N={n:,}, {PRODUCERS} producer grains, on_next per event (durable), "
+                    f"until acknowledged; baseline raw sqlite3, {SQLITE_CHUNK}-row transactions",
+                ))
+                progress(f"SQLite adapter, 1 consumer, on_next_batch({BATCH}) ...")
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "q", batch=BATCH, wait_ack=True),
+                    partial(raw_sqlite, raw, batch=BATCH),
+                    deliveries_per_event=1, seconds=s, trials=t, n_max=3 * QUEUE_CAPACITY,
+                )
+                figures.append(Figure(
+                    f"sqlite_1_consumer_batch{BATCH}", ours, "events/s", base, 0.5,
+                    f"N={n:,}, on_next_batch of {BATCH}; baseline rows of {BATCH} events "
+                    "(target assumed: as sqlite_1_consumer)",
+                ))
+    return figures
+
+
+# -- backpressure ---------------------------------------------------------------------------
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass(slots=True)
+class Sample:
+    t: float
+    cache: int
+    period: float
+    backlog: int
+    fast: int
+    slow: int
+    rss: float
+
+
+@dataclass
+class BackpressureRun:
+    n: int
+    samples: list[Sample]
+    fast_rate: float  # fast consumer: n / time until it had all n
+    slow_rate: float
+    slow_received: int
+    slow_disorder: int
+    slow_gaps: int
+    fast_disorder: int
+    cache_peak: int  # exact: checked after every add to the cache
+
+
+async def bp_run(
+    silo: Silo, n: int, slow_delay: float | None, cache_peak: list[int]
+) -> BackpressureRun:
+    provider = silo.stream_providers["bp"]
+    agent = next(iter(provider.agents.values()))
+    adapter = provider.adapter
+    key = f"bp{next(_ids)}"
+    fast_key, slow_key = f"{key}-fast", f"{key}-slow"
+    TALLIES[fast_key] = fast = Tally(n)
+    await silo.get_grain(StreamConsumer, fast_key).subscribe("bp", key)
+    slow = None
+    if slow_delay is not None:
+        TALLIES[slow_key] = slow = Tally(n, delay=slow_delay)
+        await silo.get_grain(StreamConsumer, slow_key).subscribe("bp", key)
+    await _until(lambda: len(agent.cache) == 0)  # a clean start
+    cache_peak[0] = 0
+    samples: list[Sample] = []
+    gc.collect()
+    t0 = time.perf_counter()
+
+    def sample() -> None:
+        samples.append(Sample(
+            time.perf_counter() - t0, len(agent.cache), agent.period,
+            adapter.queue_length(agent.queue), fast.count, slow.count if slow else 0, rss_mib(),
+        ))
+
+    async def sampler() -> None:
+        while True:
+            sample()
+            await asyncio.sleep(SAMPLE_EVERY)
+
+    task = asyncio.get_running_loop().create_task(sampler())
+    try:
+        await silo.get_grain(StreamProducer, "bp-producer").produce("bp", key, 0, n, 1)
+        async with asyncio.timeout(DONE_TIMEOUT):
+            t_fast = await fast.done
+            if slow is not None:
+                await _settled(slow)
+        t_slow = slow.last_at if slow else t_fast
+        await asyncio.sleep(0.2)  # a few samples after the end (the cache drains)
+        sample()
+    finally:
+        task.cancel()
+    del TALLIES[fast_key]
+    TALLIES.pop(slow_key, None)
+    return BackpressureRun(
+        n, samples, n / (t_fast - t0), (slow.count if slow else n) / (t_slow - t0),
+        slow.count if slow else 0, slow.disorder if slow else 0, slow.gaps if slow else 0,
+        fast.disorder + fast.gaps, cache_peak[0],
+    )
+
+
+async def _settled(tally: Tally, quiet: float = 1.0) -> None:
+    """Until ``tally`` has all its events, or none came for ``quiet`` seconds (it missed
+    some: flow control ``max``)."""
+    for _ in itertools.count():
+        if tally.done.done() or (tally.count and time.perf_counter() - tally.last_at > quiet):
+            return
+        await asyncio.sleep(SAMPLE_EVERY)
+
+
+async def backpressure(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
+    opts = _provider_options(
+        total_queues=1, cache_size=BP_CACHE, flow_control=args.flow_control
+    )
+    provider = PersistentStreamProvider(MemoryAdapterFactory(), opts)
+    async with _silo({"bp": provider}) as silo:
+        agent = next(iter(provider.agents.values()))
+        cache_peak = [0]
+        cache = agent.cache
+        add = cache.add
+
+        def counting_add(containers: Any) -> Any:  # instrumentation: exact peak occupancy
+            first = add(containers)
+            cache_peak[0] = max(cache_peak[0], len(cache))
+            return first
+
+        cache.add = counting_add
+        progress("backpressure: fast consumer alone ...")
+        warm = await bp_run(silo, 3000, None, cache_peak)
+        n = max(2000, int(args.bp_seconds * warm.fast_rate / (BP_SLOWDOWN + 1)))
+        solo = await bp_run(silo, n, None, cache_peak)
+        delay = BP_SLOWDOWN / solo.fast_rate
+        progress(f"backpressure: fast + slow (sleep {delay * 1e3:.2f} ms/event), N={n:,} ...")
+        run = await bp_run(silo, n, delay, cache_peak)
+    periods = [s.period for s in run.samples]
+    rss = [s.rss for s in run.samples]
+    figures = [
+        Figure("backpressure_fast_rate", run.fast_rate, "events/s", solo.fast_rate, 0.8,
+               f"fast consumer with a {BP_SLOWDOWN}x slower one vs alone (flow control "
+               f"{args.flow_control}), N={n:,}"),
+        Figure("backpressure_slow_in_order", run.slow_received - run.slow_disorder, "events",
+               n, 1.0, f"events the slow consumer received in order, of N ({run.slow_gaps} "
+               "gaps)"),
+        Figure("backpressure_cache_max", run.cache_peak, "containers", BP_CACHE, -1.0,
+               "exact peak after every cache add; must stay <= the bound"),
+        Figure("backpressure_pull_period_max", max(periods) * 1e3, "ms", opts.pull_period * 1e3,
+               0.0, f"sampled; min {min(periods) * 1e3:g} ms; max_pull_period "
+               f"{opts.max_pull_period * 1e3:g} ms"),
+        Figure("backpressure_rss_max", max(rss), "MiB", rss[0], 0.0,
+               "process RSS, max during the run vs at its start"),
+    ]
+    sampled_cache = max(s.cache for s in run.samples)
+    lines = [
+        f"backpressure run: N={n:,} events on one stream, total_queues=1, "
+        f"cache_size={BP_CACHE}, pull_period={opts.pull_period:g} s, flow control "
+        f"{args.flow_control}",
+        f"  cache occupancy: max {run.cache_peak} (exact), {sampled_cache} (sampled) vs bound "
+        f"{BP_CACHE}; pressure from {agent.cache.pressure_size}",
+        f"  pull period: min {min(periods) * 1e3:g} ms, max {max(periods) * 1e3:g} ms",
+        f"  fast consumer: {run.fast_rate:,.0f}/s with the slow one vs {solo.fast_rate:,.0f}/s "
+        f"alone ({run.fast_rate / solo.fast_rate:.0%}; acceptance >= 80%)",
+        f"  slow consumer: paced sleeps, {delay * 1e3:.2f} ms per event, {run.slow_rate:,.0f}/s "
+        f"({solo.fast_rate / run.slow_rate:.1f}x slower than the fast one alone); received "
+        f"{run.slow_received:,} of {n:,}, {run.slow_disorder} out of order, "
+        f"{run.slow_gaps} gaps (skipped events)",
+        f"  RSS: {rss[0]:.0f} MiB at start, max {max(rss):.0f} MiB",
+    ]
+    if not args.no_plot:
+        lines.append(plot(args.plot, solo, run, delay, opts, args.flow_control))
+    return figures, lines
+
+
+def _rates(samples: list[Sample], attr: str, window: int = 5) -> tuple[list[float], list[float]]:
+    """Rate of a cumulative count over a sliding window of samples (centred times)."""
+    ts, rs = [], []
+    for a, b in zip(samples, samples[window:], strict=False):
+        dt = b.t - a.t
+        if dt > 0:
+            ts.append((a.t + b.t) / 2)
+            rs.append((getattr(b, attr) - getattr(a, attr)) / dt)
+    return ts, rs
+
+
+def plot(
+    path: Path, solo: BackpressureRun, run: BackpressureRun, delay: float,
+    opts: StreamProviderOptions, flow: str,
+) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "  (no plot: matplotlib is not installed; pip install matplotlib)"
+    s = run.samples
+    t = [x.t for x in s]
+    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+    ax = axes[0]
+    ax.plot(t, [x.cache for x in s], label="cache occupancy (containers)")
+    ax.axhline(opts.cache_size, color="red", linestyle="--", label=f"bound {opts.cache_size}")
+    ax.axhline(int(opts.cache_size * 0.9), color="orange", linestyle=":",
+               label="pressure (90 %)")
+    ax.set_ylabel("containers")
+    ax.set_ylim(0, opts.cache_size * 1.15)
+    ax2 = ax.twinx()
+    ax2.plot(t, [x.backlog for x in s], color="grey", alpha=0.6,
+             label="memory queue: unacknowledged (right)")
+    ax2.set_ylabel("in the queue (containers)")
+    lines1, labels1 = ax.get_legend_handles_labels()
+    lines2, labels2 = ax2.get_legend_handles_labels()
+    ax.legend(lines1 + lines2, labels1 + labels2, loc="center right", fontsize=8)
+    ax.set_title(
+        f"One stream, one queue: fast consumer + one {BP_SLOWDOWN}x slower "
+        f"(paced sleep, {delay * 1e3:.2f} ms/event), N={run.n:,}, cache_size={opts.cache_size}, "
+        f"flow control {flow}", fontsize=10,
+    )
+    ax = axes[1]
+    ax.step(t, [x.period * 1e3 for x in s], where="post", label="pull period")
+    ax.axhline(opts.max_pull_period * 1e3, color="red", linestyle="--",
+               label=f"max_pull_period {opts.max_pull_period * 1e3:g} ms")
+    ax.set_yscale("log")
+    ax.set_ylabel("ms")
+    ax.legend(loc="upper right", fontsize=8)
+    ax = axes[2]
+    tr, rr = _rates(solo.samples, "fast")
+    ax.plot(tr, rr, color="tab:blue", alpha=0.35, label="fast consumer, alone (earlier run)")
+    for attr, color in (("fast", "tab:blue"), ("slow", "tab:orange")):
+        tr, rr = _rates(s, attr)
+        ax.plot(tr, rr, color=color, label=f"{attr} consumer")
+    ax.axhline(solo.fast_rate, color="tab:blue", linestyle="--",
+               label=f"fast alone, mean {solo.fast_rate:,.0f}/s")
+    ax.axhline(0.8 * solo.fast_rate, color="tab:blue", linestyle=":", label="80 % of that")
+    ax.set_ylabel("events/s (0.25 s window)")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper right", fontsize=8)
+    ax = axes[3]
+    ax.plot(t, [x.rss for x in s], color="tab:green", label="RSS (VmRSS)")
+    ax.set_ylim(0, max(x.rss for x in s) * 1.25)
+    ax.set_ylabel("MiB")
+    ax.set_xlabel("seconds since the first publish")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return f"  plot: {path}"
+
+
+# -- report ---------------------------------------------------------------------------------
+def report(figures: list[Figure], as_json: bool) -> None:
+    """As ``_common.report``, plus figures that are upper bounds (target < 0: ratio <= -target)
+    and informational ones (target 0)."""
+    if as_json:
+        from _common import report as json_report
+
+        json_report(figures, True)
+        return
+    w = max(len(f.name) for f in figures)
+    print(f"{'figure':<{w}}  {'orleanspy':>12}  {'baseline':>12}  {'ratio':>7}  target")
+    for f in figures:
+        if f.target > 0:
+            goal, ok = f">= {f.target:g}x", f.ratio >= f.target
+        elif f.target < 0:
+            goal, ok = f"<= {-f.target:g}x", f.ratio <= -f.target
+        else:
+            goal, ok = "info", True
+        status = "" if f.target == 0 else ("ok" if ok else "MISSED")
+        print(
+            f"{f.name:<{w}}  {f.value:>12,.0f}  {f.baseline:>12,.0f}  {f.ratio:>6.2f}x"
+            f"  {goal} {status}   ({f.unit})"
+        )
+        if f.note:
+            print(f"  ({f.note})")
+
+
+# -- profiling our side ---------------------------------------------------------------------
+async def profile(which: str, n: int) -> None:
+    try:
+        from pyinstrument import Profiler
+    except ImportError:  # pragma: no cover - dev dependency
+        sys.exit("--profile needs pyinstrument (pip install pyinstrument)")
+    profiler = Profiler(interval=0.0005, async_mode="disabled")
+    kwargs: dict[str, Any] = {
+        "memory": {}, "batch": {"batch": BATCH}, "fanout": {"consumers": FANOUT},
+        "sqlite": {"wait_ack": True},
+    }[which]
+    if which == "fanout":
+        n = max(PRODUCERS, n // FANOUT)
+    with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
+        factory: Any = (
+            SqliteAdapterFactory(str(Path(tmp) / "s.db")) if which == "sqlite"
+            else MemoryAdapterFactory()
+        )
+        provider = PersistentStreamProvider(factory, _provider_options())
+        async with _silo({"p": provider}) as silo:
+            await stream_trial(silo, "p", max(PRODUCERS, n // 10), **kwargs)  # warm-up
+            rate = await stream_trial(silo, "p", n, profiler=profiler, **kwargs)
+    sys.stderr.write(f"\n=== {which}: {rate:,.0f} per second (N={n:,}) ===\n")
+    sys.stderr.write(profiler.output_text(unicode=False, color=False))
+
+
+# -- main -----------------------------------------------------------------------------------
+GROUPS = ("memory", "batch", "fanout", "sqlite", "backpressure")
+
+
+async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
+    which = set(args.only or GROUPS)
+    figures = await throughput(args, which)
+    lines: list[str] = []
+    if "backpressure" in which:
+        bp_figures, lines = await backpressure(args)
+        figures += bp_figures
+    return figures, lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON list, nothing else")
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="target duration of one throughput trial (default 1.0)")
+    parser.add_argument("--trials", type=int, default=5, help="trials per side (best is kept)")
+    parser.add_argument("--only", action="append", choices=GROUPS,
+                        help="run only these groups (repeatable)")
+    parser.add_argument("--bp-seconds", type=float, default=8.0,
+                        help="approximate length of the backpressure run (default 8)")
+    parser.add_argument("--flow-control", default="min", choices=["min", "max"],
+                        help="flow control of the backpressure run (default min)")
+    parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG path (default {PLOT})")
+    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    parser.add_argument("--profile", choices=["memory", "batch", "fanout", "sqlite"],
+                        help="profile orleanspy's side of one figure instead (stderr)")
+    parser.add_argument("--events", type=int, default=30_000,
+                        help="events for --profile (default 30000; fanout: /100)")
+    args = parser.parse_args()
+    quiet_logging()
+    if args.profile:
+        asyncio.run(profile(args.profile, args.events))
+        return
+    t0 = time.perf_counter()
+    figures, lines = asyncio.run(run(args))
+    progress(f"done in {time.perf_counter() - t0:.0f} s")
+    report(figures, args.json)
+    if not args.json:
+        for line in lines:
+            print(line)
+    else:
+        for line in lines:
+            progress(line)
+
+
+if __name__ == "__main__":
+    main()
