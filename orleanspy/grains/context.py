@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orleanspy.messaging.message import CallChainEntry, Message
 
-__all__ = ["allow_call_chain_reentrancy", "current_chain", "current_turn", "turn_chain"]
+__all__ = ["allow_call_chain_reentrancy", "current_turn", "turn_chain"]
 
 # (activation, message) of the turn running in this context, or None outside grains.
 current_turn: ContextVar[tuple[Any, Message] | None] = ContextVar(
@@ -24,13 +24,8 @@ current_turn: ContextVar[tuple[Any, Message] | None] = ContextVar(
 reentrancy_scope: ContextVar[bool] = ContextVar("orleanspy_ccr_scope", default=False)
 
 
-def current_chain() -> tuple[CallChainEntry, ...]:
-    """The call chain an outgoing call made here carries (empty outside a grain turn)."""
-    turn = current_turn.get()
-    return () if turn is None else turn_chain(turn)
-
-
 def turn_chain(turn: tuple[Any, Message]) -> tuple[CallChainEntry, ...]:
+    """The call chain an outgoing call made from ``turn`` carries."""
     activation, msg = turn
     return (*msg.chain, (activation.name, msg.id, reentrancy_scope.get()))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from orleanspy.errors import QueueCacheMissError
 from orleanspy.streams.adapters.base import BatchContainer
@@ -417,18 +417,3 @@ class QueueCache:
             added=self.added,
             purged=self.purged,
         )
-
-    def newest_token(self) -> SequenceToken | None:
-        return self._items[-1].token if self._items else None
-
-    def oldest_token(self) -> SequenceToken | None:
-        return self._items[0].token if self._items else None
-
-    def items_of(self, stream_id: StreamId) -> list[Any]:
-        """The cached items of a stream, oldest first (tests, statistics)."""
-        out = []
-        item = self._heads.get(stream_id)
-        while item is not None:
-            out.append(item)
-            item = item.next
-        return out

@@ -248,3 +248,4 @@ async def test_deactivation_hanging_on_deactivate_does_not_block_silo_stop(make_
 
     async with asyncio.timeout(1.5):
         await silo.stop()
+    assert silo.stopping and len(silo.catalog) == 0

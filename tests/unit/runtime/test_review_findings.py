@@ -269,6 +269,8 @@ async def test_failed_activation_releases_suspended_one_way_senders(make_silo, p
         probe.open("fail_activation")
         async with asyncio.timeout(1.0):
             await second
+        assert second.done() and not second.cancelled()
+        assert not act.blocked
     finally:
         second.cancel()
 
