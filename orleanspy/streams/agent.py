@@ -11,9 +11,14 @@ The agent's cycle runs every ``pull_period`` and never overlaps itself:
    subscription that has something new. Steps 3 and 4 repeat while reads come back full.
 
 Each subscription has at most one delivery loop: one awaited grain call at a time, so a slow
-consumer slows only itself (and, under ``min`` flow control, the reading of its queue once
-the cache fills). Failed deliveries are retried with back-off for ``max_delivery_time``,
-then the consumer's ``on_error`` runs and the event is skipped or the subscription faulted.
+consumer slows only itself. Under ``min`` flow control a laggard would fill the cache and stop
+the reads for everyone; with a rewindable adapter the laggard is *spilled* instead (see
+``orleanspy.streams.spill``): it leaves the cache and reads its stream from the queue until it
+catches up. The agent backs off (true backpressure: the backlog stays in the queue) when the
+cache is under pressure and nothing can be spilled, or when spilled subscriptions hold
+``spill_limit`` containers unacknowledged. Failed deliveries
+are retried with back-off for ``max_delivery_time``, then the consumer's ``on_error`` runs
+and the event is skipped or the subscription faulted.
 """
 
 from __future__ import annotations
@@ -36,9 +41,11 @@ from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.cache import CacheCursor, QueueCache
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
+from orleanspy.streams.spill import SpillBook
+from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
-    from orleanspy.streams.adapters.base import QueueAdapterReceiver
+    from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterReceiver
     from orleanspy.streams.provider import PersistentStreamProvider
 
 __all__ = ["AgentStatistics", "PullingAgent"]
@@ -61,10 +68,15 @@ class AgentStatistics:
     streams: int
     subscriptions: int
     lag: dict[str, int]
+    spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
+    held_acks: int = 0  # purged containers whose acknowledgement a spilled one holds back
 
 
 class _Subscription:
-    __slots__ = ("consumer", "cursor", "member", "progress_at", "record", "stream_id", "task")
+    __slots__ = (
+        "after", "buffer", "consumer", "cursor", "detached", "member", "progress_at", "record",
+        "spilled_from", "stream_id", "task",
+    )
 
     def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
         self.record = record
@@ -74,6 +86,14 @@ class _Subscription:
         self.task: asyncio.Task[None] | None = None
         self.member = False  # a gating member of the tagged group
         self.progress_at = 0.0  # when it last delivered (or was caught up)
+        self.detached = False  # removed, faulted or replaced by a resume
+        # Spilled (served from the queue): the cursor it left, where it is, what it read.
+        self.spilled_from: CacheCursor | None = None
+        self.after = -1
+        self.buffer: list[BatchContainer] = []
+
+    def __repr__(self) -> str:
+        return f"<subscription {self.record.sub_id} on {self.stream_id}>"
 
 
 class PullingAgent(SystemTarget):
@@ -95,6 +115,10 @@ class PullingAgent(SystemTarget):
         self._pump: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = asyncio.Event()
+        self.spills = SpillBook()
+        self._spill_limit = self.options.effective_spill_limit or 1 << 62
+        self._pressured = False
+        self._last_read = -1  # sequence of the newest container read
         self.read = self.delivered = self.acknowledged = self.failures = 0
         self.log = get_logger(__name__, provider=provider.name, queue=str(queue))
 
@@ -153,7 +177,9 @@ class PullingAgent(SystemTarget):
         await self._ack()
         cache = self.cache
         while not self._stopping:
-            if cache.under_pressure():
+            if cache.under_pressure() and self._spill_laggards():
+                await self._ack()
+            if self._under_pressure():
                 self.period = min(self.period * 2, self.options.max_pull_period)
                 return
             self.period = self.options.pull_period
@@ -165,6 +191,7 @@ class PullingAgent(SystemTarget):
             if not batch:
                 return
             self.read += len(batch)
+            self._last_read = batch[-1].token.sequence
             first = cache.add(batch)
             for sid, item in first.items():
                 subs = self.streams.get(sid)
@@ -179,6 +206,8 @@ class PullingAgent(SystemTarget):
 
     async def _ack(self) -> None:
         purged = self.cache.purge()
+        if self.spills:
+            purged = self.spills.acknowledgeable(purged)
         if purged and self.receiver is not None:
             await self.receiver.messages_delivered(purged)
             self.acknowledged += len(purged)
@@ -208,9 +237,16 @@ class PullingAgent(SystemTarget):
         subs = self.streams.get(sid)
         if subs is None:
             return  # not registered yet: register_producer will return this record
-        old = subs.pop(record.sub_id, None)
-        if old is not None and old.cursor is not None:
-            self.cache.remove_cursor(old.cursor)
+        old = subs.get(record.sub_id)
+        if old is not None and record.token is None:
+            # Resumed without a token (e.g. after a reactivation): it goes on where it was.
+            old.record = record
+            old.consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
+            self._start_delivery(old)
+            return
+        if old is not None:
+            del subs[record.sub_id]
+            self._detach(old)
         self._attach(sid, record, record.token)
 
     @always_interleave
@@ -219,9 +255,18 @@ class PullingAgent(SystemTarget):
         if subs is None:
             return
         sub = subs.pop(record.sub_id, None)
-        if sub is not None and sub.cursor is not None:
+        if sub is not None:
+            self._detach(sub)
+
+    def _detach(self, sub: _Subscription) -> None:
+        sub.detached = True
+        if sub.cursor is not None:
             self.cache.remove_cursor(sub.cursor)
             sub.cursor = None
+        if sub.spilled_from is not None:
+            self.spills.discard(sub)
+            sub.spilled_from = None
+            sub.buffer = []
 
     @always_interleave
     async def statistics(self) -> AgentStatistics:
@@ -230,16 +275,24 @@ class PullingAgent(SystemTarget):
     def snapshot(self) -> AgentStatistics:
         """Cache size and pressure, pull period, counters and per-subscription lag."""
         stats = self.cache.statistics()
-        lag = {
-            s.record.sub_id: (s.cursor.lag() if s.cursor else 0)
-            for subs in self.streams.values() for s in subs.values()
-        }
+        lag = {s.record.sub_id: self._lag(s) for subs in self.streams.values()
+               for s in subs.values()}
         return AgentStatistics(
             queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
-            under_pressure=stats.under_pressure, pull_period=self.period, read=self.read,
+            under_pressure=stats.under_pressure or self._pressured, pull_period=self.period,
+            read=self.read,
             delivered=self.delivered, acknowledged=self.acknowledged, failures=self.failures,
             streams=len(self.streams), subscriptions=len(lag), lag=lag,
+            spilled=len(self.spills), held_acks=self.spills.held,
         )
+
+    def _lag(self, sub: _Subscription) -> int:
+        """Queue positions behind the newest read (cache) or sequences behind it (spilled)."""
+        if sub.cursor is not None:
+            return sub.cursor.lag()
+        if sub.spilled_from is not None:
+            return max(0, self._last_read - sub.after)
+        return 0
 
     def _attach(self, sid: StreamId, record: SubscriptionRecord, start: Any) -> None:
         consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
@@ -297,11 +350,86 @@ class PullingAgent(SystemTarget):
                         f"{flow.group!r}; it may miss events from now on",
                     ))
 
+    # -- spilling (see orleanspy.streams.spill) ----------------------------------------------
+    def _spill_laggards(self) -> bool:
+        """Under pressure: spill the subscriptions that hold the cache back.
+
+        Candidates are set gating cursors under ``min`` flow control; those more than half
+        the cache behind (or over their outstanding limit) go, at least the furthest behind.
+        Returns whether any subscription was spilled.
+        """
+        if not self.provider.adapter.is_rewindable or not self.options.effective_spill_limit:
+            return False
+        cache = self.cache
+        candidates: list[tuple[int, _Subscription]] = []
+        for sid, subs in self.streams.items():
+            if self.options.flow_for(sid.namespace).strategy != "min":
+                continue
+            for sub in subs.values():
+                cursor = sub.cursor
+                if cursor is not None and cursor.is_set and cursor.gating:
+                    candidates.append((cursor.lag(), sub))
+        if not candidates:
+            return False
+        half = len(cache) // 2
+        chosen = [
+            s for lag, s in candidates
+            if lag > half or (s.cursor is not None and cache._over_limit(s.cursor))
+        ]
+        if not chosen:
+            chosen = [max(candidates, key=lambda pair: pair[0])[1]]
+        for sub in chosen:
+            self._spill(sub)
+        return True
+
+    def _spill(self, sub: _Subscription) -> None:
+        cursor = sub.cursor
+        assert cursor is not None and cursor.item is not None
+        sub.after = cursor.item.token.sequence - 1  # its next (or in-flight) item comes next
+        sub.spilled_from = cursor
+        sub.cursor = None
+        self.cache.remove_cursor(cursor)
+        self.spills.add(sub)
+        self.log.info("stream_subscription_spilled", subscription=sub.record.sub_id,
+                      stream=str(sub.stream_id), lag=cursor.lag())
+        self._start_delivery(sub)
+
+    async def _read_spilled(self, sub: _Subscription) -> list[BatchContainer] | None:
+        """The spilled ``sub``'s next containers from the queue; ``None`` once it rejoined."""
+        if not sub.buffer:
+            assert self.receiver is not None
+            after = sub.after
+            batch = await self.receiver.read_from(
+                SequenceToken(after + 1), min(max(self.cache.bucket_size, 16), 256),
+                sub.stream_id,
+            )
+            if sub.detached or sub.after != after:
+                return []
+            sub.buffer = [c for c in batch if c.token.sequence > after]
+            if not sub.buffer:
+                # Caught up with the queue: every later container is cached or still to be
+                # read (no await since read_from returned), so the cache can take over.
+                cursor = self.cache.rejoin(sub.stream_id, after, tag=sub.record.tag)
+                if cursor is None:
+                    return []  # one was purged meanwhile (held for us): read it first
+                sub.cursor = cursor
+                sub.spilled_from = None
+                self.spills.discard(sub)
+                self.log.info("stream_subscription_rejoined", subscription=sub.record.sub_id,
+                              stream=str(sub.stream_id))
+                return None
+        n = self.options.batch_size
+        taken, sub.buffer = sub.buffer[:n], sub.buffer[n:]
+        return taken
+
     # -- delivery -------------------------------------------------------------------------------
     def _start_delivery(self, sub: _Subscription) -> None:
-        if sub.task is None and sub.cursor is not None and not self._stopping and (
-            sub.cursor.is_set or sub.cursor.gap is not None
-        ) and self._group_ready(sub.stream_id):
+        if sub.task is not None or self._stopping or sub.detached:
+            return
+        cursor = sub.cursor
+        if (sub.spilled_from is not None or (
+            cursor is not None and (cursor.is_set or cursor.gap is not None)
+        )) and self._group_ready(sub.stream_id):
             sub.task = asyncio.get_running_loop().create_task(self._deliver_loop(sub))
 
     def _notify_later(self, sub: _Subscription, exc: Exception) -> None:
@@ -317,8 +445,24 @@ class PullingAgent(SystemTarget):
 
     async def _deliver_loop(self, sub: _Subscription) -> None:
         batch_size = self.options.batch_size
+        loop = asyncio.get_running_loop()
         try:
-            while not self._stopping:
+            while not self._stopping and not sub.detached:
+                if sub.spilled_from is not None:
+                    containers = await self._read_spilled(sub)
+                    if containers is None or sub.detached:
+                        continue  # rejoined the cache (or went away)
+                    if not containers:
+                        await asyncio.sleep(0)  # let the read cycle purge and move on
+                        continue
+                    spilled = [p for c in containers for p in c.items()]
+                    ok = await self._deliver(sub, spilled, owned=True)
+                    if sub.spilled_from is not None and not sub.detached:
+                        sub.after = containers[-1].token.sequence
+                        sub.progress_at = loop.time()
+                        if ok:
+                            self.delivered += len(spilled)
+                    continue
                 cursor = sub.cursor
                 if cursor is None:
                     return
@@ -334,23 +478,50 @@ class PullingAgent(SystemTarget):
                     return
                 events = [pair for item in items for pair in item.container.items()]
                 ok = await self._deliver(sub, events)
+                if sub.spilled_from is cursor:
+                    # Spilled while this delivery ran: the queue reads go on after it.
+                    sub.after = items[-1].token.sequence
+                    if ok:
+                        self.delivered += len(events)
+                    continue
                 if sub.cursor is not cursor:
                     continue  # re-attached (resume) or removed meanwhile
                 cursor.advance(items)
-                sub.progress_at = asyncio.get_running_loop().time()
+                sub.progress_at = loop.time()
                 if ok:
                     self.delivered += len(events)
                 if self._wake_reader_needed():
                     self._wake.set()
         finally:
             sub.task = None
-            if not self._stopping and sub.cursor is not None and sub.cursor.is_set:
+            if not self._stopping and not sub.detached and (
+                sub.spilled_from is not None or (sub.cursor is not None and sub.cursor.is_set)
+            ):
                 self._start_delivery(sub)
 
-    def _wake_reader_needed(self) -> bool:
-        return self.period > self.options.pull_period and not self.cache.under_pressure()
+    def _under_pressure(self) -> bool:
+        """Stop reading? Entered at the cache's pressure mark or ``spill_limit`` held
+        acknowledgements; left (hysteresis) once the cache is half empty and half of the
+        limit is released, so reading resumes in long runs rather than a container at a time."""
+        if self._pressured:
+            self._pressured = not self._released()
+        else:
+            self._pressured = (
+                self.cache.under_pressure() or self.spills.held >= self._spill_limit
+            )
+        return self._pressured
 
-    async def _deliver(self, sub: _Subscription, events: list[Any]) -> bool:
+    def _released(self) -> bool:
+        cache = self.cache
+        return (
+            len(cache) <= cache.max_size // 2 and self.spills.held <= self._spill_limit // 2
+            and not cache.under_pressure()
+        )
+
+    def _wake_reader_needed(self) -> bool:
+        return self.period > self.options.pull_period and self._released()
+
+    async def _deliver(self, sub: _Subscription, events: list[Any], owned: bool = False) -> bool:
         """Deliver with retries; False if the subscription was faulted."""
         opts = self.options
         loop = asyncio.get_running_loop()
@@ -363,15 +534,17 @@ class PullingAgent(SystemTarget):
         while True:
             # Events decoded from the queue belong to the cache; a stream with one subscription
             # hands them over without a copy, several subscriptions each get their own.
-            owned = len(self.streams.get(sid, ())) <= 1
+            mine = owned or len(self.streams.get(sid, ())) <= 1
             try:
                 await dispatcher.call(
                     target, DELIVER, (record.sub_id, sid.namespace, sid.key, events), None,
-                    None, owned,
+                    None, mine,
                 )
                 return True
             except Exception as exc:
                 self.failures += 1
+                if sub.detached:
+                    return False  # unsubscribed meanwhile: nobody to retry for
                 if self._stopping or loop.time() + backoff > deadline:
                     self.log.warning(
                         "stream_delivery_failed", subscription=record.sub_id,
@@ -404,8 +577,6 @@ class PullingAgent(SystemTarget):
                                  error=repr(err))
             subs = self.streams.get(sub.stream_id, {})
             subs.pop(record.sub_id, None)
-            if sub.cursor is not None:
-                self.cache.remove_cursor(sub.cursor)
-                sub.cursor = None
+            self._detach(sub)
             return False
         return True

@@ -304,6 +304,24 @@ class QueueCache:
         self._cursors.setdefault(stream_id, set()).add(cursor)
         return cursor
 
+    def rejoin(
+        self, stream_id: StreamId, after: int, *, gating: bool = True, tag: str | None = None
+    ) -> CacheCursor | None:
+        """A cursor for a subscription coming back from the queue (see the agent's spill).
+
+        It delivered every container of ``stream_id`` up to sequence ``after``; the cursor
+        starts at the first cached item after it. ``None`` if an item of the stream after
+        ``after`` was purged already: the subscription must read that one from the queue.
+        """
+        purged = self._purged_token.get(stream_id)
+        if purged is not None and purged.sequence > after:
+            return None
+        cursor = CacheCursor(self, stream_id, gating, tag, False)
+        cursor.wait_token = SequenceToken(after + 1)
+        self._seat_unset(cursor, self._heads.get(stream_id))
+        self._cursors.setdefault(stream_id, set()).add(cursor)
+        return cursor
+
     def remove_cursor(self, cursor: CacheCursor) -> None:
         cursor._move(None)
         cursors = self._cursors.get(cursor.stream_id)

@@ -328,40 +328,115 @@ class Gate:
         self.open = asyncio.Event()
 
 
-async def test_stream_slow_consumer_bounds_the_cache_and_still_gets_everything() -> None:
+def _peak_tracker(agent: Any) -> list[int]:
+    """Record the cache's exact peak occupancy after every add."""
+    cache, add, peak = agent.cache, agent.cache.add, [0]
+
+    def counting_add(containers: Any) -> Any:
+        first = add(containers)
+        peak[0] = max(peak[0], len(cache))
+        return first
+
+    cache.add = counting_add
+    return peak
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Poll a condition of the agent (it has no event to await) with a bounded wait."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - agent state has no event to await
+            await asyncio.sleep(0.005)
+
+
+async def test_stream_slow_consumer_is_spilled_to_the_queue_and_the_fast_one_goes_on() -> None:
     global SINK
     SINK = Sink()
     silo = await make_silo(cache_size=100, total_queues=1)
     try:
         gate = asyncio.Event()
-        held = [0]
-
-        def slow(key: Any, item: Any) -> bool:  # fail (retry later) until the gate opens
-            if key == "slow" and not gate.is_set():
-                held[0] += 1
-                return True
-            return False
-
-        SINK.fail = slow
+        SINK.fail = lambda key, item: key == "slow" and not gate.is_set()  # retried later
         await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
         await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
-        producer = silo.get_grain(Producer, "p")
+        await silo.get_grain(Consumer, "other").subscribe("ns", "k2")  # same queue
         agent = next(iter(silo.stream_providers["s"].agents.values()))
-        sizes: list[int] = []
+        peak = _peak_tracker(agent)
+        producer = silo.get_grain(Producer, "p")
         for chunk in range(10):
             await producer.produce("ns", "k", list(range(chunk * 50, chunk * 50 + 50)))
-            sizes.append(len(agent.cache))
-        # The cache filled and stopped the reads instead of growing or dropping.
-        await SINK.until(lambda: len(SINK.got["fast"]) >= 90)
-        assert max(sizes) <= 100 and len(agent.cache) <= 100
-        assert agent.cache.under_pressure()
-        assert agent.period > agent.options.pull_period  # backed off while under pressure
+            await producer.produce("ns", "k2", [chunk])
+        # The fast consumers get everything while the slow one is still stuck on event 0.
+        await SINK.until(lambda: len(SINK.got["fast"]) >= 500 and len(SINK.got["other"]) >= 10)
+        assert SINK.got["slow"] == []
+        assert SINK.got["fast"] == list(range(500)) and SINK.got["other"] == list(range(10))
+        stats = agent.snapshot()
+        assert stats.spilled == 1 and stats.held_acks > 0
+        assert peak[0] <= 100  # the cache stayed bounded
+        adapter = silo.stream_providers["s"].adapter
+        assert adapter.queue_length(agent.queue) >= 500  # the slow one's events stay queued
         gate.set()
-        await SINK.until(lambda: len(SINK.got["slow"]) >= 500 and len(SINK.got["fast"]) >= 500,
-                         timeout=20)
-        assert SINK.got["slow"] == list(range(500))
-        assert SINK.got["fast"] == list(range(500))
-        assert agent.period == agent.options.pull_period  # back to full speed
+        await SINK.until(lambda: len(SINK.got["slow"]) >= 500, timeout=20)
+        assert SINK.got["slow"] == list(range(500))  # every event, in order, once
+        await _until(lambda: agent.snapshot().spilled == 0)
+        await _until(lambda: adapter.queue_length(agent.queue) == 0)  # all acknowledged
+        await producer.produce("ns", "k", [500])  # back in the cache: delivered from there
+        await SINK.until(lambda: 500 in SINK.got["slow"] and 500 in SINK.got["fast"])
+        assert SINK.got["slow"] == list(range(501)) and peak[0] <= 100
+    finally:
+        await silo.stop()
+
+
+@pytest.mark.parametrize("spill_limit", [0, 150])
+async def test_stream_backpressure_stops_reading_then_recovers(spill_limit: int) -> None:
+    """Without spilling (0) the full cache stops the reads; with a small spill_limit the
+    held acknowledgements do. Either way the backlog stays in the queue and nothing is lost."""
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(cache_size=100, total_queues=1, max_pull_period=0.2,
+                           spill_limit=spill_limit)
+    try:
+        gate = asyncio.Event()
+        SINK.fail = lambda key, item: key == "slow" and not gate.is_set()
+        await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        peak = _peak_tracker(agent)
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(1000)))
+        if spill_limit:
+            await _until(lambda: agent.period > agent.options.pull_period
+                         and agent.spills.held >= spill_limit)
+        else:
+            await _until(lambda: agent.period > agent.options.pull_period
+                         and agent.cache.under_pressure())
+        stats = agent.snapshot()
+        assert peak[0] <= 100 and agent.read < 1000
+        if spill_limit:
+            assert stats.spilled == 1 and spill_limit <= stats.held_acks <= spill_limit + 100
+        else:
+            assert agent.cache.under_pressure() and stats.spilled == 0 and stats.held_acks == 0
+        gate.set()
+        await SINK.until(lambda: len(SINK.got["slow"]) >= 1000, timeout=20)
+        assert SINK.got["slow"] == list(range(1000))
+        await _until(lambda: agent.period == agent.options.pull_period)  # full speed again
+        assert peak[0] <= 100
+    finally:
+        await silo.stop()
+
+
+async def test_stream_unsubscribing_a_spilled_subscription_releases_its_events() -> None:
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(cache_size=100, total_queues=1)
+    try:
+        SINK.fail = lambda key, item: key == "slow"  # never accepts anything
+        await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
+        await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(300)))
+        await SINK.until(lambda: len(SINK.got["fast"]) >= 300)
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await _until(lambda: agent.snapshot().spilled == 1)
+        assert await silo.get_grain(Consumer, "slow").unsubscribe_all("ns", "k") == 1
+        adapter = silo.stream_providers["s"].adapter
+        await _until(lambda: adapter.queue_length(agent.queue) == 0)
+        assert agent.snapshot().held_acks == 0 and agent.snapshot().spilled == 0
     finally:
         await silo.stop()
 
