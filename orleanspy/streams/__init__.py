@@ -24,7 +24,7 @@ from orleanspy.streams.adapters import (
     SqliteAdapterFactory,
 )
 from orleanspy.streams.agent import AgentStatistics, PullingAgent
-from orleanspy.streams.balancer import QueueBalancer, StaticQueueBalancer
+from orleanspy.streams.balancer import AssignedQueueBalancer, QueueBalancer, StaticQueueBalancer
 from orleanspy.streams.cache import QueueCache
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
@@ -36,6 +36,7 @@ from orleanspy.streams.tokens import SequenceToken
 
 __all__ = [
     "AgentStatistics",
+    "AssignedQueueBalancer",
     "AsyncStream",
     "BatchContainer",
     "FlowControl",

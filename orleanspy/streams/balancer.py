@@ -1,13 +1,21 @@
-"""Queue balancers: which silo's agents own which queues (the cluster issue adds more)."""
+"""Queue balancers: which silo's agents own which queues.
+
+The algorithms live in ``orleanspy.cluster.balancing`` (pure functions of queues, active silos
+and the previous assignment); ``AssignedQueueBalancer`` applies one of them to the membership
+view the runtime hands it. ``StaticQueueBalancer`` is the fixed split for one silo or a fixed
+deployment.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import final
 
+from orleanspy.cluster.balancing import DEFAULT_ASSIGNER, QueueAssigner
 from orleanspy.streams.ids import QueueId
 
-__all__ = ["QueueBalancer", "StaticQueueBalancer"]
+__all__ = ["AssignedQueueBalancer", "QueueBalancer", "StaticQueueBalancer"]
 
 
 class QueueBalancer(ABC):
@@ -41,3 +49,52 @@ class StaticQueueBalancer(QueueBalancer):
 
     def my_queues(self, all_queues: Sequence[QueueId], silo: str) -> list[QueueId]:
         return [q for i, q in enumerate(all_queues) if i % self.count == self.index]
+
+
+@final
+class AssignedQueueBalancer(QueueBalancer):
+    """Applies a ``QueueAssigner`` (default: the sticky one) to the active silos.
+
+    The runtime calls ``set_active_silos`` on a membership change (after its settling time)
+    and, for an assigner that ``uses_previous``, may call ``set_assignment`` with the agreed
+    assignment (the leases); otherwise the last computed assignment is the previous one.
+    Before any membership is known the asking silo is taken to be alone.
+
+    Args:
+        assigner: the algorithm; ``orleanspy.cluster.balancing.DEFAULT_ASSIGNER`` if omitted.
+        silos: the active silos known so far.
+    """
+
+    __slots__ = ("_assigner", "_assignment", "_key", "_silos")
+
+    def __init__(self, assigner: QueueAssigner | None = None, silos: Iterable[str] = ()) -> None:
+        self._assigner = assigner or DEFAULT_ASSIGNER
+        self._silos: frozenset[str] = frozenset(silos)
+        self._assignment: dict[QueueId, str] = {}
+        self._key: tuple[tuple[QueueId, ...], frozenset[str]] | None = None
+
+    @property
+    def assigner(self) -> QueueAssigner:
+        return self._assigner
+
+    def assignment(self) -> dict[QueueId, str]:
+        """The last computed assignment (a copy): queue -> silo."""
+        return dict(self._assignment)
+
+    def set_active_silos(self, silos: Iterable[str]) -> None:
+        """Membership changed: the next ``my_queues`` recomputes over ``silos``."""
+        self._silos = frozenset(silos)
+
+    def set_assignment(self, assignment: Mapping[QueueId, str]) -> None:
+        """Adopt an agreed assignment (e.g. read from the lease store) as the previous one."""
+        self._assignment = dict(assignment)
+        self._key = None
+
+    def my_queues(self, all_queues: Sequence[QueueId], silo: str) -> list[QueueId]:
+        silos = self._silos or frozenset((silo,))
+        key = (tuple(all_queues), silos)
+        if key != self._key:
+            self._assignment = self._assigner.assign(all_queues, silos, self._assignment)
+            self._key = key
+        owner = self._assignment.get
+        return [q for q in all_queues if owner(q) == silo]
