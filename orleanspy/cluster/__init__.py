@@ -1,0 +1,1 @@
+"""The cluster: membership of silos, queue balancing across them."""
