@@ -1,0 +1,692 @@
+"""MembershipService: one silo's membership agent and oracle over a shared MembershipTable.
+
+How it works (Orleans' membership protocol, see docs/cluster.md "Membership"):
+
+* Join: write this silo's row as JOINING (declaring older generations of the same endpoint
+  DEAD), probe every ACTIVE silo with a recent I-am-alive until all answer (or give up after
+  ``max_join_attempt_time``), then write ACTIVE.
+* While active: write the I-am-alive time every ``i_am_alive_period``; read the table every
+  ``table_refresh_period`` (or at once when another silo gossips a newer version); probe the
+  monitored silos every ``probe_period``.
+* Failure detection: a silo that misses ``num_missed_probes_limit - 1`` probes in a row is
+  probed indirectly through another active silo. If that silo cannot reach it either, both
+  vote at once; if it can, the suspicion is dropped. After ``num_missed_probes_limit`` misses
+  without an indirect answer this silo votes alone. A vote is a compare-and-swap on the row
+  and the table version; the voter that brings the fresh votes to the required count writes
+  DEAD in the same swap, so exactly one write declares a death.
+* A silo that reads its own row as DEAD (or finds it gone) stops at once and calls
+  ``on_declared_dead``: the others have re-homed its work, and it must not keep serving it.
+* Leave: SHUTTING_DOWN (``begin_shutdown``), then DEAD (``stop``).
+
+The service never waits on a clock: decisions use ``clock.time()`` (wall time, comparable
+across processes), while loops sleep with ``asyncio.sleep``. Tests drive the steps directly
+(``refresh``, ``probe_round``, ``heartbeat``) with a ``FakeClock`` and long periods, or run
+the loops with ``MembershipOptions.fast()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, final
+
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
+from orleanspy.cluster.membership.monitoring import monitored_silos
+from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.prober import Gossiper, Prober
+from orleanspy.cluster.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from orleanspy.cluster.membership.table import MembershipTable
+from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
+from orleanspy.errors import MembershipError
+from orleanspy.ids import SiloAddress
+from orleanspy.logging import get_logger
+
+__all__ = ["MembershipService", "MembershipStatistics"]
+
+_JOINING, _ACTIVE = SiloStatus.JOINING, SiloStatus.ACTIVE
+_SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
+_PROBED = frozenset({_JOINING, _ACTIVE, _SHUTTING_DOWN})
+
+#: Compare-and-swap attempts of one write before giving up (each failure is another
+#: silo's successful write, so this bounds contention, not time).
+_MAX_WRITE_ATTEMPTS = 20
+#: The intermediary of an indirect probe gets this share of the probe timeout, so that its
+#: answer can travel back before the asking silo's own timeout.
+_INDIRECT_TIMEOUT_SHARE = 0.5
+
+Listener = Callable[[MembershipSnapshot], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipStatistics:
+    """Counters of one membership service (dashboard, tests)."""
+
+    status: SiloStatus | None
+    version: int
+    active_silos: int
+    monitored: tuple[SiloAddress, ...]
+    probes_sent: int
+    probes_failed: int
+    indirect_probes: int
+    votes_cast: int
+    silos_declared_dead: int
+    step_failures: int
+
+
+@final
+class MembershipService:
+    """Membership of ``silo`` in the cluster whose rows ``table`` holds.
+
+    Args:
+        table: the shared table (the service opens it, and never closes it: its owner does).
+        silo: this silo's address; its generation tells restarts of one endpoint apart.
+        prober: reaches other silos (see ``orleanspy.cluster.membership.prober``).
+        options: failure-detection settings.
+        clock: wall time for rows, votes and staleness; monotonic time for the join deadline.
+        gossiper: tells other silos of this silo's writes (optional: they refresh anyway).
+        silo_name, host_name, gateway_port: written into the row for tools and clients.
+        on_declared_dead: called once, synchronously, when the table says this silo is dead;
+            the host should stop the silo (the service has already stopped probing).
+        rng: chooses intermediaries of indirect probes (seed it in tests).
+    """
+
+    def __init__(
+        self,
+        table: MembershipTable,
+        silo: SiloAddress,
+        prober: Prober,
+        *,
+        options: MembershipOptions | None = None,
+        clock: Clock | None = None,
+        gossiper: Gossiper | None = None,
+        silo_name: str = "",
+        host_name: str = "",
+        gateway_port: int | None = None,
+        on_declared_dead: Callable[[], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.table = table
+        self.silo = silo
+        self.options = options or MembershipOptions()
+        self._prober = prober
+        self._gossiper = gossiper
+        self._clock = clock or SystemClock()
+        self._silo_name = silo_name
+        self._host_name = host_name
+        self._gateway_port = gateway_port
+        self._on_declared_dead = on_declared_dead
+        self._rng = rng or random.Random()
+        self._log = get_logger(__name__, silo=str(silo))
+        self._publisher = SnapshotPublisher()
+        self._status: SiloStatus | None = None
+        self._own_version = 0  # table version at which this silo's row was written
+        self._start_time = 0.0
+        self._started = False
+        self._stopping = False
+        self._stopped = False
+        self._declared_dead = False
+        self._stop_lock = asyncio.Lock()
+        self._suspect_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._monitored: tuple[SiloAddress, ...] = ()
+        self._missed: dict[SiloAddress, int] = {}
+        self._probes_sent = 0
+        self._probes_failed = 0
+        self._indirect_probes = 0
+        self._votes_cast = 0
+        self._declared = 0
+        self._step_failures = 0
+
+    def __repr__(self) -> str:
+        return f"MembershipService({self.silo}, status={self._status})"
+
+    # -- view ------------------------------------------------------------------------------
+    @property
+    def status(self) -> SiloStatus | None:
+        """This silo's status as last written or read (None before ``start``)."""
+        return self._status
+
+    @property
+    def snapshot(self) -> MembershipSnapshot:
+        """The newest snapshot read (``version`` -1 before the first read)."""
+        return self._publisher.current
+
+    @property
+    def monitored_silos(self) -> tuple[SiloAddress, ...]:
+        """The silos this silo probes now."""
+        return self._monitored
+
+    @property
+    def declared_dead(self) -> bool:
+        """True once this silo found itself declared dead (it then stopped itself)."""
+        return self._declared_dead
+
+    def updates(self) -> AsyncGenerator[MembershipSnapshot, None]:
+        """Snapshots with strictly increasing versions: the current one, then each newer one
+        (a slow consumer skips to the newest). Ends after ``stop`` or a declared death."""
+        return self._publisher.updates()
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``await listener(snapshot)`` for the current and every newer snapshot, one
+        call at a time, in version order. Returns a function that removes the listener.
+
+        A listener that raises is logged and keeps receiving. Listeners run in tasks of the
+        service and are cancelled by ``stop``.
+        """
+        task = asyncio.get_running_loop().create_task(self._deliver(listener))
+        self._own(task)
+
+        def remove() -> None:
+            task.cancel()
+
+        return remove
+
+    async def wait_for(
+        self, predicate: Callable[[MembershipSnapshot], bool], timeout: float | None = None
+    ) -> MembershipSnapshot:
+        """The first snapshot (current or newer) for which ``predicate`` holds.
+
+        Raises:
+            TimeoutError: after ``timeout`` seconds.
+            MembershipError: the service stopped first.
+        """
+        async with asyncio.timeout(timeout):
+            async with contextlib.aclosing(self.updates()) as snapshots:
+                async for snapshot in snapshots:
+                    if predicate(snapshot):
+                        return snapshot
+        raise MembershipError(f"{self!r} stopped before the awaited membership change")
+
+    def statistics(self) -> MembershipStatistics:
+        snapshot = self.snapshot
+        return MembershipStatistics(
+            status=self._status,
+            version=snapshot.version,
+            active_silos=len(snapshot.active_silos),
+            monitored=self._monitored,
+            probes_sent=self._probes_sent,
+            probes_failed=self._probes_failed,
+            indirect_probes=self._indirect_probes,
+            votes_cast=self._votes_cast,
+            silos_declared_dead=self._declared,
+            step_failures=self._step_failures,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Join: JOINING, reach every active silo, ACTIVE; then run the periodic loops.
+
+        Raises:
+            MembershipError: a newer generation of this endpoint is in the table, this address
+                is already DEAD, or some active silo stayed unreachable for
+                ``max_join_attempt_time`` (this silo's row is then marked DEAD).
+        """
+        if self._started:
+            raise RuntimeError(f"{self!r}: start() was already called")
+        self._started = True
+        options = self.options
+        deadline = self._clock.monotonic() + options.max_join_attempt_time
+        self._start_time = self._clock.time()
+        self._log.info("membership_joining")
+        try:
+            await self.table.open()
+            await self._write_joining_row(deadline)
+            self._run_every("i_am_alive", options.i_am_alive_period, self.heartbeat)
+            await self._validate_connectivity(deadline)
+            await self._write_own_status(_ACTIVE)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()  # marks the row DEAD: nobody waits for a silo that failed
+            raise
+        self._run_every("table_refresh", options.table_refresh_period, self.refresh)
+        self._run_every("probe_round", options.probe_period, self.probe_round)
+        if options.defunct_silo_cleanup_period is not None:
+            self._run_every(
+                "defunct_cleanup", options.defunct_silo_cleanup_period, self.cleanup_defunct
+            )
+        self._log.info("membership_active", version=self.snapshot.version)
+
+    async def begin_shutdown(self) -> None:
+        """Write SHUTTING_DOWN: others stop placing work here. Probing goes on until ``stop``."""
+        if self._status in (_JOINING, _ACTIVE) and not self._stopping:
+            await self._write_own_status(_SHUTTING_DOWN)
+
+    async def stop(self) -> None:
+        """Leave gracefully: SHUTTING_DOWN (if not yet), stop the loops, write DEAD.
+
+        Idempotent. After a declared death or ``abort`` it only stops the tasks.
+        """
+        async with self._stop_lock:
+            if self._stopped:
+                return
+            if not self._stopping and self._status is not None:
+                try:
+                    await self.begin_shutdown()
+                except Exception as exc:
+                    self._log.warning("membership_leave_failed", step="shutting_down",
+                                      error=repr(exc))
+                self._stopping = True
+                await self._cancel_tasks()
+                try:
+                    await self._write_own_status(_DEAD)
+                except Exception as exc:
+                    self._log.warning("membership_leave_failed", step="dead", error=repr(exc))
+            self._stopping = True
+            self._publisher.close()
+            await self._cancel_tasks()
+            self._stopped = True
+            self._log.info("membership_stopped", status=self._status)
+
+    async def abort(self) -> None:
+        """Stop every task without writing to the table, as a crashed process would."""
+        self._stopping = True
+        self._stopped = True
+        self._publisher.close()
+        await self._cancel_tasks()
+
+    # -- steps (the loops call them; tests and tools may too) ------------------------------
+    async def refresh(self) -> MembershipSnapshot:
+        """Read the table now and publish what changed."""
+        await self._read_all()
+        return self.snapshot
+
+    async def heartbeat(self) -> None:
+        """Write this silo's I-am-alive time."""
+        if not await self.table.update_i_am_alive(self.silo, self._clock.time()):
+            await self.refresh()  # the row is gone: the refresh finds this silo dead
+
+    async def probe_round(self) -> None:
+        """Probe every monitored silo once (concurrently); vote on the ones that keep missing."""
+        if self._status is not _ACTIVE or self._stopping:
+            return
+        targets = self._monitored
+        if targets:
+            await asyncio.gather(*(self._probe_target(target) for target in targets))
+
+    async def cleanup_defunct(self) -> int:
+        """Delete DEAD rows older than ``defunct_silo_expiration``; return how many."""
+        before = self._clock.time() - self.options.defunct_silo_expiration
+        removed = await self.table.cleanup_defunct(before)
+        if removed:
+            self._log.info("membership_defunct_rows_deleted", count=removed)
+        return removed
+
+    async def suspect(self, silo: SiloAddress, *, also: SiloAddress | None = None) -> bool:
+        """Vote ``silo`` dead (with ``also``'s vote: an intermediary that could not reach it
+        either); declare it DEAD if that brings its fresh votes to the required count.
+
+        Returns True once the vote is written or the silo is dead, False if this silo stopped
+        or the row is gone, or after too many write conflicts.
+        """
+        options = self.options
+        expiration = options.death_vote_expiration_timeout
+        async with self._suspect_lock:
+            for _ in range(_MAX_WRITE_ATTEMPTS):
+                data = await self._read_all()
+                row = data.get(silo)
+                if self._stopping or row is None:
+                    return False
+                entry, etag = row
+                if entry.status is _DEAD:
+                    return True
+                now = self._clock.time()
+                votes = add_vote(entry.suspect_votes, self.silo, now, expiration=expiration)
+                if also is not None:
+                    votes = add_vote(votes, also, now, expiration=expiration)
+                required = votes_required(
+                    data.entries(), now, votes=options.num_votes_for_death_declaration,
+                    i_am_alive_expiration=options.i_am_alive_expiration,
+                )
+                dead = len(fresh_votes(votes, now, expiration)) >= required
+                status = _DEAD if dead else entry.status
+                new = dataclasses.replace(entry, status=status, suspect_votes=votes)
+                if await self.table.update_row(new, etag, data.version):
+                    self._votes_cast += 1 if also is None else 2
+                    voters = [str(v.voter) for v in votes]
+                    if dead:
+                        self._declared += 1
+                        self._log.warning("membership_silo_declared_dead", target=str(silo),
+                                          voters=voters)
+                    else:
+                        self._log.warning("membership_silo_suspected", target=str(silo),
+                                          voters=voters, required=required)
+                    await self._after_write()
+                    return True
+                await asyncio.sleep(0)
+        self._log.warning("membership_vote_not_written", target=str(silo))
+        return False
+
+    # -- answering other silos (the transport calls these) ---------------------------------
+    def handle_probe(self) -> bool:
+        """The answer to another silo's ping: True while this silo is a live member."""
+        return self._status is not None and self._status is not _DEAD and not self._stopped
+
+    async def handle_indirect_probe(self, target: SiloAddress, timeout: float) -> bool:
+        """Probe ``target`` on behalf of another silo that cannot reach it."""
+        return await self._direct_probe(target, timeout)
+
+    async def on_gossip(self, version: int) -> None:
+        """Another silo wrote version ``version``: refresh now if that is news."""
+        if version > self.snapshot.version and self._status is not None and not self._stopping:
+            await self.refresh()
+
+    # -- joining ---------------------------------------------------------------------------
+    def _entry(self, status: SiloStatus) -> MembershipEntry:
+        return MembershipEntry(
+            silo=self.silo,
+            status=status,
+            silo_name=self._silo_name,
+            host_name=self._host_name,
+            gateway_port=self._gateway_port,
+            start_time=self._start_time,
+            i_am_alive_time=self._clock.time(),
+        )
+
+    def _check_deadline(self, deadline: float, what: str) -> None:
+        if self._stopping:
+            raise MembershipError(f"{self.silo} stopped while joining the cluster")
+        if self._clock.monotonic() >= deadline:
+            raise MembershipError(
+                f"{self.silo} could not {what} within {self.options.max_join_attempt_time} s "
+                "(MembershipOptions.max_join_attempt_time)"
+            )
+
+    async def _write_joining_row(self, deadline: float) -> None:
+        me = self.silo
+        while True:
+            data = await self._read_all()
+            older: tuple[MembershipEntry, str] | None = None
+            for entry, etag in data.rows:
+                other = entry.silo
+                if (other.host, other.port) != (me.host, me.port) or other == me:
+                    continue
+                if entry.status is _DEAD:
+                    continue
+                if other.generation > me.generation:
+                    raise MembershipError(
+                        f"{other}, a newer generation of this endpoint, is {entry.status.value} "
+                        f"in the membership table: {me} is an outdated restart and must not "
+                        "join; start it with a higher generation"
+                    )
+                older = (entry, etag)
+            if older is not None:
+                entry, etag = older
+                dead = dataclasses.replace(entry, status=_DEAD)
+                if await self.table.update_row(dead, etag, data.version):
+                    self._log.info("membership_old_generation_declared_dead",
+                                   target=str(entry.silo))
+                    continue
+            else:
+                mine = data.get(me)
+                if mine is not None and mine[0].status is _DEAD:
+                    raise MembershipError(
+                        f"{me} is already DEAD in the membership table, and a dead address "
+                        "never comes back: restart the silo with a new generation"
+                    )
+                entry = self._entry(_JOINING)
+                if mine is None:
+                    written = await self.table.insert_row(entry, data.version)
+                else:
+                    written = await self.table.update_row(entry, mine[1], data.version)
+                if written:
+                    self._status = _JOINING
+                    self._own_version = data.version.version + 1
+                    await self._after_write()
+                    return
+            self._check_deadline(deadline, "write its membership row")
+            await asyncio.sleep(0)
+
+    async def _validate_connectivity(self, deadline: float) -> None:
+        options = self.options
+        while True:
+            if self._stopping:
+                raise MembershipError(f"{self.silo} stopped while joining the cluster")
+            snapshot = self.snapshot
+            now = self._clock.time()
+            targets = [
+                silo
+                for silo, entry in snapshot.entries.items()
+                if silo != self.silo
+                and entry.status is _ACTIVE
+                and not is_stale(entry, now, options.i_am_alive_expiration)
+            ]
+            results = await asyncio.gather(*(self._direct_probe(t) for t in targets))
+            unreachable = sorted(str(t) for t, ok in zip(targets, results, strict=True) if not ok)
+            if not unreachable:
+                return
+            self._log.warning("membership_join_silos_unreachable", silos=unreachable)
+            self._check_deadline(deadline, f"reach the active silos {', '.join(unreachable)}")
+            await asyncio.sleep(options.probe_period)
+            await self.refresh()
+
+    async def _write_own_status(self, status: SiloStatus) -> None:
+        for _ in range(_MAX_WRITE_ATTEMPTS):
+            data = await self.table.read_row(self.silo)
+            row = data.get(self.silo)
+            if row is None or (row[0].status is _DEAD and status is not _DEAD):
+                await self._read_all()  # publishes the truth, and finds this silo dead
+                raise MembershipError(
+                    f"{self.silo} cannot become {status.value}: it was declared dead"
+                )
+            entry, etag = row
+            new = dataclasses.replace(entry, status=status, i_am_alive_time=self._clock.time())
+            if await self.table.update_row(new, etag, data.version):
+                self._status = status
+                self._log.info("membership_status_written", status=status.value)
+                await self._after_write()
+                return
+            await asyncio.sleep(0)
+        raise MembershipError(
+            f"{self.silo} could not write its status {status.value}: "
+            f"{_MAX_WRITE_ATTEMPTS} write conflicts in a row"
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+    async def _read_all(self) -> MembershipTableData:
+        data = await self.table.read_all()
+        self._apply(data)
+        return data
+
+    def _apply(self, data: MembershipTableData) -> None:
+        snapshot = MembershipSnapshot.from_table(data)
+        if snapshot.version < self.snapshot.version:
+            return  # a read that finished after a newer one
+        self._publisher.publish(snapshot)
+        self._monitored = self._choose_monitored(snapshot)
+        for silo in [s for s in self._missed if s not in self._monitored]:
+            del self._missed[silo]
+        if self._status is None or self._stopping or snapshot.version < self._own_version:
+            return
+        mine = snapshot.entries.get(self.silo)
+        if mine is None or mine.status is _DEAD:
+            self._found_myself_dead(mine)
+
+    def _found_myself_dead(self, entry: MembershipEntry | None) -> None:
+        self._declared_dead = True
+        self._stopping = True
+        self._status = _DEAD
+        self._log.error(
+            "membership_found_myself_dead",
+            row="missing" if entry is None else "dead",
+            voters=[] if entry is None else [str(v.voter) for v in entry.suspect_votes],
+        )
+        self._publisher.close()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        if self._on_declared_dead is not None:
+            try:
+                self._on_declared_dead()
+            except Exception as exc:
+                self._log.error("membership_declared_dead_callback_failed", error=repr(exc))
+
+    def _choose_monitored(self, snapshot: MembershipSnapshot) -> tuple[SiloAddress, ...]:
+        options = self.options
+        now = self._clock.time()
+        candidates = {
+            silo: entry
+            for silo, entry in snapshot.entries.items()
+            if silo != self.silo and entry.status in _PROBED
+        }
+        ring = monitored_silos(self.silo, candidates, options.num_probed_silos)
+        # Also watch any silo that others suspect or that stopped its heartbeats, so that
+        # votes against it come from more than its ring neighbours.
+        extra = sorted(
+            (
+                silo
+                for silo, entry in candidates.items()
+                if silo not in ring
+                and (
+                    fresh_votes(entry.suspect_votes, now, options.death_vote_expiration_timeout)
+                    or is_stale(entry, now, options.i_am_alive_expiration)
+                )
+            ),
+            key=str,
+        )
+        return (*ring, *extra)
+
+    # -- probing ---------------------------------------------------------------------------
+    async def _direct_probe(self, target: SiloAddress, timeout: float | None = None) -> bool:
+        timeout = self.options.probe_timeout if timeout is None else timeout
+        self._probes_sent += 1
+        try:
+            async with asyncio.timeout(timeout):
+                ok = await self._prober.probe(target, timeout)
+        except Exception as exc:  # a timeout or a transport error: not reached
+            self._log.debug("membership_probe_error", target=str(target), error=repr(exc))
+            ok = False
+        if not ok:
+            self._probes_failed += 1
+        return ok
+
+    async def _indirect_probe(self, via: SiloAddress, target: SiloAddress) -> bool | None:
+        timeout = self.options.probe_timeout
+        self._indirect_probes += 1
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._prober.probe_indirect(
+                    via, target, timeout * _INDIRECT_TIMEOUT_SHARE
+                )
+        except Exception as exc:
+            self._log.debug("membership_indirect_probe_error", target=str(target),
+                            via=str(via), error=repr(exc))
+            return None
+
+    def _choose_intermediary(self, target: SiloAddress) -> SiloAddress | None:
+        options = self.options
+        now = self._clock.time()
+        choices = sorted(
+            (
+                silo
+                for silo, entry in self.snapshot.entries.items()
+                if silo not in (self.silo, target)
+                and entry.status is _ACTIVE
+                and not is_stale(entry, now, options.i_am_alive_expiration)
+                and not fresh_votes(entry.suspect_votes, now,
+                                    options.death_vote_expiration_timeout)
+            ),
+            key=str,
+        )
+        return self._rng.choice(choices) if choices else None
+
+    async def _probe_target(self, target: SiloAddress) -> None:
+        ok = await self._direct_probe(target)
+        if self._stopping or target not in self._monitored:
+            return
+        if ok:
+            if self._missed.pop(target, 0):
+                self._log.info("membership_probe_answered_again", target=str(target))
+            return
+        missed = self._missed[target] = self._missed.get(target, 0) + 1
+        self._log.warning("membership_probe_missed", target=str(target), missed=missed)
+        limit = self.options.num_missed_probes_limit
+        if self.options.enable_indirect_probes and missed >= limit - 1:
+            via = self._choose_intermediary(target)
+            if via is not None:
+                reached = await self._indirect_probe(via, target)
+                if self._stopping:
+                    return
+                if reached is True:
+                    self._missed[target] = 0
+                    self._log.info("membership_indirect_probe_answered", target=str(target),
+                                   via=str(via))
+                    return
+                if reached is False:
+                    await self.suspect(target, also=via)
+                    return
+        if missed >= limit:
+            await self.suspect(target)
+
+    # -- tasks -----------------------------------------------------------------------------
+    async def _after_write(self) -> None:
+        await self.refresh()
+        await self._gossip()
+
+    async def _gossip(self) -> None:
+        gossiper = self._gossiper
+        if gossiper is None:
+            return
+        snapshot = self.snapshot
+        peers = [s for s in snapshot.silos(*_PROBED) if s != self.silo]
+
+        async def tell(peer: SiloAddress) -> None:
+            try:
+                async with asyncio.timeout(self.options.probe_timeout):
+                    await gossiper.gossip(peer, snapshot.version)
+            except Exception as exc:
+                self._log.debug("membership_gossip_failed", target=str(peer), error=repr(exc))
+
+        await asyncio.gather(*(tell(peer) for peer in peers))
+
+    def _own(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _run_every(self, name: str, period: float, step: Callable[[], Awaitable[Any]]) -> None:
+        if self._stopping:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._periodic(name, period, step), name=f"membership-{name}-{self.silo}"
+        )
+        self._own(task)
+
+    async def _periodic(
+        self, name: str, period: float, step: Callable[[], Awaitable[Any]]
+    ) -> None:
+        clock = self._clock
+        delay = period
+        while True:
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            started = clock.monotonic()
+            try:
+                await step()
+            except Exception as exc:  # loop boundary: log, go on at the next period
+                self._step_failures += 1
+                self._log.warning("membership_step_failed", step=name, error=repr(exc))
+            if self._stopping:
+                return
+            delay = max(0.0, period - (clock.monotonic() - started))
+
+    async def _deliver(self, listener: Listener) -> None:
+        async with contextlib.aclosing(self.updates()) as snapshots:
+            async for snapshot in snapshots:
+                try:
+                    await listener(snapshot)
+                except Exception as exc:
+                    self._log.error("membership_listener_failed", listener=repr(listener),
+                                    version=snapshot.version, error=repr(exc))
+
+    async def _cancel_tasks(self) -> None:
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
