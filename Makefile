@@ -1,24 +1,28 @@
 # Two commands do all set-up on a fresh machine with Python 3.11+:
 #   make run    installs into .venv and runs the bank demo on embedded defaults
 #   make test   installs into .venv and runs the whole test suite (and ruff)
+#   make clickstream  runs the Spark pipeline example (streams -> Parquet -> Spark grain)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint install clean
+.PHONY: run test bench lint install clean clickstream
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11 or newer: set PYTHON=python3.11")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,redis]'
+	$(PY) -m pip install --quiet -e '.[dev,redis,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m examples.bank.run
+
+clickstream: $(STAMP)
+	$(PY) -m examples.clickstream.run
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples

@@ -56,6 +56,7 @@ orleanspy: virtual actors (grains) on asyncio.
 
   orleanspy silo start --app myapp.grains      host the grains of a module
   orleanspy call Counter alice increment 5     call a grain through a gateway
+  orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
 """
 
 _START_EPILOG = """\
@@ -120,6 +121,22 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_call_arguments(call)
     call.set_defaults(handler=_cmd_call)
+
+    from silo.spark_cli import SPARK_RUN_EPILOG, add_spark_arguments
+
+    spark = commands.add_parser(
+        "spark", help="run Spark grain jobs", description="Spark analytics grains.",
+    )
+    spark.set_defaults(handler=lambda _: _usage(spark))
+    spark_commands = spark.add_subparsers(dest="spark_command", metavar="SUBCOMMAND")
+    spark_run = spark_commands.add_parser(
+        "run", help="call a Spark grain's method, showing its job's progress",
+        description="Call a SparkGrain method through a gateway; draw the progress of its "
+        "Spark job on stderr and print the result as JSON.",
+        epilog=SPARK_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_spark_arguments(spark_run)
+    spark_run.set_defaults(handler=_cmd_spark_run)
     return parser
 
 
@@ -158,6 +175,13 @@ def _add_start_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: console)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="lowest level logged (default: info)")
+    p.add_argument("--spark-master", metavar="URL",
+                   help="Spark master of the silo's SparkSession: local[*] (default), "
+                   "local[N], spark://HOST:PORT, yarn, k8s://...")
+    p.add_argument("--spark-remote", metavar="URL",
+                   help="Spark Connect server instead of an embedded driver: sc://HOST:PORT")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="any spark.* setting (repeatable)")
 
 
 def _add_call_arguments(p: argparse.ArgumentParser) -> None:
@@ -269,6 +293,11 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
             "orleanspy.toml or ORLEANSPY_APP"
         )
     options = config.options
+    from silo.spark_config import apply_spark_overrides
+
+    spark = apply_spark_overrides(
+        config.spark, master=args.spark_master, remote=args.spark_remote, conf=args.spark_conf
+    )
     configure_logging(options.log_format, options.log_level)
     _put_cwd_on_path()
 
@@ -279,7 +308,8 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
     runner = asyncio.Runner()
     try:
         code = runner.run(
-            run_silo(options, config.app, on_ready=ready, stream_providers=config.streams)
+            run_silo(options, config.app, on_ready=ready, stream_providers=config.streams,
+                     spark=spark)
         )
     except BaseException:
         runner.close()
@@ -291,6 +321,60 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
         os._exit(code)
     runner.close()
     return code
+
+
+def _gateway_settings(args: argparse.Namespace) -> tuple[str, str, str | None]:
+    """(gateway, cluster id, secret) of a client command: flags, else the config file."""
+    options = load_config(find_config_file(args.config)).options
+    cluster_id = args.cluster_id or options.cluster_id
+    secret = args.secret if args.secret is not None else options.secret
+    gateway = args.gateway
+    if gateway is None:
+        host = options.host if options.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        gateway = f"{host}:{options.gateway_port or 30000}"
+    return gateway, cluster_id, secret
+
+
+def _cmd_spark_run(args: argparse.Namespace) -> int:
+    gateway, cluster_id, secret = _gateway_settings(args)
+    try:
+        key = parse_key(args.key, args.key_type)
+    except ValueError:
+        raise ConfigurationError(f"KEY {args.key!r} is not a valid {args.key_type}") from None
+    configure_logging("console", "error")
+    _put_cwd_on_path()
+    return asyncio.run(_spark_run(gateway, cluster_id, secret, args, key))
+
+
+async def _spark_run(
+    gateway: str, cluster_id: str, secret: str | None, args: argparse.Namespace, key: Any
+) -> int:
+    from silo.spark_cli import run_spark_job
+
+    client = ClusterClient(
+        gateways=[gateway], cluster_id=cluster_id, secret=secret, response_timeout=args.timeout
+    )
+    try:
+        try:
+            await client.connect()
+        except SiloUnavailableError as exc:
+            _error(f"cannot reach the silo gateway at {gateway}: {exc}")
+            return EXIT_USAGE
+        try:
+            result = await run_spark_job(
+                client, args.grain_type, key, args.method, [parse_arg(a) for a in args.args],
+                interval=args.interval,
+            )
+        except SiloUnavailableError as exc:
+            _error(f"lost the silo gateway at {gateway}: {exc}")
+            return EXIT_USAGE
+        except Exception as exc:
+            _error(_error_text(exc))
+            return EXIT_CALL_FAILED
+    finally:
+        await client.close()
+    print(_render(result), flush=True)
+    return EXIT_OK
 
 
 def _cmd_call(args: argparse.Namespace) -> int:

@@ -48,6 +48,7 @@ DEFAULT_CONFIG_FILE: Final = "orleanspy.toml"
 APP_KEY: Final = "app"
 _TABLE: Final = "silo"
 _STREAMS: Final = "streams"
+_SPARK: Final = "spark"
 _CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -73,6 +74,7 @@ class SiloConfig:
     options: SiloOptions
     app: tuple[str, ...] = ()
     streams: Mapping[str, Any] = field(default_factory=dict)
+    spark: Any = None  # SparkOptions from the [spark] table (silo/spark_config.py), or None
     config_file: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -181,10 +183,10 @@ def parse_toml(path: Path) -> _Layer:
         raise ConfigurationError(f"{label}: not valid TOML: {exc}") from None
 
     entries: dict[str, tuple[str, object]] = {}  # name -> (key as written, value)
-    top_known = [*_FIELDS, APP_KEY, _TABLE, _STREAMS]
+    top_known = [*_FIELDS, APP_KEY, _TABLE, _STREAMS, _SPARK]
     for key, value in data.items():
-        if key == _STREAMS:
-            continue  # [streams.NAME] tables: silo/streams_config.py
+        if key in (_STREAMS, _SPARK):
+            continue  # [streams.NAME] tables: silo/streams_config.py; [spark]: spark_config.py
         if key == _TABLE:
             if not isinstance(value, dict):
                 raise ConfigurationError(
@@ -310,6 +312,7 @@ def load_config(
             merged[name] = setting
     app_setting = merged.pop(APP_KEY, None)
     streams: dict[str, Any] = {}
+    spark: Any = None
     try:
         options = SiloOptions(**{name: s.value for name, s in merged.items()})
     except ConfigurationError as exc:  # pragma: no cover - every field was checked alone
@@ -318,9 +321,14 @@ def load_config(
         from silo.streams_config import parse_streams
 
         with path.open("rb") as f:
-            tables = tomllib.load(f).get(_STREAMS)
+            document = tomllib.load(f)
+        tables = document.get(_STREAMS)
         if tables is not None:
             streams = parse_streams(tables, options.data_dir, str(path))
+        if _SPARK in document:
+            from silo.spark_config import parse_spark
+
+            spark = parse_spark(document[_SPARK], str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}
     if app_setting is not None:
         sources[APP_KEY] = app_setting.source
@@ -330,4 +338,5 @@ def load_config(
         config_file=path,
         sources=sources,
         streams=streams,
+        spark=spark,
     )

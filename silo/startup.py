@@ -138,6 +138,7 @@ async def run_silo(
     on_ready: Callable[[Silo], None] | None = None,
     signals: Iterable[signal.Signals] = _STOP_SIGNALS,
     stream_providers: Mapping[str, Any] | None = None,
+    spark: Any = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -146,6 +147,8 @@ async def run_silo(
         app_modules: modules whose Grain subclasses the silo hosts (each must define one).
         on_ready: called once the silo serves requests (the CLI prints a ready line).
         signals: the signals that stop the silo (the first gracefully, the next forcibly).
+        spark: ``SparkOptions`` of the silo's SparkSession (created on the first Spark job,
+            stopped after the silo); None uses the defaults.
 
     Returns:
         0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
@@ -163,6 +166,11 @@ async def run_silo(
                 f"--app {module}: the module defines no Grain subclass (classes it only "
                 "imports are not hosted); name the module that defines them"
             )
+
+    if spark is not None:
+        from orleanspy.spark.session import install_spark
+
+        install_spark(silo, spark)
 
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -194,7 +202,12 @@ async def run_silo(
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in waits:
                 task.cancel()
-        return await _stop(silo, forced, log)
+        code = await _stop(silo, forced, log)
+        if code == 0:
+            from orleanspy.spark.session import stop_spark
+
+            await stop_spark(silo)
+        return code
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -1,0 +1,52 @@
+"""Spark analytics grains and the stream -> Parquet sink.
+
+``SparkGrain`` runs PySpark jobs on the silo's shared, lazily created SparkSession without
+blocking the event loop (``await self.run_job(fn, *args, timeout=...)``), with progress and
+cancellation; ``ParquetSink`` lands a stream namespace as date-partitioned Parquet files that
+Spark grains then analyse. pyspark, pyarrow and pandas come with ``pip install
+'orleanspy[spark]'``; they are imported only when a session or a file is first needed.
+
+See docs/spark.md.
+"""
+
+from orleanspy.spark.convert import to_plain
+from orleanspy.spark.errors import (
+    SparkError,
+    SparkJobCancelledError,
+    SparkJobError,
+    SparkJobTimeoutError,
+    SparkUnavailableError,
+)
+from orleanspy.spark.grain import SparkGrain
+from orleanspy.spark.job import JobProgress, SparkJob
+from orleanspy.spark.options import ParquetSinkOptions, SparkOptions
+from orleanspy.spark.session import (
+    SparkSessionManager,
+    SparkStatistics,
+    install_spark,
+    spark_for,
+    stop_spark,
+)
+from orleanspy.spark.sink import ParquetSink, ParquetSinkWriter, SinkStatistics
+
+__all__ = [
+    "JobProgress",
+    "ParquetSink",
+    "ParquetSinkOptions",
+    "ParquetSinkWriter",
+    "SinkStatistics",
+    "SparkError",
+    "SparkGrain",
+    "SparkJob",
+    "SparkJobCancelledError",
+    "SparkJobError",
+    "SparkJobTimeoutError",
+    "SparkOptions",
+    "SparkSessionManager",
+    "SparkStatistics",
+    "SparkUnavailableError",
+    "install_spark",
+    "spark_for",
+    "stop_spark",
+    "to_plain",
+]

@@ -1,0 +1,138 @@
+"""SparkGrain: a grain whose methods run PySpark jobs on the silo's shared SparkSession.
+
+A turn calls ``await self.run_job(fn, *args, timeout=...)``; ``fn(spark, *args)`` runs on a
+worker thread of the silo's ``SparkSessionManager`` while the loop stays free. The call's
+Spark jobs carry a job group of their own and the grain's job tag, so a timeout, the
+cancellation of the awaiting turn, the grain's deactivation or the silo's stop cancel the
+Spark jobs themselves, not only the await.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.interface import always_interleave
+from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob
+from orleanspy.spark.session import SparkSessionManager, spark_for
+
+__all__ = ["SparkGrain"]
+
+T = TypeVar("T")
+
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/=-]")
+_DEACTIVATING = 3  # ActivationState.DEACTIVATING (runtime enum, compared by value)
+
+
+class SparkGrain(Grain):
+    """Base class of grains that run Spark jobs.
+
+    Example::
+
+        class PageStats(SparkGrain):
+            async def top_pages(self, path: str, n: int) -> list[dict]:
+                def job(spark, path, n):          # runs on a worker thread
+                    df = spark.read.parquet(path)
+                    return df.groupBy("page").count().orderBy("count", ascending=False) \\
+                             .limit(n).collect()   # rows come back as dicts
+                return await self.run_job(job, path, n, timeout=60)
+
+    Write ``fn`` as a plain function of its arguments: copy what it needs out of ``self``
+    first (a closure over the grain would drag the runtime into Spark's pickling). Return
+    small, aggregated results; rows, pandas and Arrow results are converted to plain data.
+    Callers of long jobs should give the grain call a timeout above the job's
+    (``ref.with_timeout(120).top_pages(...)``; the default call timeout is 30 s).
+    """
+
+    @property
+    def spark(self) -> SparkSessionManager:
+        """The silo's Spark session manager."""
+        return spark_for(self.silo)
+
+    @property
+    def spark_tag(self) -> str:
+        """The Spark job tag of this grain's jobs (``orleanspy/<type>/<key>``, no commas)."""
+        gid = self.grain_id
+        return _TAG_UNSAFE.sub("_", f"orleanspy/{gid.type_name}/{gid.key}")[:200]
+
+    def submit_job(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        timeout: float | None = None,
+        description: str = "",
+        on_progress: ProgressCallback | None = None,
+    ) -> SparkJob[T]:
+        """Start ``fn(spark, *args)``; returns the ``SparkJob`` (``await job`` for the
+        result, ``async for p in job.updates()`` for progress). See ``run_job``."""
+        activation = self._orleanspy_activation
+        silo = self.silo
+
+        def guard() -> str | None:
+            if silo.stopping:
+                return "the silo is stopping"
+            if activation.state >= _DEACTIVATING:
+                return f"grain {activation.grain_id} is deactivating"
+            return None
+
+        return self.spark.submit(
+            fn, *args, tag=self.spark_tag, description=description or _describe(fn),
+            timeout=timeout, on_progress=on_progress, guard=guard,
+        )
+
+    async def run_job(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        timeout: float | None = None,
+        description: str = "",
+        on_progress: ProgressCallback | None = None,
+    ) -> T:
+        """Run ``fn(spark, *args)`` on a worker thread and return its (plain) result.
+
+        Args:
+            fn: a function of the SparkSession and ``args``.
+            timeout: seconds; past it the Spark jobs are cancelled and
+                ``SparkJobTimeoutError`` is raised.
+            description: a label for progress and the Spark UI (default: ``fn``'s name).
+            on_progress: called on the loop with each new ``JobProgress``.
+
+        Raises:
+            SparkJobTimeoutError: the timeout elapsed (the jobs were cancelled).
+            SparkJobCancelledError: ``cancel_spark_jobs``, a deactivation or a silo stop
+                cancelled it.
+            SparkJobError: Spark failed the job (message and Spark error class).
+            SparkUnavailableError: pyspark or Java is missing, or the session cannot start.
+            Any exception ``fn`` raises itself.
+        """
+        job = self.submit_job(fn, *args, timeout=timeout, description=description,
+                              on_progress=on_progress)
+        return await job.result()
+
+    def cancel_spark_jobs(self, reason: str = "cancelled by the grain") -> int:
+        """Cancel every Spark job this grain has in flight; returns how many."""
+        return self.spark.cancel_tag(self.spark_tag, reason)
+
+    @always_interleave
+    async def spark_progress(self) -> list[dict[str, Any]]:
+        """Progress of this grain's jobs in flight, as plain dicts (callable remotely, even
+        while a job holds the grain's turn: the CLI's progress bar uses it)."""
+        return [p.as_dict() for p in self._spark_jobs()]
+
+    @always_interleave
+    async def cancel_spark(self) -> int:
+        """Cancel this grain's Spark jobs from outside (callable while a job runs)."""
+        return self.cancel_spark_jobs("cancelled by a caller")
+
+    def _spark_jobs(self) -> list[JobProgress]:
+        return self.spark.jobs(self.spark_tag)
+
+    async def on_deactivate(self, reason: Any) -> None:
+        """Cancel whatever this grain still runs. Subclasses overriding it call super()."""
+        self.cancel_spark_jobs(f"grain deactivated ({reason})")
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "spark job"))
