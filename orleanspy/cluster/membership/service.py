@@ -280,7 +280,9 @@ class MembershipService:
             self._publisher.close()
             await self._cancel_tasks()
             self._stopped = True
-            self._log.info("membership_stopped", status=self._status)
+            self._log.info(
+                "membership_stopped", status=None if self._status is None else self._status.value
+            )
 
     async def abort(self) -> None:
         """Stop every task without writing to the table, as a crashed process would."""
