@@ -36,9 +36,9 @@ from typing import Any, final
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
-from orleanspy.cluster.membership.monitoring import monitored_silos
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.prober import Gossiper, Prober
+from orleanspy.cluster.membership.probing import PROBED_STATUSES, FailureDetector
 from orleanspy.cluster.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
@@ -50,14 +50,10 @@ __all__ = ["MembershipService", "MembershipStatistics"]
 
 _JOINING, _ACTIVE = SiloStatus.JOINING, SiloStatus.ACTIVE
 _SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
-_PROBED = frozenset({_JOINING, _ACTIVE, _SHUTTING_DOWN})
 
 #: Compare-and-swap attempts of one write before giving up (each failure is another
 #: silo's successful write, so this bounds contention, not time).
 _MAX_WRITE_ATTEMPTS = 20
-#: The intermediary of an indirect probe gets this share of the probe timeout, so that its
-#: answer can travel back before the asking silo's own timeout.
-_INDIRECT_TIMEOUT_SHARE = 0.5
 
 Listener = Callable[[MembershipSnapshot], Awaitable[None]]
 
@@ -113,15 +109,17 @@ class MembershipService:
         self.table = table
         self.silo = silo
         self.options = options or MembershipOptions()
-        self._prober = prober
         self._gossiper = gossiper
         self._clock = clock or SystemClock()
         self._silo_name = silo_name
         self._host_name = host_name
         self._gateway_port = gateway_port
         self._on_declared_dead = on_declared_dead
-        self._rng = rng or random.Random()
         self._log = get_logger(__name__, silo=str(silo))
+        self._detector = FailureDetector(
+            silo, prober, self.options, self._clock, self._suspect_for_detector,
+            lambda: self._stopping, rng or random.Random(), self._log,
+        )
         self._publisher = SnapshotPublisher()
         self._status: SiloStatus | None = None
         self._own_version = 0  # table version at which this silo's row was written
@@ -132,12 +130,8 @@ class MembershipService:
         self._declared_dead = False
         self._stop_lock = asyncio.Lock()
         self._suspect_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._monitored: tuple[SiloAddress, ...] = ()
-        self._missed: dict[SiloAddress, int] = {}
-        self._probes_sent = 0
-        self._probes_failed = 0
-        self._indirect_probes = 0
+        self._loops: set[asyncio.Task[None]] = set()
+        self._listeners: set[asyncio.Task[None]] = set()
         self._votes_cast = 0
         self._declared = 0
         self._step_failures = 0
@@ -159,7 +153,7 @@ class MembershipService:
     @property
     def monitored_silos(self) -> tuple[SiloAddress, ...]:
         """The silos this silo probes now."""
-        return self._monitored
+        return self._detector.monitored
 
     @property
     def declared_dead(self) -> bool:
@@ -179,7 +173,7 @@ class MembershipService:
         service and are cancelled by ``stop``.
         """
         task = asyncio.get_running_loop().create_task(self._deliver(listener))
-        self._own(task)
+        self._own(task, self._listeners)
 
         def remove() -> None:
             task.cancel()
@@ -208,10 +202,10 @@ class MembershipService:
             status=self._status,
             version=snapshot.version,
             active_silos=len(snapshot.active_silos),
-            monitored=self._monitored,
-            probes_sent=self._probes_sent,
-            probes_failed=self._probes_failed,
-            indirect_probes=self._indirect_probes,
+            monitored=self._detector.monitored,
+            probes_sent=self._detector.probes_sent,
+            probes_failed=self._detector.probes_failed,
+            indirect_probes=self._detector.indirect_probes,
             votes_cast=self._votes_cast,
             silos_declared_dead=self._declared,
             step_failures=self._step_failures,
@@ -304,11 +298,8 @@ class MembershipService:
 
     async def probe_round(self) -> None:
         """Probe every monitored silo once (concurrently); vote on the ones that keep missing."""
-        if self._status is not _ACTIVE or self._stopping:
-            return
-        targets = self._monitored
-        if targets:
-            await asyncio.gather(*(self._probe_target(target) for target in targets))
+        if self._status is _ACTIVE and not self._stopping:
+            await self._detector.probe_round()
 
     async def cleanup_defunct(self) -> int:
         """Delete DEAD rows older than ``defunct_silo_expiration``; return how many."""
@@ -363,6 +354,9 @@ class MembershipService:
         self._log.warning("membership_vote_not_written", target=str(silo))
         return False
 
+    async def _suspect_for_detector(self, silo: SiloAddress, also: SiloAddress | None) -> None:
+        await self.suspect(silo, also=also)
+
     # -- answering other silos (the transport calls these) ---------------------------------
     def handle_probe(self) -> bool:
         """The answer to another silo's ping: True while this silo is a live member."""
@@ -370,7 +364,7 @@ class MembershipService:
 
     async def handle_indirect_probe(self, target: SiloAddress, timeout: float) -> bool:
         """Probe ``target`` on behalf of another silo that cannot reach it."""
-        return await self._direct_probe(target, timeout)
+        return await self._detector.probe(target, timeout)
 
     async def on_gossip(self, version: int) -> None:
         """Another silo wrote version ``version``: refresh now if that is news."""
@@ -457,7 +451,7 @@ class MembershipService:
                 and entry.status is _ACTIVE
                 and not is_stale(entry, now, options.i_am_alive_expiration)
             ]
-            results = await asyncio.gather(*(self._direct_probe(t) for t in targets))
+            results = await asyncio.gather(*(self._detector.probe(t) for t in targets))
             unreachable = sorted(str(t) for t, ok in zip(targets, results, strict=True) if not ok)
             if not unreachable:
                 return
@@ -476,6 +470,9 @@ class MembershipService:
                     f"{self.silo} cannot become {status.value}: it was declared dead"
                 )
             entry, etag = row
+            if entry.status is status:
+                self._status = status
+                return
             new = dataclasses.replace(entry, status=status, i_am_alive_time=self._clock.time())
             if await self.table.update_row(new, etag, data.version):
                 self._status = status
@@ -499,9 +496,7 @@ class MembershipService:
         if snapshot.version < self.snapshot.version:
             return  # a read that finished after a newer one
         self._publisher.publish(snapshot)
-        self._monitored = self._choose_monitored(snapshot)
-        for silo in [s for s in self._missed if s not in self._monitored]:
-            del self._missed[silo]
+        self._detector.update(snapshot)
         if self._status is None or self._stopping or snapshot.version < self._own_version:
             return
         mine = snapshot.entries.get(self.silo)
@@ -517,9 +512,9 @@ class MembershipService:
             row="missing" if entry is None else "dead",
             voters=[] if entry is None else [str(v.voter) for v in entry.suspect_votes],
         )
-        self._publisher.close()
+        self._publisher.close()  # listeners end after the snapshot that says so
         current = asyncio.current_task()
-        for task in self._tasks:
+        for task in self._loops:
             if task is not current:
                 task.cancel()
         if self._on_declared_dead is not None:
@@ -527,103 +522,6 @@ class MembershipService:
                 self._on_declared_dead()
             except Exception as exc:
                 self._log.error("membership_declared_dead_callback_failed", error=repr(exc))
-
-    def _choose_monitored(self, snapshot: MembershipSnapshot) -> tuple[SiloAddress, ...]:
-        options = self.options
-        now = self._clock.time()
-        candidates = {
-            silo: entry
-            for silo, entry in snapshot.entries.items()
-            if silo != self.silo and entry.status in _PROBED
-        }
-        ring = monitored_silos(self.silo, candidates, options.num_probed_silos)
-        # Also watch any silo that others suspect or that stopped its heartbeats, so that
-        # votes against it come from more than its ring neighbours.
-        extra = sorted(
-            (
-                silo
-                for silo, entry in candidates.items()
-                if silo not in ring
-                and (
-                    fresh_votes(entry.suspect_votes, now, options.death_vote_expiration_timeout)
-                    or is_stale(entry, now, options.i_am_alive_expiration)
-                )
-            ),
-            key=str,
-        )
-        return (*ring, *extra)
-
-    # -- probing ---------------------------------------------------------------------------
-    async def _direct_probe(self, target: SiloAddress, timeout: float | None = None) -> bool:
-        timeout = self.options.probe_timeout if timeout is None else timeout
-        self._probes_sent += 1
-        try:
-            async with asyncio.timeout(timeout):
-                ok = await self._prober.probe(target, timeout)
-        except Exception as exc:  # a timeout or a transport error: not reached
-            self._log.debug("membership_probe_error", target=str(target), error=repr(exc))
-            ok = False
-        if not ok:
-            self._probes_failed += 1
-        return ok
-
-    async def _indirect_probe(self, via: SiloAddress, target: SiloAddress) -> bool | None:
-        timeout = self.options.probe_timeout
-        self._indirect_probes += 1
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._prober.probe_indirect(
-                    via, target, timeout * _INDIRECT_TIMEOUT_SHARE
-                )
-        except Exception as exc:
-            self._log.debug("membership_indirect_probe_error", target=str(target),
-                            via=str(via), error=repr(exc))
-            return None
-
-    def _choose_intermediary(self, target: SiloAddress) -> SiloAddress | None:
-        options = self.options
-        now = self._clock.time()
-        choices = sorted(
-            (
-                silo
-                for silo, entry in self.snapshot.entries.items()
-                if silo not in (self.silo, target)
-                and entry.status is _ACTIVE
-                and not is_stale(entry, now, options.i_am_alive_expiration)
-                and not fresh_votes(entry.suspect_votes, now,
-                                    options.death_vote_expiration_timeout)
-            ),
-            key=str,
-        )
-        return self._rng.choice(choices) if choices else None
-
-    async def _probe_target(self, target: SiloAddress) -> None:
-        ok = await self._direct_probe(target)
-        if self._stopping or target not in self._monitored:
-            return
-        if ok:
-            if self._missed.pop(target, 0):
-                self._log.info("membership_probe_answered_again", target=str(target))
-            return
-        missed = self._missed[target] = self._missed.get(target, 0) + 1
-        self._log.warning("membership_probe_missed", target=str(target), missed=missed)
-        limit = self.options.num_missed_probes_limit
-        if self.options.enable_indirect_probes and missed >= limit - 1:
-            via = self._choose_intermediary(target)
-            if via is not None:
-                reached = await self._indirect_probe(via, target)
-                if self._stopping:
-                    return
-                if reached is True:
-                    self._missed[target] = 0
-                    self._log.info("membership_indirect_probe_answered", target=str(target),
-                                   via=str(via))
-                    return
-                if reached is False:
-                    await self.suspect(target, also=via)
-                    return
-        if missed >= limit:
-            await self.suspect(target)
 
     # -- tasks -----------------------------------------------------------------------------
     async def _after_write(self) -> None:
@@ -635,7 +533,7 @@ class MembershipService:
         if gossiper is None:
             return
         snapshot = self.snapshot
-        peers = [s for s in snapshot.silos(*_PROBED) if s != self.silo]
+        peers = [s for s in snapshot.silos(*PROBED_STATUSES) if s != self.silo]
 
         async def tell(peer: SiloAddress) -> None:
             try:
@@ -646,9 +544,10 @@ class MembershipService:
 
         await asyncio.gather(*(tell(peer) for peer in peers))
 
-    def _own(self, task: asyncio.Task[None]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    @staticmethod
+    def _own(task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) -> None:
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     def _run_every(self, name: str, period: float, step: Callable[[], Awaitable[Any]]) -> None:
         if self._stopping:
@@ -656,7 +555,7 @@ class MembershipService:
         task = asyncio.get_running_loop().create_task(
             self._periodic(name, period, step), name=f"membership-{name}-{self.silo}"
         )
-        self._own(task)
+        self._own(task, self._loops)
 
     async def _periodic(
         self, name: str, period: float, step: Callable[[], Awaitable[Any]]
@@ -688,7 +587,7 @@ class MembershipService:
 
     async def _cancel_tasks(self) -> None:
         current = asyncio.current_task()
-        tasks = [task for task in self._tasks if task is not current]
+        tasks = [task for task in (*self._loops, *self._listeners) if task is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

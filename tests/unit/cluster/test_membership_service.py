@@ -506,10 +506,18 @@ async def test_membership_silo_that_reads_itself_dead_stops_and_calls_back(
         snapshots.extend([snapshot async for snapshot in c.updates()])
 
     follower = asyncio.create_task(follow())
-    await asyncio.sleep(0)  # the follower takes the current snapshot
+    heard = EventCollector()
+
+    async def listener(snapshot: MembershipSnapshot) -> None:
+        heard.record(snapshot.status_of(C))
+
+    c.add_listener(listener)
+    await heard.wait_count(1, WAIT)
     await c.refresh()
     async with asyncio.timeout(WAIT):
         await follower  # the updates of a dead silo end
+
+    await heard.wait_for(lambda ev: ev[-1] is DEAD, WAIT)  # listeners hear it too
 
     assert c.declared_dead
     assert c.status is DEAD
