@@ -13,7 +13,7 @@ __all__ = ["MembershipOptions"]
 class MembershipOptions:
     """Durations are float seconds. Defaults follow Orleans' ``ClusterMembershipOptions``.
 
-    With the defaults a crashed silo is declared dead after about 10-15 s: two missed direct
+    With the defaults a crashed silo is declared dead after about 10-20 s: two missed direct
     probes (``probe_period`` 5 s each), then one indirect probe whose failure casts two votes
     at once, which meets ``num_votes_for_death_declaration``. ``MembershipOptions.fast()``
     detects a crash within about 1 s, for tests and demos.
