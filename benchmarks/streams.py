@@ -80,6 +80,7 @@ SQLITE_CHUNK = 1000
 PULL_PERIOD = 0.01
 BP_CACHE = 512
 BP_SLOWDOWN = 10
+BP_FAST_SECONDS = 2.0  # the fast consumer's stream gets about this many seconds of events
 SAMPLE_EVERY = 0.05
 PACING_SLACK = 0.005  # a paced consumer catches up at most this much after a stall
 DONE_TIMEOUT = 120.0
@@ -146,6 +147,28 @@ class StreamProducer(Grain):
             for start in range(0, count, batch):
                 stop = min(start + batch, count)
                 await stream.on_next_batch([[producer, i, BODY] for i in range(start, stop)])
+
+
+    async def produce_two(
+        self, provider: str, key_a: str, count_a: int, key_b: str, count_b: int
+    ) -> None:
+        """``count_a`` events on one stream and ``count_b`` on another, interleaved evenly.
+
+        The memory adapter's ``enqueue`` never suspends while the queue has room, so this
+        yields to the loop every 16 events: production and delivery then overlap, as with
+        producers in other grains or processes."""
+        p = self.get_stream_provider(provider)
+        a, b = p.get_stream(NS, key_a).on_next, p.get_stream(NS, key_b).on_next
+        j = 0
+        for i in range(count_a):
+            if not i % 16:
+                await asyncio.sleep(0)
+            await a([0, i, BODY])
+            while j < count_b and j * count_a <= i * count_b:
+                await b([0, j, BODY])
+                j += 1
+        for k in range(j, count_b):
+            await b([0, k, BODY])
 
 
 @grain_type("BenchStreamConsumer")
@@ -463,7 +486,8 @@ class Sample:
     t: float
     cache: int
     period: float
-    backlog: int
+    backlog: int  # containers in the memory queue, not yet acknowledged
+    spilled: int  # subscriptions served from the queue
     fast: int
     slow: int
     rss: float
@@ -471,6 +495,7 @@ class Sample:
 
 @dataclass
 class BackpressureRun:
+    name: str
     n: int
     samples: list[Sample]
     fast_rate: float  # fast consumer: n / time until it had all n
@@ -480,24 +505,45 @@ class BackpressureRun:
     slow_gaps: int
     fast_disorder: int
     cache_peak: int  # exact: checked after every add to the cache
+    spills: int
+
+
+def _track_peak(agent: Any) -> list[int]:
+    """Instrumentation: the cache's exact peak occupancy, checked after every add."""
+    cache, add, peak = agent.cache, agent.cache.add, [0]
+
+    def counting_add(containers: Any) -> Any:
+        first = add(containers)
+        peak[0] = max(peak[0], len(cache))
+        return first
+
+    cache.add = counting_add
+    return peak
 
 
 async def bp_run(
-    silo: Silo, n: int, slow_delay: float | None, cache_peak: list[int]
+    silo: Silo, provider_name: str, n: int, slow_delay: float | None, n_fast: int | None = None
 ) -> BackpressureRun:
-    provider = silo.stream_providers["bp"]
+    """The producer publishes ``n_fast`` (default ``n``) events on one stream and ``n`` on
+    another stream of the same queue, interleaved; the fast consumer reads the first, the slow
+    one (if any) the second."""
+    n_fast = n if n_fast is None else n_fast
+    provider = silo.stream_providers[provider_name]
     agent = next(iter(provider.agents.values()))
     adapter = provider.adapter
     key = f"bp{next(_ids)}"
     fast_key, slow_key = f"{key}-fast", f"{key}-slow"
-    TALLIES[fast_key] = fast = Tally(n)
-    await silo.get_grain(StreamConsumer, fast_key).subscribe("bp", key)
+    TALLIES[fast_key] = fast = Tally(n_fast)
+    await silo.get_grain(StreamConsumer, fast_key).subscribe(provider_name, fast_key)
     slow = None
     if slow_delay is not None:
         TALLIES[slow_key] = slow = Tally(n, delay=slow_delay)
-        await silo.get_grain(StreamConsumer, slow_key).subscribe("bp", key)
-    await _until(lambda: len(agent.cache) == 0)  # a clean start
-    cache_peak[0] = 0
+        await silo.get_grain(StreamConsumer, slow_key).subscribe(provider_name, slow_key)
+    await _until(lambda: len(agent.cache) == 0 and adapter.queue_length(agent.queue) == 0)
+    peak = getattr(agent, "_bench_peak", None) or _track_peak(agent)
+    agent._bench_peak = peak
+    peak[0] = 0
+    spills_before = _spill_count(agent)
     samples: list[Sample] = []
     gc.collect()
     t0 = time.perf_counter()
@@ -505,7 +551,8 @@ async def bp_run(
     def sample() -> None:
         samples.append(Sample(
             time.perf_counter() - t0, len(agent.cache), agent.period,
-            adapter.queue_length(agent.queue), fast.count, slow.count if slow else 0, rss_mib(),
+            adapter.queue_length(agent.queue), len(agent.spills), fast.count,
+            slow.count if slow else 0, rss_mib(),
         ))
 
     async def sampler() -> None:
@@ -515,23 +562,31 @@ async def bp_run(
 
     task = asyncio.get_running_loop().create_task(sampler())
     try:
-        await silo.get_grain(StreamProducer, "bp-producer").produce("bp", key, 0, n, 1)
+        await silo.get_grain(StreamProducer, "bp-producer").produce_two(
+            provider_name, fast_key, n_fast, slow_key, n
+        )
         async with asyncio.timeout(DONE_TIMEOUT):
             t_fast = await fast.done
             if slow is not None:
                 await _settled(slow)
         t_slow = slow.last_at if slow else t_fast
-        await asyncio.sleep(0.2)  # a few samples after the end (the cache drains)
+        await _until(lambda: adapter.queue_length(agent.queue) == 0)  # all acknowledged
+        await asyncio.sleep(0.2)  # a few samples after the end
         sample()
     finally:
         task.cancel()
     del TALLIES[fast_key]
     TALLIES.pop(slow_key, None)
     return BackpressureRun(
-        n, samples, n / (t_fast - t0), (slow.count if slow else n) / (t_slow - t0),
+        provider_name, n, samples, n_fast / (t_fast - t0),
+        (slow.count if slow else n) / (t_slow - t0),
         slow.count if slow else 0, slow.disorder if slow else 0, slow.gaps if slow else 0,
-        fast.disorder + fast.gaps, cache_peak[0],
+        fast.disorder + fast.gaps, peak[0], _spill_count(agent) - spills_before,
     )
+
+
+def _spill_count(agent: Any) -> int:
+    return int(getattr(agent, "spill_count", 0))
 
 
 async def _settled(tally: Tally, quiet: float = 1.0) -> None:
@@ -544,64 +599,72 @@ async def _settled(tally: Tally, quiet: float = 1.0) -> None:
 
 
 async def backpressure(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
-    opts = _provider_options(
-        total_queues=1, cache_size=BP_CACHE, flow_control=args.flow_control
-    )
-    provider = PersistentStreamProvider(MemoryAdapterFactory(), opts)
-    async with _silo({"bp": provider}) as silo:
-        agent = next(iter(provider.agents.values()))
-        cache_peak = [0]
-        cache = agent.cache
-        add = cache.add
-
-        def counting_add(containers: Any) -> Any:  # instrumentation: exact peak occupancy
-            first = add(containers)
-            cache_peak[0] = max(cache_peak[0], len(cache))
-            return first
-
-        cache.add = counting_add
+    opts = _provider_options(total_queues=1, cache_size=BP_CACHE, flow_control=args.flow_control)
+    nospill = _provider_options(total_queues=1, cache_size=BP_CACHE, spill=False)
+    providers = {
+        "bp": PersistentStreamProvider(MemoryAdapterFactory(), opts),
+        "bp_nospill": PersistentStreamProvider(MemoryAdapterFactory(), nospill),
+    }
+    async with _silo(providers) as silo:
         progress("backpressure: fast consumer alone ...")
-        warm = await bp_run(silo, 3000, None, cache_peak)
+        warm = await bp_run(silo, "bp", 3000, None)
         n = max(2000, int(args.bp_seconds * warm.fast_rate / (BP_SLOWDOWN + 1)))
-        solo = await bp_run(silo, n, None, cache_peak)
+        n_fast = min(QUEUE_CAPACITY // 2, max(n, int(BP_FAST_SECONDS * warm.fast_rate)))
+        solo = await bp_run(silo, "bp", n, None, n_fast)
         delay = BP_SLOWDOWN / solo.fast_rate
         progress(f"backpressure: fast + slow (sleep {delay * 1e3:.2f} ms/event), N={n:,} ...")
-        run = await bp_run(silo, n, delay, cache_peak)
-    periods = [s.period for s in run.samples]
-    rss = [s.rss for s in run.samples]
+        run = await bp_run(silo, "bp", n, delay, n_fast)
+        progress("backpressure: the same with spill=False ...")
+        lim = await bp_run(silo, "bp_nospill", n, delay, n_fast)
+        agent = next(iter(providers["bp"].agents.values()))
+        pressure_size = agent.cache.pressure_size
+    periods = [s.period for s in lim.samples]
+    rss = [s.rss for s in run.samples + lim.samples]
     figures = [
         Figure("backpressure_fast_rate", run.fast_rate, "events/s", solo.fast_rate, 0.8,
-               f"fast consumer with a {BP_SLOWDOWN}x slower one vs alone (flow control "
-               f"{args.flow_control}), N={n:,}"),
+               f"fast consumer with a {BP_SLOWDOWN}x slower one on another stream of its "
+               f"queue vs without it (flow control {args.flow_control}), {n_fast:,} events; the "
+               f"slow one's stream gets N={n:,} (without a consumer in the baseline)"),
         Figure("backpressure_slow_in_order", run.slow_received - run.slow_disorder, "events",
                n, 1.0, f"events the slow consumer received in order, of N ({run.slow_gaps} "
                "gaps)"),
-        Figure("backpressure_cache_max", run.cache_peak, "containers", BP_CACHE, -1.0,
-               "exact peak after every cache add; must stay <= the bound"),
-        Figure("backpressure_pull_period_max", max(periods) * 1e3, "ms", opts.pull_period * 1e3,
-               0.0, f"sampled; min {min(periods) * 1e3:g} ms; max_pull_period "
-               f"{opts.max_pull_period * 1e3:g} ms"),
+        Figure("backpressure_cache_max", max(run.cache_peak, lim.cache_peak), "containers",
+               BP_CACHE, -1.0, "exact peak after every cache add, both runs; <= the bound"),
+        Figure("backpressure_nospill_slow_in_order", lim.slow_received - lim.slow_disorder,
+               "events", n, 1.0, "spill=False: the slow consumer's events received in order, "
+               "of N"),
+        Figure("backpressure_nospill_fast_rate", lim.fast_rate, "events/s", solo.fast_rate, 0.0,
+               "spill=False: the fast consumer waits behind the slow one (as in Orleans)"),
+        Figure("backpressure_nospill_pull_period_max", max(periods) * 1e3, "ms",
+               opts.pull_period * 1e3, 0.0,
+               f"spill=False, sampled; min {min(periods) * 1e3:g} ms, last "
+               f"{periods[-1] * 1e3:g} ms; max_pull_period {opts.max_pull_period * 1e3:g} ms"),
         Figure("backpressure_rss_max", max(rss), "MiB", rss[0], 0.0,
-               "process RSS, max during the run vs at its start"),
+               "process RSS, max during both runs vs at the start"),
     ]
-    sampled_cache = max(s.cache for s in run.samples)
     lines = [
-        f"backpressure run: N={n:,} events on one stream, total_queues=1, "
-        f"cache_size={BP_CACHE}, pull_period={opts.pull_period:g} s, flow control "
-        f"{args.flow_control}",
-        f"  cache occupancy: max {run.cache_peak} (exact), {sampled_cache} (sampled) vs bound "
-        f"{BP_CACHE}; pressure from {agent.cache.pressure_size}",
-        f"  pull period: min {min(periods) * 1e3:g} ms, max {max(periods) * 1e3:g} ms",
-        f"  fast consumer: {run.fast_rate:,.0f}/s with the slow one vs {solo.fast_rate:,.0f}/s "
-        f"alone ({run.fast_rate / solo.fast_rate:.0%}; acceptance >= 80%)",
-        f"  slow consumer: paced sleeps, {delay * 1e3:.2f} ms per event, {run.slow_rate:,.0f}/s "
-        f"({solo.fast_rate / run.slow_rate:.1f}x slower than the fast one alone); received "
-        f"{run.slow_received:,} of {n:,}, {run.slow_disorder} out of order, "
-        f"{run.slow_gaps} gaps (skipped events)",
-        f"  RSS: {rss[0]:.0f} MiB at start, max {max(rss):.0f} MiB",
+        f"backpressure: {n_fast:,} events for the fast consumer and N={n:,} for the slow one, "
+        f"on two streams of one queue (total_queues=1, "
+        f"cache_size={BP_CACHE}, pull_period={opts.pull_period:g} s, pressure from "
+        f"{pressure_size}), slow consumer paced at {delay * 1e3:.2f} ms/event",
     ]
+    for r, label in ((run, f"spilling (default), flow control {args.flow_control}"),
+                     (lim, "spill=False")):
+        per = [s.period for s in r.samples]
+        lines += [
+            f"  {label}:",
+            f"    cache: max {r.cache_peak} (exact) vs bound {BP_CACHE}; spilled "
+            f"{r.spills} times; queue backlog max {max(s.backlog for s in r.samples):,}",
+            f"    pull period: min {min(per) * 1e3:g} ms, max {max(per) * 1e3:g} ms, "
+            f"last {per[-1] * 1e3:g} ms",
+            f"    fast consumer: {r.fast_rate:,.0f}/s vs {solo.fast_rate:,.0f}/s without the "
+            f"slow one ({r.fast_rate / solo.fast_rate:.0%})",
+            f"    slow consumer: {r.slow_rate:,.0f}/s; received {r.slow_received:,} of {n:,}, "
+            f"{r.slow_disorder} out of order, {r.slow_gaps} gaps",
+        ]
+    lines.append(f"  RSS: {rss[0]:.0f} MiB at start, max {max(rss):.0f} MiB")
     if not args.no_plot:
-        lines.append(plot(args.plot, solo, run, delay, opts, args.flow_control))
+        lines.append(plot(args.plot, solo, run, lim, delay, opts, args.flow_control))
     return figures, lines
 
 
@@ -617,8 +680,8 @@ def _rates(samples: list[Sample], attr: str, window: int = 5) -> tuple[list[floa
 
 
 def plot(
-    path: Path, solo: BackpressureRun, run: BackpressureRun, delay: float,
-    opts: StreamProviderOptions, flow: str,
+    path: Path, solo: BackpressureRun, run: BackpressureRun, lim: BackpressureRun,
+    delay: float, opts: StreamProviderOptions, flow: str,
 ) -> str:
     try:
         import matplotlib
@@ -627,56 +690,63 @@ def plot(
         import matplotlib.pyplot as plt
     except ImportError:
         return "  (no plot: matplotlib is not installed; pip install matplotlib)"
-    s = run.samples
-    t = [x.t for x in s]
-    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
-    ax = axes[0]
-    ax.plot(t, [x.cache for x in s], label="cache occupancy (containers)")
-    ax.axhline(opts.cache_size, color="red", linestyle="--", label=f"bound {opts.cache_size}")
-    ax.axhline(int(opts.cache_size * 0.9), color="orange", linestyle=":",
-               label="pressure (90 %)")
-    ax.set_ylabel("containers")
-    ax.set_ylim(0, opts.cache_size * 1.15)
-    ax2 = ax.twinx()
-    ax2.plot(t, [x.backlog for x in s], color="grey", alpha=0.6,
-             label="memory queue: unacknowledged (right)")
-    ax2.set_ylabel("in the queue (containers)")
-    lines1, labels1 = ax.get_legend_handles_labels()
-    lines2, labels2 = ax2.get_legend_handles_labels()
-    ax.legend(lines1 + lines2, labels1 + labels2, loc="center right", fontsize=8)
-    ax.set_title(
-        f"One stream, one queue: fast consumer + one {BP_SLOWDOWN}x slower "
-        f"(paced sleep, {delay * 1e3:.2f} ms/event), N={run.n:,}, cache_size={opts.cache_size}, "
-        f"flow control {flow}", fontsize=10,
+    fig, grid = plt.subplots(5, 2, figsize=(15, 13), sharex="col")
+    titles = (
+        f"spilling (default, flow control {flow}): the slow one is served from the queue",
+        "spill=False (as in Orleans): the full cache stops the reads for both",
     )
-    ax = axes[1]
-    ax.step(t, [x.period * 1e3 for x in s], where="post", label="pull period")
-    ax.axhline(opts.max_pull_period * 1e3, color="red", linestyle="--",
-               label=f"max_pull_period {opts.max_pull_period * 1e3:g} ms")
-    ax.set_yscale("log")
-    ax.set_ylabel("ms")
-    ax.legend(loc="upper right", fontsize=8)
-    ax = axes[2]
-    tr, rr = _rates(solo.samples, "fast")
-    ax.plot(tr, rr, color="tab:blue", alpha=0.35, label="fast consumer, alone (earlier run)")
-    for attr, color in (("fast", "tab:blue"), ("slow", "tab:orange")):
-        tr, rr = _rates(s, attr)
-        ax.plot(tr, rr, color=color, label=f"{attr} consumer")
-    ax.axhline(solo.fast_rate, color="tab:blue", linestyle="--",
-               label=f"fast alone, mean {solo.fast_rate:,.0f}/s")
-    ax.axhline(0.8 * solo.fast_rate, color="tab:blue", linestyle=":", label="80 % of that")
-    ax.set_ylabel("events/s (0.25 s window)")
-    ax.set_ylim(bottom=0)
-    ax.legend(loc="upper right", fontsize=8)
-    ax = axes[3]
-    ax.plot(t, [x.rss for x in s], color="tab:green", label="RSS (VmRSS)")
-    ax.set_ylim(0, max(x.rss for x in s) * 1.25)
-    ax.set_ylabel("MiB")
-    ax.set_xlabel("seconds since the first publish")
-    ax.legend(loc="upper right", fontsize=8)
+    top = max(max(x.backlog for x in r.samples) for r in (run, lim)) * 1.1 or 1
+    for col, (r, title) in enumerate(zip((run, lim), titles, strict=True)):
+        s = r.samples
+        t = [x.t for x in s]
+        ax = grid[0][col]
+        ax.plot(t, [x.cache for x in s], label="cache occupancy")
+        ax.axhline(opts.cache_size, color="red", linestyle="--",
+                   label=f"cache bound {opts.cache_size}")
+        ax.axhline(int(opts.cache_size * 0.9), color="orange", linestyle=":",
+                   label="pressure (90 %)")
+        ax.set_ylabel("containers")
+        ax.set_ylim(0, opts.cache_size * 1.3)
+        ax.legend(loc="upper right", fontsize=7)
+        ax.set_title(title, fontsize=10)
+        ax = grid[1][col]
+        ax.plot(t, [x.backlog for x in s], color="grey",
+                label="containers in the queue, unacknowledged")
+        ax.set_ylim(0, top)
+        ax.set_ylabel("containers")
+        ax.legend(loc="upper right", fontsize=7)
+        ax = grid[2][col]
+        ax.step(t, [x.period * 1e3 for x in s], where="post", label="pull period")
+        ax.axhline(opts.max_pull_period * 1e3, color="red", linestyle="--",
+                   label=f"max_pull_period {opts.max_pull_period * 1e3:g} ms")
+        ax.set_yscale("log")
+        ax.set_ylabel("ms")
+        ax.legend(loc="upper right", fontsize=7)
+        ax = grid[3][col]
+        tr, rr = _rates(solo.samples, "fast")
+        ax.plot(tr, rr, color="tab:blue", alpha=0.35, label="fast, without the slow one")
+        for attr, color in (("fast", "tab:blue"), ("slow", "tab:orange")):
+            tr, rr = _rates(s, attr)
+            ax.plot(tr, rr, color=color, label=f"{attr} consumer")
+        ax.axhline(0.8 * solo.fast_rate, color="tab:blue", linestyle=":",
+                   label="80 % of the fast one's rate without the slow one")
+        ax.set_ylabel("events/s (0.25 s window)")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper right", fontsize=7)
+        ax = grid[4][col]
+        ax.plot(t, [x.rss for x in s], color="tab:green", label="RSS (VmRSS)")
+        ax.set_ylim(0, max(x.rss for x in s) * 1.25)
+        ax.set_ylabel("MiB")
+        ax.set_xlabel("seconds since the first publish")
+        ax.legend(loc="upper right", fontsize=7)
+    fig.suptitle(
+        f"Two streams on one queue: a fast consumer and one {BP_SLOWDOWN}x slower (paced, "
+        f"{delay * 1e3:.2f} ms/event, N={run.n:,} events); cache_size={opts.cache_size}",
+        fontsize=11,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return f"  plot: {path}"
 

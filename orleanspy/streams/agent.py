@@ -14,9 +14,9 @@ Each subscription has at most one delivery loop: one awaited grain call at a tim
 consumer slows only itself. Under ``min`` flow control a laggard would fill the cache and stop
 the reads for everyone; with a rewindable adapter the laggard is *spilled* instead (see
 ``orleanspy.streams.spill``): it leaves the cache and reads its stream from the queue until it
-catches up. The agent backs off (true backpressure: the backlog stays in the queue) when the
-cache is under pressure and nothing can be spilled, or when spilled subscriptions hold
-``spill_limit`` containers unacknowledged. Failed deliveries
+catches up; the queue holds its backlog. The agent backs off (true backpressure: the backlog
+stays in the queue) when the cache is under pressure and nothing can be spilled: with a
+non-rewindable adapter, ``spill=False``, or flow control ``tagged``. Failed deliveries
 are retried with back-off for ``max_delivery_time``, then the consumer's ``on_error`` runs
 and the event is skipped or the subscription faulted.
 """
@@ -41,7 +41,7 @@ from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.cache import CacheCursor, QueueCache
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
-from orleanspy.streams.spill import SpillBook
+from orleanspy.streams.spill import SpillBook, placeholder, release_range
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class AgentStatistics:
     subscriptions: int
     lag: dict[str, int]
     spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
-    held_acks: int = 0  # purged containers whose acknowledgement a spilled one holds back
+    spill_count: int = 0  # subscriptions spilled since the agent started
 
 
 class _Subscription:
@@ -116,7 +116,8 @@ class PullingAgent(SystemTarget):
         self._stopping = False
         self._wake = asyncio.Event()
         self.spills = SpillBook()
-        self._spill_limit = self.options.effective_spill_limit or 1 << 62
+        self.spill_count = 0  # subscriptions spilled so far
+        self._acks: list[BatchContainer] = []  # acknowledged by spilled deliveries
         self._pressured = False
         self._last_read = -1  # sequence of the newest container read
         self.read = self.delivered = self.acknowledged = self.failures = 0
@@ -177,8 +178,10 @@ class PullingAgent(SystemTarget):
         await self._ack()
         cache = self.cache
         while not self._stopping:
-            if cache.under_pressure() and self._spill_laggards():
-                await self._ack()
+            if cache.under_pressure():
+                await self._ack()  # purge what the last reads' consumers are done with
+                if cache.under_pressure() and self._spill_laggards():
+                    await self._ack()
             if self._under_pressure():
                 self.period = min(self.period * 2, self.options.max_pull_period)
                 return
@@ -208,6 +211,8 @@ class PullingAgent(SystemTarget):
         purged = self.cache.purge()
         if self.spills:
             purged = self.spills.acknowledgeable(purged)
+        if self._acks:
+            purged, self._acks = [*purged, *self._acks], []
         if purged and self.receiver is not None:
             await self.receiver.messages_delivered(purged)
             self.acknowledged += len(purged)
@@ -264,9 +269,29 @@ class PullingAgent(SystemTarget):
             self.cache.remove_cursor(sub.cursor)
             sub.cursor = None
         if sub.spilled_from is not None:
+            sid = sub.stream_id
+            span = release_range(sub.after, self.cache.purged_sequence(sid),
+                                 self.spills.min_after(sid, but=sub))
             self.spills.discard(sub)
             sub.spilled_from = None
             sub.buffer = []
+            if span is not None:  # containers only it still held: acknowledge them
+                task = asyncio.get_running_loop().create_task(self._release(sid, *span))
+                self.silo.track(task)
+
+    async def _release(self, sid: StreamId, first: SequenceToken, last: int) -> None:
+        receiver = self.receiver
+        while receiver is not None and not self._stopping:
+            try:
+                batch = await receiver.read_from(first, 256, sid)
+            except Exception as exc:
+                self.log.warning("stream_release_failed", stream=str(sid), error=repr(exc))
+                return
+            mine = [placeholder(c) for c in batch if c.token.sequence <= last]
+            self._acks += mine
+            if len(mine) < len(batch) or len(batch) < 256:
+                return
+            first = SequenceToken(batch[-1].token.sequence + 1)
 
     @always_interleave
     async def statistics(self) -> AgentStatistics:
@@ -283,7 +308,7 @@ class PullingAgent(SystemTarget):
             read=self.read,
             delivered=self.delivered, acknowledged=self.acknowledged, failures=self.failures,
             streams=len(self.streams), subscriptions=len(lag), lag=lag,
-            spilled=len(self.spills), held_acks=self.spills.held,
+            spilled=len(self.spills), spill_count=self.spill_count,
         )
 
     def _lag(self, sub: _Subscription) -> int:
@@ -358,7 +383,7 @@ class PullingAgent(SystemTarget):
         the cache behind (or over their outstanding limit) go, at least the furthest behind.
         Returns whether any subscription was spilled.
         """
-        if not self.provider.adapter.is_rewindable or not self.options.effective_spill_limit:
+        if not self.options.spill or not self.provider.adapter.is_rewindable:
             return False
         cache = self.cache
         candidates: list[tuple[int, _Subscription]] = []
@@ -390,6 +415,7 @@ class PullingAgent(SystemTarget):
         sub.cursor = None
         self.cache.remove_cursor(cursor)
         self.spills.add(sub)
+        self.spill_count += 1
         self.log.info("stream_subscription_spilled", subscription=sub.record.sub_id,
                       stream=str(sub.stream_id), lag=cursor.lag())
         self._start_delivery(sub)
@@ -411,7 +437,7 @@ class PullingAgent(SystemTarget):
                 # read (no await since read_from returned), so the cache can take over.
                 cursor = self.cache.rejoin(sub.stream_id, after, tag=sub.record.tag)
                 if cursor is None:
-                    return []  # one was purged meanwhile (held for us): read it first
+                    return []  # one was purged meanwhile (not acknowledged): read it first
                 sub.cursor = cursor
                 sub.spilled_from = None
                 self.spills.discard(sub)
@@ -459,6 +485,9 @@ class PullingAgent(SystemTarget):
                     ok = await self._deliver(sub, spilled, owned=True)
                     if sub.spilled_from is not None and not sub.detached:
                         sub.after = containers[-1].token.sequence
+                        self._acks += self.spills.delivered(
+                            sub, containers, self.cache.purged_sequence(sub.stream_id)
+                        )
                         sub.progress_at = loop.time()
                         if ok:
                             self.delivered += len(spilled)
@@ -479,8 +508,13 @@ class PullingAgent(SystemTarget):
                 events = [pair for item in items for pair in item.container.items()]
                 ok = await self._deliver(sub, events)
                 if sub.spilled_from is cursor:
-                    # Spilled while this delivery ran: the queue reads go on after it.
+                    # Spilled while this delivery ran: the queue reads go on after it, and
+                    # what the cache purged meanwhile is this one's to acknowledge.
                     sub.after = items[-1].token.sequence
+                    self._acks += self.spills.delivered(
+                        sub, [i.container for i in items],
+                        self.cache.purged_sequence(sub.stream_id),
+                    )
                     if ok:
                         self.delivered += len(events)
                     continue
@@ -500,23 +534,17 @@ class PullingAgent(SystemTarget):
                 self._start_delivery(sub)
 
     def _under_pressure(self) -> bool:
-        """Stop reading? Entered at the cache's pressure mark or ``spill_limit`` held
-        acknowledgements; left (hysteresis) once the cache is half empty and half of the
-        limit is released, so reading resumes in long runs rather than a container at a time."""
+        """Stop reading? Entered at the cache's pressure mark; left (hysteresis) once the cache
+        is half empty, so reading resumes in long runs rather than a container at a time."""
         if self._pressured:
             self._pressured = not self._released()
         else:
-            self._pressured = (
-                self.cache.under_pressure() or self.spills.held >= self._spill_limit
-            )
+            self._pressured = self.cache.under_pressure()
         return self._pressured
 
     def _released(self) -> bool:
         cache = self.cache
-        return (
-            len(cache) <= cache.max_size // 2 and self.spills.held <= self._spill_limit // 2
-            and not cache.under_pressure()
-        )
+        return len(cache) <= cache.max_size // 2 and not cache.under_pressure()
 
     def _wake_reader_needed(self) -> bool:
         return self.period > self.options.pull_period and self._released()

@@ -322,6 +322,11 @@ class QueueCache:
         self._cursors.setdefault(stream_id, set()).add(cursor)
         return cursor
 
+    def purged_sequence(self, stream_id: StreamId) -> int:
+        """The sequence of the stream's last purged container (-1: none purged)."""
+        token = self._purged_token.get(stream_id)
+        return -1 if token is None else token.sequence
+
     def remove_cursor(self, cursor: CacheCursor) -> None:
         cursor._move(None)
         cursors = self._cursors.get(cursor.stream_id)

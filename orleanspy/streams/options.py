@@ -97,11 +97,11 @@ class StreamProviderOptions:
             stream namespace (a queue uses the setting of the namespace that has it).
         max_outstanding_events / max_outstanding_bytes: per subscription, how far the cache
             may run ahead of it before the agent stops reading, or spills it (None: no limit).
-        spill_limit: with a rewindable adapter and ``min`` flow control, a subscription that
-            holds the full cache back is *spilled*: served from the queue until it catches up,
-            so the others go on. This bounds how many read containers the spilled ones may
-            keep unacknowledged (about 40 bytes each) before the agent stops reading anyway.
-            None: 16 x ``cache_size``; 0: never spill (a laggard stops the queue's reads).
+        spill: with a rewindable adapter and ``min`` flow control, a subscription that holds
+            the full cache back is *spilled*: served from the queue until it catches up, so the
+            other subscriptions of the queue go on at their own pace and the queue (not the
+            cache) holds the laggard's backlog. False: the laggard fills the cache and the
+            agent stops reading the queue until it drains (as in Orleans).
         pubsub_storage: the grain storage that keeps explicit subscriptions (falls back to
             ``default``).
     """
@@ -120,7 +120,7 @@ class StreamProviderOptions:
     namespace_flow_control: dict[str, FlowControl | str] = field(default_factory=dict)
     max_outstanding_events: int | None = None
     max_outstanding_bytes: int | None = None
-    spill_limit: int | None = None
+    spill: bool = True
     pubsub_storage: str = "pubsub"
 
     def __post_init__(self) -> None:
@@ -141,18 +141,12 @@ class StreamProviderOptions:
         for name in ("max_outstanding_events", "max_outstanding_bytes"):
             value = getattr(self, name)
             check(name, value is None or value >= 1, "must be >= 1 or None")
-        check("spill_limit", self.spill_limit is None or self.spill_limit >= 0,
-              "must be >= 0 (0: never spill) or None (16 x cache_size)")
         object.__setattr__(self, "flow_control",
                            parse_flow_control(self.flow_control, f"{n}.flow_control"))
         object.__setattr__(self, "namespace_flow_control", {
             ns: parse_flow_control(fc, f"{n}.namespace_flow_control[{ns!r}]")
             for ns, fc in self.namespace_flow_control.items()
         })
-
-    @property
-    def effective_spill_limit(self) -> int:
-        return 16 * self.cache_size if self.spill_limit is None else self.spill_limit
 
     def flow_for(self, namespace: str) -> FlowControl:
         fc = self.namespace_flow_control.get(namespace, self.flow_control)
