@@ -289,3 +289,13 @@ def test_entry_encoding_round_trips_and_is_msgpack() -> None:
 def test_entry_decoding_malformed_bytes_raises_membership_error(data: bytes) -> None:
     with pytest.raises(MembershipError, match="malformed membership row"):
         decode_entry(data)
+
+
+# -- package -----------------------------------------------------------------------------
+
+
+def test_membership_package_all_is_sorted_and_complete() -> None:
+    import orleanspy.cluster.membership as membership
+
+    assert list(membership.__all__) == sorted(membership.__all__)
+    assert [name for name in membership.__all__ if not hasattr(membership, name)] == []
