@@ -316,6 +316,8 @@ class MembershipService:
         Returns True once the vote is written or the silo is dead, False if this silo stopped
         or the row is gone, or after too many write conflicts.
         """
+        if self.silo in (silo, also):
+            raise ValueError(f"{self.silo} cannot vote against itself")
         options = self.options
         expiration = options.death_vote_expiration_timeout
         async with self._suspect_lock:

@@ -489,6 +489,15 @@ async def test_membership_a_suspected_silo_is_watched_by_every_silo(cluster: Har
     assert all(target in s.monitored_silos for s in others)
 
 
+async def test_membership_suspect_of_itself_or_a_missing_silo(cluster: Harness) -> None:
+    a, _ = await cluster.start(A, B)
+
+    with pytest.raises(ValueError, match="itself"):
+        await a.suspect(A)
+    assert await a.suspect(C) is False  # no such row: nothing to vote on
+    assert await cluster.status(A) is ACTIVE
+
+
 # -- declared dead -----------------------------------------------------------------------
 
 
