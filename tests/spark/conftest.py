@@ -20,6 +20,7 @@ import pytest
 
 from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
 from orleanspy.testing import TestCluster
+from tests.integration.conftest import silo_launcher  # noqa: F401  (the sink kill -9 test)
 
 # Upper bound for anything a test awaits.
 WAIT = 30.0
