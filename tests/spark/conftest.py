@@ -30,6 +30,7 @@ TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
+    "spark.sql.session.timeZone": "UTC",
 }
 
 
