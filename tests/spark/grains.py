@@ -80,7 +80,7 @@ class Analytics(SparkGrain):
         self.deactivate_on_idle()
 
 
-class Counter(Grain):
+class PingCounter(Grain):
     def __init__(self) -> None:
         self.n = 0
 

@@ -19,7 +19,7 @@ from orleanspy.spark import (
 from orleanspy.testing import TestCluster
 
 from .conftest import WAIT
-from .grains import Analytics, Counter
+from .grains import Analytics, PingCounter
 
 pytestmark = pytest.mark.spark
 
@@ -225,7 +225,7 @@ async def test_spark_grain_calls_stay_fast_while_a_spark_job_runs(
     spark_cluster: TestCluster,
 ) -> None:
     call, _ = await _start_long_job(spark_cluster, "busy")
-    counters = [spark_cluster.get_grain(Counter, i) for i in range(10)]
+    counters = [spark_cluster.get_grain(PingCounter, i) for i in range(10)]
     latencies: list[float] = []
 
     async def caller(ref: Any) -> None:
