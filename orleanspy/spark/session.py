@@ -384,7 +384,9 @@ class SparkSessionManager:
                                seconds=round(loop.time() - start, 1))
                 break
         if fut.done() and not fut.cancelled():
-            fut.exception()  # retrieved: the op's outcome is the cancellation
+            error = fut.exception()  # retrieved: the op's outcome is the cancellation
+            if error is not None and _is_spark_error(error):
+                op.spark_error = _head(error)
         self.log.info("spark_job_cancelled", job_group=op.id,
                       seconds=round(loop.time() - start, 3))
         if interrupted is not None:
@@ -393,10 +395,14 @@ class SparkSessionManager:
 
     def _outcome(self, op: _Op, fut: asyncio.Future[Any], timed_out: bool) -> Any:
         exc = None if fut.cancelled() else fut.exception()
+        if op.spark_error is None and exc is not None and _is_spark_error(exc):
+            op.spark_error = _head(exc)
         if op.cancel_reason is not None:
             self._finish(op, "timed_out" if timed_out else "cancelled", op.cancel_reason)
             cls = SparkJobTimeoutError if timed_out else SparkJobCancelledError
-            raise cls(f"Spark job {op.id} cancelled: {op.cancel_reason}", op.id) from None
+            spark_said = f" (Spark: {op.spark_error[:300]})" if op.spark_error else ""
+            raise cls(f"Spark job {op.id} cancelled: {op.cancel_reason}{spark_said}",
+                      op.id) from None
         if fut.cancelled() or isinstance(exc, _NotStarted):
             self._finish(op, "cancelled")
             raise SparkJobCancelledError(f"Spark job {op.id} was cancelled", op.id)
@@ -442,6 +448,15 @@ def _is_spark_error(exc: BaseException) -> bool:
     return module.startswith(("py4j", "pyspark"))
 
 
+def _head(exc: BaseException) -> str:
+    """The first meaningful line of a Spark/py4j error (py4j puts it after a preamble)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("org.apache.spark", "[")) or "Exception:" in line:
+            return line.removeprefix(": ")
+    return lines[0] if lines else type(exc).__name__
+
+
 def _translate(exc: BaseException, op: _Op) -> BaseException:
     """Spark and py4j errors -> plain SparkJobError/SparkJobCancelledError (no JVM refs)."""
     if isinstance(exc, (SparkUnavailableError, SparkJobError, SparkJobCancelledError)):
@@ -456,7 +471,7 @@ def _translate(exc: BaseException, op: _Op) -> BaseException:
             error_class = getter()
         except Exception:
             error_class = None
-    head = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    head = _head(exc)
     if any(marker in text for marker in _CANCELLED_MARKERS[:2]) or (
         op.cancel_reason is not None and any(m in text for m in _CANCELLED_MARKERS)
     ):
