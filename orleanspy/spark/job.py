@@ -54,7 +54,8 @@ class _Op:
 
     __slots__ = (
         "args", "cancel_reason", "convert", "description", "error_class", "fn", "guard",
-        "id", "listeners", "progress", "pushed", "started", "started_at", "tag", "thread_done",
+        "id", "listeners", "progress", "pushed", "spark_error", "started", "started_at", "tag",
+        "thread_done",
     )
 
     def __init__(
@@ -73,6 +74,7 @@ class _Op:
         self.thread_done = threading.Event()
         self.cancel_reason: str | None = None
         self.error_class: str | None = None
+        self.spark_error: str | None = None  # Spark's own words on how the op ended
         self.started_at = started_at
         self.progress = JobProgress(op_id, description, "queued")
         self.pushed: JobProgress | None = None  # written by a worker thread (Connect)
