@@ -78,6 +78,7 @@ BATCH = 100
 QUEUE_CAPACITY = 100_000  # MemoryAdapterFactory's default capacity_per_queue
 SQLITE_CHUNK = 1000
 PULL_PERIOD = 0.01
+DELIVERY_BATCH = [1]  # containers per delivery call (--delivery-batch); the default is 1
 BP_CACHE = 512
 BP_SLOWDOWN = 10
 BP_FAST_SECONDS = 2.0  # the fast consumer's stream gets about this many seconds of events
@@ -198,7 +199,9 @@ _ids = itertools.count()
 
 
 def _provider_options(**overrides: Any) -> StreamProviderOptions:
-    return StreamProviderOptions(**{"pull_period": PULL_PERIOD, **overrides})
+    return StreamProviderOptions(
+        **{"pull_period": PULL_PERIOD, "batch_size": DELIVERY_BATCH[0], **overrides}
+    )
 
 
 def _silo(providers: dict[str, PersistentStreamProvider]) -> Silo:
@@ -830,6 +833,9 @@ def main() -> None:
                         help="approximate length of the backpressure run (default 8)")
     parser.add_argument("--flow-control", default="min", choices=["min", "max"],
                         help="flow control of the backpressure run (default min)")
+    parser.add_argument("--delivery-batch", type=int, default=1,
+                        help="StreamProviderOptions.batch_size: containers per delivery call "
+                        "(default 1, as the acceptance figures use)")
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG path (default {PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     parser.add_argument("--profile", choices=["memory", "batch", "fanout", "sqlite"],
@@ -837,6 +843,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=30_000,
                         help="events for --profile (default 30000; fanout: /100)")
     args = parser.parse_args()
+    DELIVERY_BATCH[0] = args.delivery_batch
     quiet_logging()
     if args.profile:
         asyncio.run(profile(args.profile, args.events))

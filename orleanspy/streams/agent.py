@@ -377,24 +377,32 @@ class PullingAgent(SystemTarget):
 
     # -- spilling (see orleanspy.streams.spill) ----------------------------------------------
     def _spill_laggards(self) -> bool:
-        """Under pressure: spill the subscriptions that hold the cache back.
+        """Under pressure: spill the subscriptions that hold the cache back, if another one
+        waits for newer events (caught up, or within a bucket of the newest read).
 
         Candidates are set gating cursors under ``min`` flow control; those more than half
         the cache behind (or over their outstanding limit) go, at least the furthest behind.
-        Returns whether any subscription was spilled.
+        When every subscription lags, spilling would help nobody (each would read the queue
+        twice): the agent backs off instead. Returns whether any subscription was spilled.
         """
         if not self.options.spill or not self.provider.adapter.is_rewindable:
             return False
         cache = self.cache
+        near = cache.bucket_size
         candidates: list[tuple[int, _Subscription]] = []
+        waiting = False
         for sid, subs in self.streams.items():
-            if self.options.flow_for(sid.namespace).strategy != "min":
-                continue
+            gates = self.options.flow_for(sid.namespace).strategy == "min"
             for sub in subs.values():
                 cursor = sub.cursor
-                if cursor is not None and cursor.is_set and cursor.gating:
-                    candidates.append((cursor.lag(), sub))
-        if not candidates:
+                if cursor is None:
+                    continue
+                lag = cursor.lag()
+                if not cursor.is_set or lag <= near:
+                    waiting = True
+                elif gates and cursor.gating:
+                    candidates.append((lag, sub))
+        if not candidates or not waiting:
             return False
         half = len(cache) // 2
         chosen = [

@@ -233,21 +233,36 @@ class QueueCache:
         first: dict[StreamId, CacheItem] = {}
         items = self._items
         tails = self._tails
+        pos = self._end
+        size = 0
+        tail: CacheItem | None = None
+        run: StreamId | None = None  # the stream of the previous container
         for container in containers:
-            item = CacheItem(self._end, container)
-            self._end += 1
+            item = CacheItem(pos, container)
+            pos += 1
             items.append(item)
-            self._bytes += item.size
+            size += item.size
             sid = item.stream_id
+            if tail is not None and (sid is run or sid == run):
+                tail.next = item  # same stream as the previous one: no lookups
+                tail = item
+                continue
+            if tail is not None:
+                tails[run] = tail  # type: ignore[index]
+            run = sid
             tail = tails.get(sid)
             if tail is not None:
                 tail.next = item
             else:
                 self._heads[sid] = item
-            tails[sid] = item
+            tail = item
             if sid not in first:
                 first[sid] = item
-        self.added = self._end
+        if tail is not None:
+            tails[run] = tail  # type: ignore[index]
+        self._end = pos
+        self._bytes += size
+        self.added = pos
         for sid, item in first.items():
             for cursor in self._cursors.get(sid, ()):
                 if cursor.item is None:
@@ -355,27 +370,48 @@ class QueueCache:
         if not items:
             return []
         limit = self._purge_limit()
+        if items[0].pos >= limit:
+            return []
         out: list[BatchContainer] = []
-        heads = self._heads
+        append = out.append
+        popleft = items.popleft
+        heads, tails, purged_token = self._heads, self._tails, self._purged_token
+        size = 0
+        last: CacheItem | None = None  # the last purged item of the current run of a stream
         while items and items[0].pos < limit:
-            item = items.popleft()
-            out.append(item.container)
-            self._bytes -= item.size
-            sid = item.stream_id
-            self._purged_token[sid] = item.token
-            if self._purged_any is None or item.token > self._purged_any:
-                self._purged_any = item.token
-            nxt = item.next
-            if nxt is None:
-                del heads[sid]
-                if self._tails.get(sid) is item:
-                    del self._tails[sid]
-            else:
-                heads[sid] = nxt
-        if out:
-            self.purged += len(out)
-            self._reseat_laggards(limit)
+            item = popleft()
+            append(item.container)
+            size += item.size
+            if last is not None and last.next is item:
+                last = item  # the same stream as the previous item: settle it later
+                continue
+            if last is not None:
+                self._settle_purged(last, heads, tails, purged_token)
+            last = item
+        if last is not None:
+            self._settle_purged(last, heads, tails, purged_token)
+            # Tokens rise with positions: the last purged item has the newest token.
+            self._purged_any = last.token
+        self._bytes -= size
+        self.purged += len(out)
+        self._reseat_laggards(limit)
         return out
+
+    @staticmethod
+    def _settle_purged(
+        item: CacheItem, heads: dict[StreamId, CacheItem], tails: dict[StreamId, CacheItem],
+        purged_token: dict[StreamId, SequenceToken],
+    ) -> None:
+        """``item`` is the last purged one of a run of its stream: update the stream's ends."""
+        sid = item.stream_id
+        purged_token[sid] = item.token
+        nxt = item.next
+        if nxt is None:
+            heads.pop(sid, None)
+            if tails.get(sid) is item:
+                del tails[sid]
+        else:
+            heads[sid] = nxt
 
     def _purge_limit(self) -> int:
         """Position below which items may go."""

@@ -69,6 +69,7 @@ class PersistentStreamProvider:
         self.adapter_factory = adapter_factory
         self.balancer = balancer or StaticQueueBalancer()
         self.failure_handler = failure_handler
+        self._queue_of: dict[StreamId, QueueId] = {}  # the mapper's answers, remembered
         self.name = ""
         self.adapter: QueueAdapter = None  # type: ignore[assignment]
         self.mapper: HashRingQueueMapper = None  # type: ignore[assignment]
@@ -114,7 +115,13 @@ class PersistentStreamProvider:
     get_stream = stream
 
     async def enqueue(self, stream_id: StreamId, events: list[Any]) -> None:
-        await self.adapter.enqueue(self.mapper.queue_for(stream_id), stream_id, events)
+        queues = self._queue_of
+        queue = queues.get(stream_id)
+        if queue is None:
+            if len(queues) >= 65536:
+                queues.clear()  # a bound, not an LRU: re-hashing is cheap, just not free
+            queue = queues[stream_id] = self.mapper.queue_for(stream_id)
+        await self.adapter.enqueue(queue, stream_id, events)
 
     # -- consuming ----------------------------------------------------------------------------
     def implicit_records(self, stream_id: StreamId) -> list[SubscriptionRecord]:
