@@ -37,6 +37,7 @@ from orleanspy.errors import (
 )
 from orleanspy.grains.interface import always_interleave
 from orleanspy.logging import get_logger
+from orleanspy.messaging.codec import IMMUTABLE_TYPES
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.cache import CacheCursor, QueueCache
 from orleanspy.streams.ids import QueueId, StreamId
@@ -569,12 +570,15 @@ class PullingAgent(SystemTarget):
         target = sub.consumer.grain_id
         while True:
             # Events decoded from the queue belong to the cache; a stream with one subscription
-            # hands them over without a copy, several subscriptions each get their own.
-            mine = owned or len(self.streams.get(sid, ())) <= 1
+            # hands them over without a copy, several subscriptions each get their own copy of
+            # the event values (tokens are immutable and shared).
+            batch = events
+            if not owned and len(self.streams.get(sid, ())) > 1:
+                batch = self._copy_values(events)
             try:
                 await dispatcher.call(
-                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, events), None,
-                    None, mine,
+                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, batch), None,
+                    None, True,
                 )
                 return True
             except Exception as exc:
@@ -591,6 +595,14 @@ class PullingAgent(SystemTarget):
                                error=repr(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, opts.max_delivery_backoff)
+
+    def _copy_values(self, events: list[Any]) -> list[Any]:
+        values = [e for e, _ in events]
+        if all(type(v) in IMMUTABLE_TYPES for v in values):  # shared: nothing to protect
+            return events
+        codec = self.silo.codec
+        copies = codec.unpackb(codec.packb(values))
+        return [(v, t) for v, (_, t) in zip(copies, events, strict=True)]
 
     async def _error_protocol(self, sub: _Subscription, events: list[Any], exc: Exception) -> bool:
         record = sub.record
