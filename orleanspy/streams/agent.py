@@ -116,6 +116,7 @@ class PullingAgent(SystemTarget):
         self._pump: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self.spills = SpillBook()
         self.spill_count = 0  # subscriptions spilled so far
         self._acks: list[BatchContainer] = []  # acknowledged by spilled deliveries
@@ -135,6 +136,7 @@ class PullingAgent(SystemTarget):
         if self._stopping:
             return
         self._stopping = True
+        self._stopped.set()
         self._wake.set()
         if self._pump is not None:
             await asyncio.gather(self._pump, return_exceptions=True)
@@ -179,9 +181,9 @@ class PullingAgent(SystemTarget):
         await self._ack()
         cache = self.cache
         while not self._stopping:
-            if cache.under_pressure():
+            if self._pressured or cache.under_pressure():
                 await self._ack()  # purge what the last reads' consumers are done with
-                if cache.under_pressure() and self._spill_laggards():
+                if (self._pressured or cache.under_pressure()) and self._spill_laggards():
                     await self._ack()
             if self._under_pressure():
                 self.period = min(self.period * 2, self.options.max_pull_period)
@@ -252,6 +254,13 @@ class PullingAgent(SystemTarget):
             return
         if old is not None:
             del subs[record.sub_id]
+            token = record.token
+            if old.spilled_from is not None and token is not None and old.after < token.sequence:
+                # A spilled one moved forward: the queue still holds the stream from there
+                # (it held it). Attach first, so that its detach releases only what it skips.
+                self._attach(sid, record, record.token, from_queue=True)
+                self._detach(old)
+                return
             self._detach(old)
         self._attach(sid, record, record.token)
 
@@ -320,7 +329,9 @@ class PullingAgent(SystemTarget):
             return max(0, self._last_read - sub.after)
         return 0
 
-    def _attach(self, sid: StreamId, record: SubscriptionRecord, start: Any) -> None:
+    def _attach(
+        self, sid: StreamId, record: SubscriptionRecord, start: Any, from_queue: bool = False
+    ) -> None:
         consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
         sub = _Subscription(record, sid, consumer)
         self.streams.setdefault(sid, {})[record.sub_id] = sub
@@ -330,11 +341,19 @@ class PullingAgent(SystemTarget):
         )
         sub.progress_at = asyncio.get_running_loop().time()
         gating = flow.strategy == "min" or sub.member
+        if from_queue:
+            self._start_spilled(sub, start)
+            return
         try:
             sub.cursor = self.cache.cursor(
                 sid, start, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
             )
         except QueueCacheMissError as miss:
+            if self._queue_holds(sid, start):
+                # Purged from the cache but still in the queue (a spilled subscription of the
+                # stream holds it): this one starts spilled, reading the queue from ``start``.
+                self._start_spilled(sub, start)
+                return
             sub.cursor = self.cache.cursor(
                 sid, miss.low, gating=gating, tag=record.tag, max_mode=flow.strategy == "max"
             )
@@ -344,6 +363,23 @@ class PullingAgent(SystemTarget):
                 self._start_delivery(other)
         else:
             self._start_delivery(sub)
+
+    def _start_spilled(self, sub: _Subscription, start: SequenceToken) -> None:
+        sub.after = start.sequence - 1
+        sub.spilled_from = self.cache.cursor(sub.stream_id, gating=False)  # a marker only
+        self.cache.remove_cursor(sub.spilled_from)
+        self.spills.add(sub)
+        self.spill_count += 1
+        self._start_delivery(sub)
+
+    def _queue_holds(self, sid: StreamId, start: Any) -> bool:
+        """Does the queue still hold every container of ``sid`` from ``start`` on, although
+        the cache purged some? Yes if a spilled subscription of the stream is behind
+        ``start``: no container of the stream after it has been acknowledged."""
+        if start is None or not self.provider.adapter.is_rewindable:
+            return False
+        behind = self.spills.min_after(sid)
+        return behind is not None and behind < start.sequence
 
     def _group_ready(self, sid: StreamId) -> bool:
         """Tagged flow control: delivery starts once ``min_members`` of the group are in."""
@@ -492,6 +528,8 @@ class PullingAgent(SystemTarget):
                         continue
                     spilled = [p for c in containers for p in c.items()]
                     ok = await self._deliver(sub, spilled, owned=True)
+                    if ok is None:
+                        return  # abandoned (stopping): not delivered, not acknowledged
                     if sub.spilled_from is not None and not sub.detached:
                         sub.after = containers[-1].token.sequence
                         self._acks += self.spills.delivered(
@@ -516,6 +554,8 @@ class PullingAgent(SystemTarget):
                     return
                 events = [pair for item in items for pair in item.container.items()]
                 ok = await self._deliver(sub, events)
+                if ok is None:
+                    return  # abandoned (stopping): the cursor stays, nothing is acknowledged
                 if sub.spilled_from is cursor:
                     # Spilled while this delivery ran: the queue reads go on after it, and
                     # what the cache purged meanwhile is this one's to acknowledge.
@@ -558,8 +598,13 @@ class PullingAgent(SystemTarget):
     def _wake_reader_needed(self) -> bool:
         return self.period > self.options.pull_period and self._released()
 
-    async def _deliver(self, sub: _Subscription, events: list[Any], owned: bool = False) -> bool:
-        """Deliver with retries; False if the subscription was faulted."""
+    async def _deliver(
+        self, sub: _Subscription, events: list[Any], owned: bool = False
+    ) -> bool | None:
+        """Deliver with retries: True once delivered (or skipped after the error protocol),
+        False if the subscription was faulted or went away, None if abandoned because the
+        agent stops (the events stay unacknowledged: the next owner of the queue delivers
+        them again)."""
         opts = self.options
         loop = asyncio.get_running_loop()
         deadline = loop.time() + opts.max_delivery_time
@@ -585,7 +630,11 @@ class PullingAgent(SystemTarget):
                 self.failures += 1
                 if sub.detached:
                     return False  # unsubscribed meanwhile: nobody to retry for
-                if self._stopping or loop.time() + backoff > deadline:
+                if self._stopping:
+                    self.log.info("stream_delivery_abandoned", subscription=record.sub_id,
+                                  stream=str(sid), token=str(events[0][1]), error=repr(exc))
+                    return None
+                if loop.time() + backoff > deadline:
                     self.log.warning(
                         "stream_delivery_failed", subscription=record.sub_id,
                         stream=str(sub.stream_id), token=str(events[0][1]), error=repr(exc),
@@ -593,7 +642,11 @@ class PullingAgent(SystemTarget):
                     return await self._error_protocol(sub, events, exc)
                 self.log.debug("stream_delivery_retry", subscription=record.sub_id,
                                error=repr(exc))
-                await asyncio.sleep(backoff)
+                try:  # back off, but wake up for a stop
+                    async with asyncio.timeout(backoff):
+                        await self._stopped.wait()
+                except TimeoutError:
+                    pass
                 backoff = min(backoff * 2, opts.max_delivery_backoff)
 
     def _copy_values(self, events: list[Any]) -> list[Any]:

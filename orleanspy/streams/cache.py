@@ -448,19 +448,31 @@ class QueueCache:
                     self._reseat(cursor, item)
 
     def _reseat(self, cursor: CacheCursor, item: CacheItem | None) -> None:
-        """Move ``cursor`` from purged ``item`` to the first cached one; record the gap."""
+        """Move ``cursor`` from purged ``item`` to the first cached one; record the gap.
+
+        The gap runs from the first missed event to the last one (a container's last event,
+        not its first), merged with a gap not yet reported. Purged items keep their links, so
+        the walk may cover items reported before: the merge keeps the widest range.
+        """
         base = self._base()
         first = last = None
         while item is not None and item.pos < base:
             if item.pos > cursor.inflight_last:
                 if first is None:
                     first = item.token
-                last = item.token
+                n = len(item.container.events)
+                last = item.token if n <= 1 else item.token.for_event(n - 1)
             item = item.next
         if first is not None and last is not None:
             if cursor.gap is not None:
-                first = cursor.gap[0]
+                first, last = min(first, cursor.gap[0]), max(last, cursor.gap[1])
             cursor.gap = (first, last)
+        if item is None:
+            # The purged run ended: go on at the stream's first cached item after what the
+            # cursor delivered (items added after a purge are not linked to purged ones).
+            cursor._move(None)
+            self._seat_unset(cursor, self._heads.get(cursor.stream_id))
+            return
         cursor._move(item)
 
     # -- observability ----------------------------------------------------------------------
