@@ -17,6 +17,7 @@ __all__ = [
     "GrainClassInfo",
     "MethodInfo",
     "OverflowPolicy",
+    "PlacementStrategy",
     "always_interleave",
     "call_chain_reentrant",
     "class_info",
@@ -24,6 +25,7 @@ __all__ = [
     "grain_type",
     "mailbox",
     "one_way",
+    "placement",
     "read_only",
     "reentrant",
     "stateless_worker",
@@ -46,6 +48,15 @@ class OverflowPolicy(StrEnum):
     REJECT = "reject"
     DROP_NEWEST = "drop_newest"
     DROP_OLDEST = "drop_oldest"
+
+
+class PlacementStrategy(StrEnum):
+    """Where a new activation of a class goes in a cluster (see ``orleanspy.cluster.placement``)."""
+
+    PREFER_LOCAL = "prefer_local"
+    RANDOM = "random"
+    HASH_BASED = "hash_based"
+    ACTIVATION_COUNT = "activation_count"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,7 @@ class GrainClassInfo:
     collection_age: float | None
     states: dict[str, Any] = field(default_factory=dict)
     is_system_target: bool = False
+    placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
 
 
 def _mark(fn: F, attr: str) -> F:
@@ -156,6 +168,24 @@ def collection_age(seconds: float) -> Callable[[C], C]:
     return deco
 
 
+def placement(strategy: PlacementStrategy | str) -> Callable[[C], C]:
+    """Choose where new activations of the class go in a cluster: ``"prefer_local"`` (the
+    default), ``"random"``, ``"hash_based"`` or ``"activation_count"``."""
+    try:
+        chosen = PlacementStrategy(strategy)
+    except ValueError:
+        names = ", ".join(p.value for p in PlacementStrategy)
+        raise ConfigurationError(
+            f"placement({strategy!r}): unknown strategy; use one of {names}"
+        ) from None
+
+    def deco(cls: C) -> C:
+        cls._orleanspy_placement = chosen  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
 def grain_type(name: str) -> Callable[[C], C]:
     """Give the class a stable type name (default: its ``__qualname__``)."""
     if not name or "/" in name:
@@ -211,6 +241,7 @@ def _build(cls: type) -> GrainClassInfo:
         collection_age=getattr(cls, "_orleanspy_collection_age", None),
         states=states,
         is_system_target=issubclass(cls, SystemTarget),
+        placement=getattr(cls, "_orleanspy_placement", PlacementStrategy.PREFER_LOCAL),
     )
 
 
