@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from orleanspy.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from orleanspy.cluster.membership.options import MembershipOptions
 
 __all__ = ["ClientOptions", "SiloOptions"]
 
@@ -21,6 +25,14 @@ class SiloOptions:
 
     ``storage`` and ``reminders`` are URLs: ``memory`` or ``sqlite:PATH`` (relative paths
     resolve against ``data_dir``).
+
+    ``membership`` makes the silo a member of a cluster: ``memory`` (a cluster of silos in one
+    process sharing the table object, see ``Silo(membership_table=...)``) or ``sqlite:PATH``
+    (silo processes of one machine); None (the default) is a lone silo without a silo-to-silo
+    port. In a cluster the silo listens on ``port`` (0 picks one) for the other silos.
+    ``probe_period``, ``probe_timeout`` (None: the probe period), ``i_am_alive_period`` and
+    ``table_refresh_period`` are the main failure-detection settings
+    (``orleanspy.cluster.membership.MembershipOptions``).
     """
 
     cluster_id: str = "dev"
@@ -41,6 +53,11 @@ class SiloOptions:
     minimum_reminder_period: float = 60.0
     log_format: str = "console"
     log_level: str = "info"
+    membership: str | None = None
+    probe_period: float = 5.0
+    probe_timeout: float | None = None
+    i_am_alive_period: float = 30.0
+    table_refresh_period: float = 10.0
 
     def __post_init__(self) -> None:
         n = "SiloOptions"
@@ -52,7 +69,8 @@ class SiloOptions:
                 "must be 0..65535 (0 picks a free port; None disables the gateway)",
             )
         for name in ("response_timeout", "collection_age", "collection_quantum",
-                     "shutdown_timeout", "minimum_reminder_period"):
+                     "shutdown_timeout", "minimum_reminder_period", "probe_period",
+                     "i_am_alive_period", "table_refresh_period"):
             value = getattr(self, name)
             _check(n, name, value > 0, value, "must be > 0 seconds")
         _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,
@@ -69,6 +87,38 @@ class SiloOptions:
             url = getattr(self, name)
             _check(n, name, url == "memory" or url.startswith("sqlite:"), url,
                    "must be 'memory' or 'sqlite:PATH'")
+        if self.membership is not None:
+            url = self.membership
+            _check(n, "membership", url == "memory" or url.startswith("sqlite:"), url,
+                   "must be 'memory' or 'sqlite:PATH' (or None for a lone silo)")
+        if self.probe_timeout is not None:
+            _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
+                   "must be > 0 seconds (or None: the probe period)")
+
+    def membership_options(self) -> MembershipOptions:
+        """The failure-detection settings these options name.
+
+        Raises:
+            ConfigurationError: ``probe_timeout`` exceeds ``probe_period``.
+        """
+        from orleanspy.cluster.membership.options import MembershipOptions
+
+        timeout = self.probe_period if self.probe_timeout is None else self.probe_timeout
+        if timeout > self.probe_period:
+            raise ConfigurationError(
+                f"SiloOptions.probe_timeout = {timeout!r}: must be <= probe_period "
+                f"({self.probe_period!r}), or probes would pile up"
+            )
+        fast = self.probe_period < 1.0
+        return MembershipOptions(
+            probe_period=self.probe_period,
+            probe_timeout=timeout,
+            i_am_alive_period=self.i_am_alive_period,
+            table_refresh_period=self.table_refresh_period,
+            # Fast detection (tests, demos) also gives up joining and forgets votes sooner.
+            max_join_attempt_time=20.0 if fast else 300.0,
+            death_vote_expiration_timeout=10.0 if fast else 120.0,
+        )
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

@@ -48,11 +48,14 @@ FLAG_SELF_CALL: Final = 8
 class Message:
     """A request or one-way call addressed to a grain (or system target)."""
 
+    hops: int
+
     __slots__ = (
         "args",
         "chain",
         "direction",
         "flags",
+        "hops",
         "id",
         "invoke",
         "kwargs",
@@ -87,6 +90,8 @@ class Message:
         self.reply: Callable[[bool, Any], None] | None = None
         # A runtime-local callable to invoke instead of a method (timer ticks).
         self.invoke: Callable[[], Any] | None = None
+        # ``hops`` (times forwarded between silos) is set only on forwarded messages; read it
+        # with ``getattr(msg, "hops", 0)`` (the local call path never pays for it).
 
     def __repr__(self) -> str:
         return f"<Message {self.direction.name} {self.target}.{self.method} id={self.id}>"

@@ -76,6 +76,7 @@ class DeactivationReason(StrEnum):
     SHUTTING_DOWN = "shutting_down"
     ACTIVATION_FAILED = "activation_failed"
     INCONSISTENT_STATE = "inconsistent_state"
+    DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,12 @@ class Activation:
     async def _activate(self) -> None:
         info = self.info
         try:
+            cluster = self.silo.cluster
+            if cluster is not None and cluster.uses_directory(info):
+                winner = await cluster.register_activation(self)
+                if winner is not None:
+                    self._become_duplicate(winner)
+                    return
             cls: Any = info.cls
             grain = cls.__new__(cls)
             grain._orleanspy_activation = self
@@ -237,6 +244,24 @@ class Activation:
         self.blocked.clear()
         for msg in pending:
             self._deliver(msg, False, err)
+        self._set_deactivated()
+
+    def _become_duplicate(self, winner: Any) -> None:
+        """Another silo's activation won the directory registration: this one never runs;
+        its queued messages go to the winner (one more hop each)."""
+        cluster = self.silo.cluster
+        assert cluster is not None
+        self.state = ActivationState.INVALID
+        self.reason = DeactivationReason.DUPLICATE
+        self.silo.catalog.remove(self)
+        pending = list(self.waiting) + [m for m, _ in self.blocked]
+        for _, room in self.blocked:
+            if room is not None and not room.done():
+                room.set_result(None)
+        self.waiting.clear()
+        self.blocked.clear()
+        for msg in pending:
+            cluster.forward(msg, winner)
         self._set_deactivated()
 
     def deactivate(self, reason: DeactivationReason) -> None:

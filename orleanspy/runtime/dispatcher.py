@@ -45,10 +45,11 @@ def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
 class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
-    __slots__ = ("_activations", "_catalog", "_codec", "_default_timeout", "silo")
+    __slots__ = ("_activations", "_catalog", "_cluster", "_codec", "_default_timeout", "silo")
 
     def __init__(self, silo: Silo) -> None:
         self.silo = silo
+        self._cluster = silo.cluster
         self._catalog = silo.catalog
         self._activations = silo.catalog.activations
         self._codec = silo.codec
@@ -94,8 +95,11 @@ class Dispatcher:
         timeout: float | None,
         owned: bool = False,
     ) -> Any:
-        """A local call. ``owned``: the caller hands the arguments over (runtime components
-        only), so they are not copied."""
+        """A call from this process. ``owned``: the caller hands the arguments over (runtime
+        components only), so they are not copied."""
+        act = self._activations.get(grain_id)
+        if act is None and self._cluster is not None:
+            return await self._cluster_call(grain_id, method, args, kwargs, timeout)
         if args and not owned:
             args = self._copy_args(args)
         if kwargs:
@@ -103,7 +107,6 @@ class Dispatcher:
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
         msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
-        act = self._activations.get(grain_id)
         m = act.info.methods.get(method) if act is not None else None
         if m is not None and act is not None:
             msg.flags = m.flags
@@ -130,6 +133,33 @@ class Dispatcher:
             return result
         return self._copy(result)
 
+    async def _cluster_call(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+    ) -> Any:
+        """A call to a grain not active here: the cluster routes it (possibly back here)."""
+        cluster = self._cluster
+        assert cluster is not None
+        turn = current_turn.get()
+        chain = () if turn is None else turn_chain(turn)
+        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
+        t = timeout or self._default_timeout
+        msg.timeout = t
+        fut = TurnFuture()
+        msg.reply = fut.reply
+        cluster.route(msg, local_origin=True)
+        if not fut.done():
+            handle = asyncio.get_running_loop().call_later(t, _expire, fut, msg, t)
+            try:
+                return await fut
+            finally:
+                handle.cancel()
+        return fut.result()
+
     async def send_one_way(
         self,
         grain_id: GrainId,
@@ -147,6 +177,9 @@ class Dispatcher:
         turn = current_turn.get()
         if turn is not None and turn[0].grain_id == grain_id:
             msg.flags |= FLAG_SELF_CALL
+        if self._cluster is not None and grain_id not in self._activations:
+            self._cluster.route(msg)
+            return
         act = self._locate(grain_id, method, msg)
         room = act.enqueue(msg, wait=True)
         if room is not None:
@@ -154,7 +187,15 @@ class Dispatcher:
 
     # -- messages from connections and re-routing -------------------------------------------
     def deliver(self, msg: Message) -> None:
-        """Hand a decoded message (from a connection) to its activation; errors go to reply."""
+        """Hand a decoded message (from a client connection) to its activation, wherever it
+        lives in the cluster; errors go to reply."""
+        if self._cluster is not None and msg.target not in self._activations:
+            self._cluster.route(msg)
+            return
+        self.deliver_here(msg)
+
+    def deliver_here(self, msg: Message) -> None:
+        """Hand a message to its activation on this silo (created if need be)."""
         try:
             if self.silo.stopping and msg.direction is not Direction.RESPONSE:
                 raise SiloUnavailableError(f"silo {self.silo.name} is shutting down")
@@ -171,6 +212,9 @@ class Dispatcher:
 
     def redispatch(self, msg: Message) -> None:
         """Send a message queued on a deactivated activation to the next activation."""
+        if self._cluster is not None:
+            self._cluster.route(msg, forwarded=True)
+            return
         if self.silo.stopping:
             exc: Exception = SiloUnavailableError(
                 f"silo {self.silo.name} is shutting down; {msg.target} was deactivated"

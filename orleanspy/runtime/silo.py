@@ -1,8 +1,10 @@
 """Silo: the composition root. Hosts activations, system targets, gateway and services.
 
-Start order: storage → reminder table → gateway (accepting) → reminder service →
-collector. Stop order (graceful): stop accepting → finish running requests → deactivate
-every activation (each runs on_deactivate and writes changed state) → services → storage.
+Start order: storage → reminder table → gateway (accepting) → cluster (transport listens,
+membership joins) → reminder service → streams → collector. Stop order (graceful): stop
+accepting → membership SHUTTING_DOWN → finish running requests → deactivate every activation
+(each runs on_deactivate, writes changed state and leaves the directory) → services →
+membership DEAD, transport closed → storage.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.errors import ConfigurationError
@@ -36,6 +38,9 @@ from orleanspy.runtime.dispatcher import Dispatcher
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.storage.base import GrainStorage
 
+if TYPE_CHECKING:
+    from orleanspy.cluster.runtime import ClusterRuntime
+
 __all__ = ["Silo", "SiloStatistics"]
 
 G = TypeVar("G")
@@ -53,6 +58,11 @@ class SiloStatistics:
     collected: int
     reminders_fired: int
     streams: dict[str, list[Any]]
+
+
+def _new_generation() -> int:
+    """Milliseconds since 2022-01-01: a restart on the same host and port is a new silo."""
+    return int(time.time() * 1000) - 1_640_995_200_000
 
 
 def _open_storage(url: str, data_dir: str) -> GrainStorage:
@@ -122,13 +132,15 @@ class Silo:
         reminder_table: ReminderTable | None = None,
         clock: Clock | None = None,
         stream_providers: dict[str, Any] | None = None,
+        membership_table: Any = None,
+        membership_options: Any = None,
     ) -> None:
         from orleanspy.options import SiloOptions
 
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
         self.codec = Codec(self._reference_factory, allow_import=False)
-        self.address = SiloAddress(self.options.host, self.options.port, int(time.time()))
+        self.address = SiloAddress(self.options.host, self.options.port, _new_generation())
         self.name = f"{self.options.host}:{self.options.port}"
         self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
         self.registry: dict[str, GrainClassInfo] = {}
@@ -146,6 +158,11 @@ class Silo:
             self.register_grain_class(PubSubRendezvous)
         for name, provider in self.stream_providers.items():
             provider.bind(name, self)
+        self.cluster: ClusterRuntime | None = None
+        if self.options.membership is not None or membership_table is not None:
+            from orleanspy.cluster.runtime import ClusterRuntime
+
+            self.cluster = ClusterRuntime(self, membership_table, membership_options)
         self.catalog = Catalog(self)
         self.dispatcher = Dispatcher(self)
         # References call the dispatcher directly (one coroutine layer fewer per call).
@@ -240,6 +257,18 @@ class Silo:
             )
         return PersistentState(spec.factory, spec.name or spec.attr, storage, grain_id, self.codec)
 
+    def set_address(self, address: SiloAddress) -> None:
+        """The cluster's transport knows its port: this is the silo's address from now on."""
+        self.address = address
+        self.name = f"{address.host}:{address.port}"
+        self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
+
+    def request_stop(self) -> None:
+        """Start a graceful stop without waiting for it (``wait_stopped`` waits)."""
+        if self.stopping or not self.started:
+            return
+        self.track(asyncio.get_running_loop().create_task(self.stop()))
+
     def track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -264,6 +293,14 @@ class Silo:
 
             self.gateway = Gateway(self)
             await self.gateway.start()
+        if self.cluster is not None:
+            try:
+                await self.cluster.start()
+            except BaseException:
+                if self.gateway is not None:
+                    await self.gateway.stop_accepting()
+                    await self.gateway.close()
+                raise
         await self.reminders.start()
         for provider in self.stream_providers.values():
             await provider.start()
@@ -274,6 +311,7 @@ class Silo:
             gateway=self.gateway.address if self.gateway else None,
             grain_types=sorted(self.registry),
             storage=opts.storage,
+            cluster=str(self.address) if self.cluster is not None else None,
         )
 
     async def stop(self) -> None:
@@ -288,6 +326,8 @@ class Silo:
         try:
             if self.gateway is not None:
                 await self.gateway.stop_accepting()
+            if self.cluster is not None:
+                await self.cluster.begin_shutdown()
             await self.collector.stop()
             await self.reminders.stop()
             for provider in self.stream_providers.values():
@@ -296,6 +336,11 @@ class Silo:
                 except Exception as exc:
                     self.log.error("stream_provider_stop_failed", error=repr(exc))
             await self._deactivate_all()
+            if self.cluster is not None:
+                try:
+                    await self.cluster.stop()
+                except Exception as exc:
+                    self.log.error("cluster_stop_failed", error=repr(exc))
             if self.gateway is not None:
                 await self.gateway.close()
             for store in self.storage.values():
