@@ -1,4 +1,5 @@
-"""The ``orleanspy`` command line: ``silo start`` hosts grains, ``call`` calls one.
+"""The ``orleanspy`` command line: ``silo start`` hosts grains, ``call`` calls one,
+``cluster status`` lists the silos of a cluster.
 
 Exit codes: 0 success; 1 the grain call failed (or a forced/failed silo shutdown);
 2 bad usage or configuration, or the gateway cannot be reached. Errors are one line on
@@ -55,6 +56,10 @@ _DESCRIPTION = """\
 orleanspy: virtual actors (grains) on asyncio.
 
   orleanspy silo start --app myapp.grains      host the grains of a module
+  orleanspy silo start --app myapp.grains --membership sqlite:cluster.db --port 0
+                                               join a cluster (several processes)
+  orleanspy cluster status --membership sqlite:cluster.db
+                                               list the silos of a cluster
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
 """
@@ -71,10 +76,25 @@ its relative data_dir resolves against the file's folder. Example:
   gateway_port = 30000
   secret = "change-me"
 
+Cluster: silos started with the same --cluster-id and --membership form one cluster
+(--membership sqlite:PATH for processes of one machine; give each a free --port, or 0).
+Without --membership the silo runs alone and opens no silo-to-silo port.
+
 Once serving, the silo prints one line to stdout:
   orleanspy silo ready gateway=HOST:PORT
+(a clustered silo first prints "orleanspy silo cluster silo=HOST:PORT@GENERATION").
 Logs go to stderr. SIGINT/SIGTERM stop it gracefully (changed grain state is written);
 a second signal exits at once with code 1.
+"""
+
+_STATUS_EPILOG = """\
+Columns: SILO (host:port@generation), STATUS (joining, active, shutting_down, dead), UPTIME
+(now minus the start time in the table), ACTIVATIONS and QUEUES (asked of the silo itself;
+"-" if it does not answer), GATEWAY (client port). --json prints one JSON list instead.
+Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
+
+Example:
+  orleanspy cluster status --membership sqlite:cluster.db --cluster-id prod
 """
 
 _CALL_EPILOG = """\
@@ -113,6 +133,21 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_start_arguments(start)
     start.set_defaults(handler=_cmd_silo_start)
+
+    cluster = commands.add_parser(
+        "cluster", help="inspect a cluster", description="Inspect a cluster of silos.",
+    )
+    cluster.set_defaults(handler=lambda _: _usage(cluster))
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+    status = cluster_commands.add_parser(
+        "status", help="list the silos of a cluster",
+        description="Read the membership table and list every silo: status, address, "
+        "uptime (from the table), and, for each silo that answers on its silo port, its "
+        "activation count and the stream queues it owns.",
+        epilog=_STATUS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_status_arguments(status)
+    status.set_defaults(handler=_cmd_cluster_status)
 
     call = commands.add_parser(
         "call", help="call a grain method through a silo gateway",
@@ -175,6 +210,17 @@ def _add_start_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: console)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="lowest level logged (default: info)")
+    p.add_argument("--membership", metavar="URL",
+                   help="membership table of the cluster to join: sqlite:PATH (relative to "
+                   "--data-dir) or memory; omit to run a lone silo (default: none)")
+    p.add_argument("--probe-period", type=float, metavar="SECONDS",
+                   help="time between failure-detection probes (default: 5)")
+    p.add_argument("--probe-timeout", type=float, metavar="SECONDS",
+                   help="a probe not answered by then failed (default: the probe period)")
+    p.add_argument("--i-am-alive-period", type=float, metavar="SECONDS",
+                   help="how often the silo writes its I-am-alive time (default: 30)")
+    p.add_argument("--table-refresh-period", type=float, metavar="SECONDS",
+                   help="how often the membership table is read (default: 10)")
     p.add_argument("--spark-master", metavar="URL",
                    help="Spark master of the silo's SparkSession: local[*] (default), "
                    "local[N], spark://HOST:PORT, yarn, k8s://...")
@@ -182,6 +228,21 @@ def _add_start_arguments(p: argparse.ArgumentParser) -> None:
                    help="Spark Connect server instead of an embedded driver: sc://HOST:PORT")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="any spark.* setting (repeatable)")
+
+
+def _add_status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--membership", metavar="URL",
+                   help="membership table: sqlite:PATH, relative to --data-dir (default: "
+                   "from the config file)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file to take membership, cluster_id, secret from")
+    p.add_argument("--cluster-id", help="cluster id (default: dev)")
+    p.add_argument("--secret", help="shared secret of the silos, if they have one")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder of relative SQLite paths (default: .orleanspy)")
+    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
+                   help="how long to wait for each silo's answer (default: 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
 
 
 def _add_call_arguments(p: argparse.ArgumentParser) -> None:
@@ -283,6 +344,11 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
         "shutdown_timeout": args.shutdown_timeout,
         "log_format": args.log_format,
         "log_level": args.log_level,
+        "membership": args.membership,
+        "probe_period": args.probe_period,
+        "probe_timeout": args.probe_timeout,
+        "i_am_alive_period": args.i_am_alive_period,
+        "table_refresh_period": args.table_refresh_period,
     }
     config = load_config(
         find_config_file(args.config), flags, defaults=CLI_DEFAULTS, flag_names=_FLAG_NAMES
@@ -302,6 +368,8 @@ def _cmd_silo_start(args: argparse.Namespace) -> int:
     _put_cwd_on_path()
 
     def ready(silo: Silo) -> None:
+        if silo.cluster is not None:
+            print(f"orleanspy silo cluster silo={silo.address}", flush=True)
         gateway = silo.gateway.address if silo.gateway is not None else "none"
         print(f"orleanspy silo ready gateway={gateway}", flush=True)
 
@@ -374,6 +442,89 @@ async def _spark_run(
     finally:
         await client.close()
     print(_render(result), flush=True)
+    return EXIT_OK
+
+
+def _cmd_cluster_status(args: argparse.Namespace) -> int:
+    flags = {"membership": args.membership, "cluster_id": args.cluster_id,
+             "secret": args.secret, "data_dir": args.data_dir}
+    options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
+    if options.membership is None:
+        raise ConfigurationError(
+            "cluster status needs the membership table: pass --membership sqlite:PATH "
+            "(the silos' --membership), or set membership in orleanspy.toml"
+        )
+    configure_logging("console", "error")
+    return asyncio.run(_cluster_status(options, args.timeout, args.json))
+
+
+async def _cluster_status(options: Any, timeout: float, as_json: bool) -> int:
+    import time
+
+    from orleanspy.cluster.membership import SiloStatus
+    from orleanspy.cluster.runtime import open_membership_table
+    from orleanspy.cluster.transport import query_silo
+    from orleanspy.errors import MembershipError
+
+    table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
+    try:
+        data = await table.read_all()
+    except MembershipError as exc:
+        _error(f"cannot read the membership table {options.membership}: {exc}")
+        return EXIT_USAGE
+    finally:
+        await table.close()
+    now = time.time()
+    entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
+                                                     e.silo.generation))
+
+    async def ask(entry: Any) -> Any:
+        if entry.status is SiloStatus.DEAD:
+            return None
+        try:
+            return await query_silo(entry.silo.host, entry.silo.port, "status", [],
+                                    cluster_id=options.cluster_id, secret=options.secret,
+                                    timeout=timeout)
+        except (Exception, TimeoutError):
+            return None
+
+    answers = await asyncio.gather(*(ask(e) for e in entries))
+    rows: list[dict[str, Any]] = []
+    for entry, answer in zip(entries, answers, strict=True):
+        live = entry.status is not SiloStatus.DEAD
+        rows.append({
+            "silo": str(entry.silo),
+            "status": entry.status.value,
+            "uptime": round(now - entry.start_time, 1) if live else None,
+            "activations": answer["activations"] if answer else None,
+            "queues": answer["queues"] if answer else None,
+            "gateway": (f"{entry.silo.host}:{entry.gateway_port}"
+                        if entry.gateway_port else None),
+            "reachable": answer is not None,
+        })
+    if as_json:
+        print(json.dumps(rows), flush=True)
+        return EXIT_OK
+    print(f"cluster {options.cluster_id}: {sum(r['status'] == 'active' for r in rows)} active, "
+          f"{len(rows)} in the table (version {data.version.version})")
+    header = ("SILO", "STATUS", "UPTIME", "ACTIVATIONS", "QUEUES", "GATEWAY")
+    lines: list[tuple[str, ...]] = [header]
+    for r in rows:
+        queues = r["queues"]
+        queue_text = "-" if queues is None else (
+            "; ".join(f"{name}: {len(qs)} ({', '.join(qs)})" for name, qs in queues.items())
+            or "none"
+        )
+        lines.append((
+            r["silo"], r["status"],
+            "-" if r["uptime"] is None else f"{r['uptime']:.0f}s",
+            "-" if r["activations"] is None else str(r["activations"]),
+            queue_text, r["gateway"] or "-",
+        ))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    for line in lines:
+        cells = [cell.ljust(w) for cell, w in zip(line, widths, strict=False)]
+        print("  ".join([*cells, line[-1]]).rstrip(), flush=True)
     return EXIT_OK
 
 
