@@ -36,6 +36,7 @@ T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 APP_MODULE = "tests.integration.app"
 READY_PREFIX = b"orleanspy silo ready gateway="
+CLUSTER_PREFIX = b"orleanspy silo cluster silo="
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 
@@ -64,6 +65,7 @@ class SiloProcess:
         self.log_path = log_path
         self.secret = secret
         self.gateway = ""
+        self.silo_address = ""  # host:port@generation of a clustered silo
 
     @property
     def pid(self) -> int:
@@ -102,6 +104,8 @@ class SiloProcess:
                             f"silo exited with code {code} before it was ready; log:\n"
                             + self.log_text()
                         )
+                    if line.startswith(CLUSTER_PREFIX):
+                        self.silo_address = line[len(CLUSTER_PREFIX):].decode().strip()
                     if line.startswith(READY_PREFIX):
                         self.gateway = line[len(READY_PREFIX):].decode().strip()
                         return
@@ -145,10 +149,11 @@ class SiloLauncher:
         self.processes: list[SiloProcess] = []
 
     async def start(
-        self, *extra_args: str, secret: str | None = None, timeout: float = START_TIMEOUT
+        self, *extra_args: str, secret: str | None = None, timeout: float = START_TIMEOUT,
+        app: str = APP_MODULE,
     ) -> SiloProcess:
         args: list[str] = [
-            "--app", APP_MODULE,
+            "--app", app,
             "--gateway-port", str(free_port()),
             "--port", str(free_port()),
             "--data-dir", str(self.data_dir),
