@@ -306,15 +306,19 @@ async def profile(which: str, seconds: float, callers: int) -> None:
 # -- main -----------------------------------------------------------------------------------
 async def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
-    progress("local calls ...")
-    async with Silo(_silo_options(), grains=[Counter]) as silo:
-        figures.append(await local_calls(silo, 1, args.seconds, args.trials))
-        progress("100 callers on 100 grains ...")
-        figures.append(await local_calls(silo, CALLERS, args.seconds, args.trials))
-    progress("activations ...")
-    figures.append(await activations(ACTIVATIONS, args.activation_callers, args.trials))
-    progress("client -> silo over loopback ...")
-    figures.append(await remote_calls(args.seconds, args.trials))
+    only = set(args.only or ("local", "activation", "remote"))
+    if "local" in only:
+        progress("local calls ...")
+        async with Silo(_silo_options(), grains=[Counter]) as silo:
+            figures.append(await local_calls(silo, 1, args.seconds, args.trials))
+            progress("100 callers on 100 grains ...")
+            figures.append(await local_calls(silo, CALLERS, args.seconds, args.trials))
+    if "activation" in only:
+        progress("activations ...")
+        figures.append(await activations(ACTIVATIONS, args.activation_callers, args.trials))
+    if "remote" in only:
+        progress("client -> silo over loopback ...")
+        figures.append(await remote_calls(args.seconds, args.trials))
     return figures
 
 
@@ -326,6 +330,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="trials per side (best is kept)")
     parser.add_argument("--activation-callers", type=int, default=1,
                         help="concurrent callers for the activation figure (default 1)")
+    parser.add_argument("--only", action="append", choices=["local", "activation", "remote"],
+                        help="run only these figures (repeatable): local = figures 1-2, "
+                        "activation = 3, remote = 4 (default: all)")
     parser.add_argument("--profile", choices=["local", "concurrent", "activation", "remote"],
                         help="profile orleanspy's side of one figure instead (stderr)")
     parser.add_argument("--serve", choices=["silo", "echo"], help=argparse.SUPPRESS)
