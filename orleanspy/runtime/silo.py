@@ -14,8 +14,8 @@ import importlib
 import inspect
 import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -58,6 +58,7 @@ class SiloStatistics:
     collected: int
     reminders_fired: int
     streams: dict[str, list[Any]]
+    extensions: dict[str, Any] = field(default_factory=dict)  # e.g. "spark": SparkStatistics
 
 
 def _new_generation() -> int:
@@ -152,6 +153,8 @@ class Silo:
         self.storage: dict[str, GrainStorage] = dict(storage or {})
         self._reminder_table = reminder_table
         self.stream_providers: dict[str, Any] = dict(stream_providers or {})
+        # Parts installed on the silo (e.g. Spark) add a named source to ``statistics()``.
+        self.statistics_sources: dict[str, Callable[[], Any]] = {}
         if self.stream_providers:
             from orleanspy.streams.pubsub import PubSubRendezvous
 
@@ -417,4 +420,5 @@ class Silo:
             collected=self.collector.collected,
             reminders_fired=self.reminders.fired if self.reminders else 0,
             streams={name: p.statistics() for name, p in self.stream_providers.items()},
+            extensions={name: source() for name, source in self.statistics_sources.items()},
         )

@@ -565,6 +565,9 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
     if old is not None and old.manager is not binding.manager and old.manager.started:
         raise RuntimeError("this silo already runs a Spark session; install before first use")
     _BINDINGS[silo] = binding
+    sources = getattr(silo, "statistics_sources", None)
+    if sources is not None:  # silo.statistics().extensions["spark"]
+        sources["spark"] = binding.manager.statistics
     return binding.manager
 
 

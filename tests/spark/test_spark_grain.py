@@ -255,3 +255,18 @@ async def test_spark_statistics_count_outcomes(spark_manager: SparkSessionManage
     assert after.state == "running"
     assert after.jobs_succeeded == before.jobs_succeeded + 1
     assert after.master == "local[2]"
+
+
+async def test_running_job_appears_in_the_silo_statistics(spark_cluster: TestCluster) -> None:
+    silo = spark_cluster.silo
+    call = asyncio.ensure_future(spark_cluster.get_grain(Analytics, "stats").sleepy(8, 0.4))
+    try:
+        async with asyncio.timeout(WAIT):
+            while not silo.statistics().extensions["spark"].jobs_running:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # the manager has no event for "a job started"
+        spark = silo.statistics().extensions["spark"]
+        assert spark.jobs_running == 1 and len(spark.running) == 1
+        assert spark.running[0].state == "running"
+    finally:
+        assert await asyncio.wait_for(call, WAIT) == 80
+    assert silo.statistics().extensions["spark"].jobs_running == 0
