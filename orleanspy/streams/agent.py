@@ -121,6 +121,7 @@ class PullingAgent(SystemTarget):
         self.spill_count = 0  # subscriptions spilled so far
         self._acks: list[BatchContainer] = []  # acknowledged by spilled deliveries
         self._pressured = False
+        self._pressure_since: float | None = None  # when the current pressure began
         self._last_read = -1  # sequence of the newest container read
         self.read = self.delivered = self.acknowledged = self.failures = 0
         self.log = get_logger(__name__, provider=provider.name, queue=str(queue))
@@ -415,12 +416,13 @@ class PullingAgent(SystemTarget):
     # -- spilling (see orleanspy.streams.spill) ----------------------------------------------
     def _spill_laggards(self) -> bool:
         """Under pressure: spill the subscriptions that hold the cache back, if another one
-        waits for newer events (caught up, or within a bucket of the newest read).
+        waits for newer events (caught up, or within a bucket of the newest read), or once
+        the pressure has lasted ``max_pull_period`` (a stream not read yet may wait).
 
         Candidates are set gating cursors under ``min`` flow control; those more than half
         the cache behind (or over their outstanding limit) go, at least the furthest behind.
-        When every subscription lags, spilling would help nobody (each would read the queue
-        twice): the agent backs off instead. Returns whether any subscription was spilled.
+        While every known subscription lags, spilling at once would mostly read the queue
+        twice: the agent backs off first. Returns whether any subscription was spilled.
         """
         if not self.options.spill or not self.provider.adapter.is_rewindable:
             return False
@@ -439,8 +441,16 @@ class PullingAgent(SystemTarget):
                     waiting = True
                 elif gates and cursor.gating:
                     candidates.append((lag, sub))
-        if not candidates or not waiting:
+        if not candidates:
             return False
+        if not waiting:
+            # Nobody known waits, but a stream not read yet may (its events are behind the
+            # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
+            now = asyncio.get_running_loop().time()
+            if self._pressure_since is None:
+                self._pressure_since = now
+            if now - self._pressure_since < self.options.max_pull_period:
+                return False
         half = len(cache) // 2
         chosen = [
             s for lag, s in candidates
@@ -589,6 +599,8 @@ class PullingAgent(SystemTarget):
             self._pressured = not self._released()
         else:
             self._pressured = self.cache.under_pressure()
+        if not self._pressured:
+            self._pressure_since = None
         return self._pressured
 
     def _released(self) -> bool:
@@ -614,6 +626,8 @@ class PullingAgent(SystemTarget):
         dispatcher = self.silo.dispatcher
         target = sub.consumer.grain_id
         while True:
+            if sub.detached:
+                return False  # replaced by a resume or unsubscribed during the back-off
             # Events decoded from the queue belong to the cache; a stream with one subscription
             # hands them over without a copy, several subscriptions each get their own copy of
             # the event values (tokens are immutable and shared).
