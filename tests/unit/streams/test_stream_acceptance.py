@@ -503,10 +503,7 @@ async def test_slow_consumer_that_keeps_progressing_is_spilled_and_rejoins(
 
 @pytest.mark.parametrize("late", [
     pytest.param(False, id="peer-on-its-stream"),
-    pytest.param(True, id="late-other-stream", marks=pytest.mark.xfail(
-        strict=True, reason="PullingAgent._spill_laggards spills only if a subscription it "
-        "knows waits; a stream the agent has not read yet has none, so its events stay "
-        "behind the stuck one's backlog in the queue (the reads stopped): it starves")),
+    pytest.param(True, id="late-other-stream"),
 ])
 async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
     make: SiloMaker, late: bool
@@ -638,9 +635,6 @@ async def test_resume_of_a_spilled_subscription_from_a_token_the_queue_still_hol
     assert SINK.got["slow"] == [*range(10), *range(150, 200), "end"]
 
 
-@pytest.mark.xfail(strict=True, reason="PullingAgent._deliver retries after its back-off "
-                   "without checking sub.detached: a subscription replaced by resume(token) "
-                   "still delivers its old event after resume returned")
 async def test_a_retry_pending_when_the_subscription_is_resumed_is_not_delivered(
     make: SiloMaker,
 ) -> None:
