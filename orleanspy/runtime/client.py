@@ -1,8 +1,12 @@
-"""ClusterClient: calls grains from another process through a silo's gateway.
+"""ClusterClient: calls grains from another process through the silos' gateways.
 
 Requests are framed as in ``messaging/wire.py``; responses resolve futures by correlation
-id. When the connection drops, every pending call fails at once with
-``SiloUnavailableError``, and the next call reconnects, trying each gateway in turn.
+id. The client keeps a connection to every configured gateway (or to
+``ClientOptions.gateway_count`` of them) and routes each call by its grain id's hash, so the
+calls of one grain go through one gateway (in order) while different grains spread over all
+of them. When a connection drops, the calls pending on it fail at once with
+``SiloUnavailableError`` (never resent: the client cannot know whether they ran), new calls
+go to the remaining gateways, and a background task reconnects with exponential back-off.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 from collections import deque
+from functools import partial
 from typing import Any, TypeVar, overload
 
 import msgpack
@@ -39,24 +45,27 @@ class _Deadlines:
     """Request timeouts without a timer per call.
 
     Calls with the same timeout expire in the order they were sent, so each timeout value
-    keeps a FIFO of (deadline, id, grain, method); heads whose call already finished are
-    dropped as responses arrive, and one timer is armed for the earliest live head.
+    keeps a FIFO of (deadline, id, grain, method, pending map of the call's connection);
+    heads whose call already finished are dropped as responses arrive, and one timer is armed
+    for the earliest live head.
     """
 
-    __slots__ = ("_handle", "_loop", "_pending", "_queues")
+    __slots__ = ("_handle", "_loop", "_queues")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pending: dict[int, Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._pending = pending
-        self._queues: dict[float, deque[tuple[float, int, GrainId, str]]] = {}
+        self._queues: dict[float, deque[tuple[float, int, GrainId, str, dict[int, Any]]]] = {}
         self._handle: asyncio.TimerHandle | None = None
 
-    def add(self, timeout: float, corr: int, grain_id: GrainId, method: str) -> None:
+    def add(
+        self, timeout: float, corr: int, grain_id: GrainId, method: str,
+        pending: dict[int, Any],
+    ) -> None:
         q = self._queues.get(timeout)
         if q is None:
             q = self._queues[timeout] = deque()
         deadline = self._loop.time() + timeout
-        q.append((deadline, corr, grain_id, method))
+        q.append((deadline, corr, grain_id, method, pending))
         handle = self._handle
         if handle is None:
             self._handle = self._loop.call_at(deadline, self._sweep)
@@ -65,19 +74,17 @@ class _Deadlines:
             self._handle = self._loop.call_at(deadline, self._sweep)
 
     def trim(self) -> None:
-        pending = self._pending
         for q in self._queues.values():
-            while q and q[0][1] not in pending:
+            while q and q[0][1] not in q[0][4]:
                 q.popleft()
 
     def _sweep(self) -> None:
         self._handle = None
         now = self._loop.time()
-        pending = self._pending
         earliest = None
         for timeout, q in self._queues.items():
-            while q and (q[0][0] <= now or q[0][1] not in pending):
-                _, corr, grain_id, method = q.popleft()
+            while q and (q[0][0] <= now or q[0][1] not in q[0][4]):
+                _, corr, grain_id, method, pending = q.popleft()
                 fut = pending.pop(corr, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(
@@ -99,11 +106,12 @@ class _Deadlines:
 
 
 class _ClientConnection(FramedConnection):
-    def __init__(self, client: ClusterClient) -> None:
+    def __init__(self, client: ClusterClient, gateway: _Gateway) -> None:
         super().__init__(client.options.max_frame_size, client.log)
         self.client = client
+        self.gateway = gateway
         self.codec = client.codec
-        self.pending = client._pending
+        self.pending: dict[int, asyncio.Future[Any]] = {}
         self.handshake: asyncio.Future[Any] = self._loop.create_future()
         self._silent = False  # a connection that never became the client's: no effects
 
@@ -143,22 +151,56 @@ class _ClientConnection(FramedConnection):
                 SerializationError(f"the result of this call cannot be decoded here: {exc}")
             )
 
+    def close(self) -> None:
+        was_closed = self.closed
+        super().close()
+        if not was_closed and not self._silent:
+            # Closed by us (a protocol error, or the client closing): stop routing to it and
+            # fail what is pending now rather than when the transport reports the loss.
+            self.client._connection_lost(self)
+
     def on_close(self, exc: Exception | None, by_us: bool) -> None:
         if not self.handshake.done():
             self.handshake.set_exception(
-                SiloUnavailableError(f"gateway {self.peer} closed the connection")
+                SiloUnavailableError(f"gateway {self.gateway.address} closed the connection")
             )
             self.handshake.exception()  # retrieved: _open reports it
         if not self._silent:
             self.client._connection_lost(self)
 
 
+class _Gateway:
+    """One configured gateway address and the client's state towards it."""
+
+    __slots__ = ("address", "attempt", "conn", "delay", "error", "host", "index", "next_try",
+                 "port", "silo")
+
+    def __init__(self, index: int, address: str, delay: float) -> None:
+        self.index = index
+        self.address = address
+        host, _, port = address.rpartition(":")
+        self.host = host
+        self.port = int(port)
+        self.conn: _ClientConnection | None = None
+        self.attempt: asyncio.Future[_ClientConnection] | None = None
+        self.delay = delay  # the next back-off
+        self.next_try = 0.0  # loop time before which the supervisor does not reconnect
+        self.error = ""
+        self.silo: str | None = None
+
+
 class ClusterClient:
     """A client of a cluster: ``await client.connect()``, then ``client.get_grain(...)``.
 
+    With several gateways the client connects to all of them (or to
+    ``ClientOptions.gateway_count``), routes each grain's calls through one live gateway
+    chosen by the grain id's hash, and fails over when a gateway's connection is lost: the
+    calls pending on it raise ``SiloUnavailableError`` (not resent), later calls go through
+    the other gateways, and the lost gateway is reconnected with exponential back-off.
+
     Example::
 
-        async with ClusterClient(gateways=["127.0.0.1:30000"]) as client:
+        async with ClusterClient(gateways=["127.0.0.1:30000", "127.0.0.1:30001"]) as client:
             print(await client.get_grain(Counter, "a").increment())
     """
 
@@ -189,106 +231,264 @@ class ClusterClient:
         self.codec = Codec(self._reference_factory)
         self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
         self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
-        self._pending: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
-        self._conn: _ClientConnection | None = None
-        self._connecting: asyncio.Future[_ClientConnection] | None = None
-        self._next_gateway = 0
+        self._gateways = [
+            _Gateway(i, gw, base.reconnect_delay)
+            for i, gw in enumerate(dict.fromkeys(base.gateways))
+        ]
+        n = len(self._gateways)
+        self._target = min(base.gateway_count or n, n)
+        # Preference order for connecting when not all gateways are wanted: a random rotation,
+        # so that many clients with the same list spread over the gateways.
+        start = random.randrange(n)
+        self._order = self._gateways[start:] + self._gateways[:start]
+        # Routing tables, rebuilt on every change: the connection of each configured gateway
+        # (None if not live), and the live connections in configuration order.
+        self._slots: list[_ClientConnection | None] = [None] * n
+        self._live: list[_ClientConnection] = []
         self._closed = False
         self._deadlines: _Deadlines | None = None
-        self.gateway: str | None = None
+        self._wake: asyncio.Event | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._round: asyncio.Future[None] | None = None
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def connected_gateways(self) -> list[str]:
+        """The addresses of the gateways this client has a live connection to."""
+        return [c.gateway.address for c in self._live]
+
+    @property
+    def gateway(self) -> str | None:
+        """The first connected gateway (configuration order), or None."""
+        return self._live[0].gateway.address if self._live else None
+
+    @property
+    def _conn(self) -> _ClientConnection | None:
+        return self._live[0] if self._live else None
+
+    def _rebuild(self) -> None:
+        slots = [g.conn for g in self._gateways]
+        self._slots = slots
+        self._live = [c for c in slots if c is not None]
 
     # -- connection -----------------------------------------------------------------------
     async def connect(self) -> None:
-        await self._connection()
+        """Connect to the gateways (all, or ``gateway_count``); waits for every attempt.
 
-    async def _connection(self) -> _ClientConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
+        Raises:
+            SiloUnavailableError: no gateway accepted a connection. (Those that did not
+                are retried in the background with back-off.)
+        """
         if self._closed:
             raise RuntimeError("this ClusterClient was closed; create a new one")
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._open())
-            self._connecting.add_done_callback(self._clear_connecting)
-        return await asyncio.shield(self._connecting)
+        self._ensure_supervisor()
+        await self._connect_round(wait_all=True)
 
-    def _clear_connecting(self, fut: asyncio.Future[Any]) -> None:
-        self._connecting = None
-        if not fut.cancelled():
-            fut.exception()  # retrieved: the awaiting callers get it
+    def _ensure_supervisor(self) -> None:
+        if self._supervisor is None:
+            self._wake = asyncio.Event()
+            self._supervisor = asyncio.ensure_future(self._supervise())
 
-    async def _open(self) -> _ClientConnection:
-        opts = self.options
-        errors: list[str] = []
-        loop = asyncio.get_running_loop()
-        for i in range(len(opts.gateways)):
-            gw = opts.gateways[(self._next_gateway + i) % len(opts.gateways)]
-            host, _, port = gw.rpartition(":")
-            conn = None
-            try:
-                async with asyncio.timeout(opts.connect_timeout):
-                    _, conn = await loop.create_connection(
-                        lambda: _ClientConnection(self), host, int(port)
-                    )
-                    conn.send(
-                        msgpack.packb(
-                            {
-                                "v": PROTOCOL_VERSION,
-                                "cluster": opts.cluster_id,
-                                "secret": opts.secret,
-                                "client": self.client_id,
-                            }
-                        )
-                    )
-                    reply = await conn.handshake
-            except (OSError, TimeoutError, SiloUnavailableError) as exc:
-                if conn is not None:
-                    conn._silent = True
-                    conn.close()
-                errors.append(f"{gw}: {exc!r}")
-                continue
-            if not isinstance(reply, dict) or not reply.get("ok"):
-                conn._silent = True
-                conn.close()
-                error = reply.get("error") if isinstance(reply, dict) else repr(reply)
-                errors.append(f"{gw}: handshake refused: {error}")
-                continue
-            self._next_gateway = (self._next_gateway + i + 1) % len(opts.gateways)
-            self._conn = conn
-            self.gateway = gw
-            self.log.debug("client_connected", gateway=gw, silo=reply.get("silo"))
-            return conn
+    async def _await_live(self) -> None:
+        """Wait until some gateway is connected: try them all now, ignoring back-off."""
+        if self._closed:
+            raise RuntimeError("this ClusterClient was closed; create a new one")
+        self._ensure_supervisor()
+        rnd = self._round
+        if rnd is None or rnd.done():
+            rnd = self._round = asyncio.ensure_future(self._connect_round(wait_all=False))
+            rnd.add_done_callback(_retrieve)
+        await asyncio.shield(rnd)
+
+    async def _connect_round(self, *, wait_all: bool) -> None:
+        """Attempt the wanted number of gateways (the next candidate replacing each failure).
+
+        Returns at the first live connection, or with ``wait_all`` once every attempt has
+        ended; raises SiloUnavailableError if none is live then.
+        """
+        target = self._target
+        candidates = deque(g for g in self._order if g.conn is None)
+        tried: list[_Gateway] = []
+        while True:
+            live = len(self._live)
+            if live and (not wait_all or live >= target):
+                return
+            attempts = [g.attempt for g in self._gateways if g.attempt is not None]
+            while candidates and live + len(attempts) < target:
+                g = candidates.popleft()
+                if g.conn is None and g.attempt is None:
+                    tried.append(g)
+                    attempts.append(self._start_attempt(g))
+                elif g.attempt is not None:
+                    tried.append(g)
+            if not attempts:
+                break
+            await asyncio.wait(attempts, return_when=asyncio.FIRST_COMPLETED)
+        if self._live:
+            return
+        if self._closed:
+            raise RuntimeError("this ClusterClient was closed; create a new one")
+        errors = "; ".join(f"{g.address}: {g.error}" for g in tried if g.error) or "none tried"
         raise SiloUnavailableError(
-            "cannot connect to any gateway: " + "; ".join(errors)
+            "cannot connect to any gateway: " + errors
             + " (is a silo running with that --gateway-port, cluster id and secret?)"
         )
 
-    def _connection_lost(self, conn: _ClientConnection) -> None:
-        if self._conn is not conn:
-            return  # not the connection the pending calls went out on
-        self._conn = None
-        pending = self._pending
-        if pending:
-            failed = list(pending.items())
-            pending.clear()
-            for _, fut in failed:
-                if not fut.done():
-                    fut.set_exception(
-                        SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
+    def _start_attempt(self, g: _Gateway) -> asyncio.Future[_ClientConnection]:
+        attempt = asyncio.ensure_future(self._open(g))
+        g.attempt = attempt
+        attempt.add_done_callback(partial(self._attempt_done, g))
+        return attempt
+
+    def _attempt_done(self, g: _Gateway, attempt: asyncio.Future[_ClientConnection]) -> None:
+        g.attempt = None
+        if attempt.cancelled():
+            return
+        exc = attempt.exception()
+        loop = attempt.get_loop()
+        if exc is not None:
+            g.error = str(exc) if isinstance(exc, SiloUnavailableError) else repr(exc)
+            wait = g.delay * (0.75 + 0.5 * random.random())
+            g.next_try = loop.time() + wait
+            g.delay = min(g.delay * 2, self.options.reconnect_delay_max)
+            self.log.debug("client_gateway_unreachable", gateway=g.address, error=g.error,
+                           retry_in=round(wait, 3))
+        else:
+            conn = attempt.result()
+            if self._closed:
+                conn._silent = True
+                conn.close()
+                return
+            was_lost = bool(g.error)
+            g.conn = conn
+            g.error = ""
+            g.delay = self.options.reconnect_delay
+            self._rebuild()
+            if was_lost:
+                self.log.info("client_gateway_connected", gateway=g.address, silo=g.silo)
+            else:
+                self.log.debug("client_gateway_connected", gateway=g.address, silo=g.silo)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _open(self, g: _Gateway) -> _ClientConnection:
+        opts = self.options
+        loop = asyncio.get_running_loop()
+        conn: _ClientConnection | None = None
+        try:
+            async with asyncio.timeout(opts.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: _ClientConnection(self, g), g.host, g.port
+                )
+                conn._silent = True  # until the handshake succeeds
+                conn.send(
+                    msgpack.packb(
+                        {
+                            "v": PROTOCOL_VERSION,
+                            "cluster": opts.cluster_id,
+                            "secret": opts.secret,
+                            "client": self.client_id,
+                        }
                     )
+                )
+                reply = await conn.handshake
+        except (OSError, TimeoutError, SiloUnavailableError) as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, SiloUnavailableError):
+                raise
+            raise SiloUnavailableError(repr(exc)) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            conn.close()
+            error = reply.get("error") if isinstance(reply, dict) else repr(reply)
+            raise SiloUnavailableError(f"handshake refused: {error}")
+        if conn.closed:
+            raise SiloUnavailableError("the gateway closed the connection after the handshake")
+        conn._silent = False
+        silo = reply.get("silo")
+        g.silo = str(silo) if silo is not None else None
+        return conn
+
+    async def _supervise(self) -> None:
+        """Keep ``target`` gateways connected: reconnect lost ones after their back-off."""
+        wake = self._wake
+        assert wake is not None
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            wake.clear()
+            now = loop.time()
+            need = self._target - len(self._live) - sum(
+                g.attempt is not None for g in self._gateways
+            )
+            earliest: float | None = None
+            if need > 0:
+                for g in self._order:
+                    if g.conn is not None or g.attempt is not None:
+                        continue
+                    if g.next_try <= now and need > 0:
+                        self._start_attempt(g)
+                        need -= 1
+                    elif earliest is None or g.next_try < earliest:
+                        earliest = g.next_try
+            try:
+                if need > 0 and earliest is not None:
+                    async with asyncio.timeout(max(0.0, earliest - now)):
+                        await wake.wait()
+                else:
+                    await wake.wait()
+            except TimeoutError:
+                pass
+
+    def _connection_lost(self, conn: _ClientConnection) -> None:
+        g = conn.gateway
+        if g.conn is not conn:
+            return  # already dropped, or a connection that never became the client's
+        g.conn = None
+        self._rebuild()
+        if not self._closed:
+            g.error = f"connection to gateway {g.address} was lost"
+            g.next_try = conn._loop.time() + g.delay * (0.75 + 0.5 * random.random())
+            g.delay = min(g.delay * 2, self.options.reconnect_delay_max)
+            self.log.warning("client_gateway_lost", gateway=g.address, silo=g.silo,
+                             pending=len(conn.pending), live=len(self._live))
+            if self._wake is not None:
+                self._wake.set()
+        pending = conn.pending
+        if pending:
+            failed = list(pending.values())
+            pending.clear()
+            reason = "the client was closed" if self._closed else (
+                "the call may or may not have run; it is not resent"
+            )
+            for fut in failed:
+                if not fut.done():
+                    fut.set_exception(SiloUnavailableError(
+                        f"connection to gateway {g.address} was lost ({reason})"
+                    ))
 
     def _trim_deadlines(self) -> None:
         if self._deadlines is not None:
             self._deadlines.trim()
 
     async def close(self) -> None:
+        """Close every connection; calls still pending fail with SiloUnavailableError."""
         self._closed = True
         if self._deadlines is not None:
             self._deadlines.cancel()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for task in (self._supervisor, self._round):
+            if task is not None:
+                task.cancel()
+        for g in self._gateways:
+            if g.attempt is not None:
+                g.attempt.cancel()
+        for conn in list(self._live):
+            conn.close()
+        self._rebuild()
 
     async def __aenter__(self) -> ClusterClient:
         await self.connect()
@@ -318,6 +518,30 @@ class ClusterClient:
             return make_reference(self, cls, grain_id.key, grain_id)
         return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
 
+    async def _route(self, grain_id: GrainId) -> _ClientConnection:
+        """The live connection for this grain.
+
+        The grain's own gateway is ``hash % len(gateways)`` of the configured list; while it
+        is down (or not among the ``gateway_count`` connected) the grain goes to
+        ``(hash // len(gateways)) % live`` of the live ones, so only the grains of a lost
+        gateway move, spread evenly over the others.
+        """
+        while True:
+            slots = self._slots
+            h = grain_id._hash
+            n = len(slots)
+            conn = slots[h % n]
+            if conn is None:
+                live = self._live
+                if not live:
+                    await self._await_live()
+                    continue
+                conn = live[(h // n) % len(live)]
+            if conn.closed:  # closed, its loss not reported yet
+                self._connection_lost(conn)
+                continue
+            return conn
+
     async def call(
         self,
         grain_id: GrainId,
@@ -326,29 +550,31 @@ class ClusterClient:
         kwargs: dict[str, Any] | None,
         timeout: float | None,
     ) -> Any:
-        conn = self._conn
+        conn = self._slots[grain_id._hash % len(self._slots)]
         if conn is None or conn.closed:
-            conn = await self._connection()
+            conn = await self._route(grain_id)
         if conn._write_paused:
             await conn.wait_writable()
             if conn.closed:
-                raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
+                raise SiloUnavailableError(
+                    f"connection to gateway {conn.gateway.address} was lost"
+                )
         corr = next(self._ids)
         t = timeout or self.options.response_timeout
         payload = self.codec.packb(
             [0, corr, grain_id.type_name, grain_id.key, method, list(args), kwargs, t, []]
         )
         fut = conn._loop.create_future()
-        pending = self._pending
+        pending = conn.pending
         pending[corr] = fut
         conn.send(payload)
         if conn.closed:
             pending.pop(corr, None)
-            raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
+            raise SiloUnavailableError(f"connection to gateway {conn.gateway.address} was lost")
         deadlines = self._deadlines
         if deadlines is None:
-            deadlines = self._deadlines = _Deadlines(conn._loop, pending)
-        deadlines.add(t, corr, grain_id, method)
+            deadlines = self._deadlines = _Deadlines(conn._loop)
+        deadlines.add(t, corr, grain_id, method, pending)
         try:
             return await fut
         finally:
@@ -361,14 +587,17 @@ class ClusterClient:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
     ) -> None:
-        conn = self._conn
-        if conn is None or conn.closed:
-            conn = await self._connection()
+        conn = await self._route(grain_id)
         await conn.wait_writable()
         if conn.closed:
-            raise SiloUnavailableError(f"connection to gateway {conn.peer} was lost")
+            raise SiloUnavailableError(f"connection to gateway {conn.gateway.address} was lost")
         payload = self.codec.packb(
             [1, next(self._ids), grain_id.type_name, grain_id.key, method, list(args), kwargs,
              None, []]
         )
         conn.send(payload)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: the awaiting callers get it
