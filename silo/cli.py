@@ -106,6 +106,7 @@ unreachable, refused the handshake, or the arguments are wrong.
 
 Example:
   orleanspy call --gateway 127.0.0.1:30000 Counter alice increment 5
+  orleanspy call --gateway 127.0.0.1:30000 --gateway 127.0.0.1:30001 Counter alice get
 """
 
 
@@ -246,9 +247,10 @@ def _add_status_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_call_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gateway", metavar="HOST:PORT",
-                   help="gateway to connect to (default: host and gateway_port from the "
-                   "config file and environment, else 127.0.0.1:30000)")
+    p.add_argument("--gateway", metavar="HOST:PORT", action="append",
+                   help="gateway to connect to; repeat it to name several gateways of a "
+                   "cluster: the call goes through one that answers (default: host and "
+                   "gateway_port from the config file and environment, else 127.0.0.1:30000)")
     p.add_argument("--config", metavar="FILE",
                    help="TOML config file to take cluster_id, secret and gateway from")
     p.add_argument("--cluster-id", help="cluster id (default: dev)")
@@ -533,10 +535,10 @@ def _cmd_call(args: argparse.Namespace) -> int:
     options = config.options
     cluster_id = args.cluster_id or options.cluster_id
     secret = args.secret if args.secret is not None else options.secret
-    gateway = args.gateway
-    if gateway is None:
+    gateways: list[str] = args.gateway or []
+    if not gateways:
         host = options.host if options.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        gateway = f"{host}:{options.gateway_port or 30000}"
+        gateways = [f"{host}:{options.gateway_port or 30000}"]
     try:
         key = parse_key(args.key, args.key_type)
     except ValueError:
@@ -545,18 +547,23 @@ def _cmd_call(args: argparse.Namespace) -> int:
     configure_logging("console", "error")
     _put_cwd_on_path()  # so that dataclasses in results resolve as in the silo
     return asyncio.run(
-        _call(gateway, cluster_id, secret, args.timeout, args.grain_type, key, args.method,
+        _call(gateways, cluster_id, secret, args.timeout, args.grain_type, key, args.method,
               call_args)
     )
 
 
 async def _call(
-    gateway: str, cluster_id: str, secret: str | None, timeout: float, grain_type: str,
-    key: Any, method: str, args: list[Any],
+    gateways: list[str], cluster_id: str, secret: str | None, timeout: float,
+    grain_type: str, key: Any, method: str, args: list[Any],
 ) -> int:
-    client = ClusterClient(
-        gateways=[gateway], cluster_id=cluster_id, secret=secret, response_timeout=timeout
-    )
+    from orleanspy.options import ClientOptions
+
+    gateway = ", ".join(gateways)
+    # One call needs one gateway: connect to the first that answers, not to all of them.
+    client = ClusterClient(ClientOptions(
+        gateways=tuple(gateways), cluster_id=cluster_id, secret=secret,
+        response_timeout=timeout, gateway_count=1,
+    ))
     try:
         try:
             await client.connect()

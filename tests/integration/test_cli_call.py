@@ -18,7 +18,7 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
     silo = await silo_launcher.start(secret="s3cret")
     gw = ["--gateway", silo.gateway, "--secret", "s3cret"]
     # independent calls, run concurrently to keep the test short on a loaded machine
-    add, echo, info, raised, unknown, no_secret, unreachable = await asyncio.gather(
+    add, echo, info, raised, unknown, no_secret, unreachable, two = await asyncio.gather(
         run_cli_to_end("call", *gw, "Counter", "alice", "add", "5"),
         run_cli_to_end(
             "call", *gw, "Counter", "7", "echo", "1", "hello", '"2"', '{"a": [null, true]}'
@@ -28,6 +28,9 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
         run_cli_to_end("call", *gw, "Nope", "alice", "get"),
         run_cli_to_end("call", "--gateway", silo.gateway, "Counter", "a", "get"),
         run_cli_to_end("call", "--gateway", f"127.0.0.1:{free_port()}", "Counter", "a", "get"),
+        # several gateways: one that answers serves the call
+        run_cli_to_end("call", "--gateway", f"127.0.0.1:{free_port()}", *gw, "Counter",
+                       "carol", "add", "3"),
     )
     assert add == (0, "5\n", "")
 
@@ -48,6 +51,8 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
 
     assert unreachable[0] == 2
     assert unreachable[2].startswith("error: cannot reach the silo gateway at 127.0.0.1:")
+
+    assert two == (0, "3\n", "")
 
 
 async def test_console_script_calls_the_silo(silo_launcher: SiloLauncher) -> None:
