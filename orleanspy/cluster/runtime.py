@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import os
 import socket
+import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
@@ -46,6 +47,7 @@ from orleanspy.messaging.message import Message
 if TYPE_CHECKING:
     from orleanspy.runtime.activation import Activation
     from orleanspy.runtime.silo import Silo
+    from orleanspy.streams.leases import QueueLeaseStore
 
 __all__ = ["ClusterRuntime", "open_membership_table"]
 
@@ -56,6 +58,8 @@ UNREGISTER_WAIT: Final = 5.0
 
 _DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
 _GONE: Final = frozenset({SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD})
+#: Lease stores of in-memory membership tables (silos of one process share the table).
+_MEMORY_LEASES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
@@ -211,6 +215,23 @@ class ClusterRuntime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def lease_store(self) -> QueueLeaseStore:
+        """A stream-queue lease store in the membership store: table ``stream_leases`` of the
+        SQLite file (a new connection; the caller closes it), or one in-memory store shared
+        by the silos of an in-memory table (closing it does nothing)."""
+        from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
+        from orleanspy.streams.leases import MemoryQueueLeaseStore, SqliteQueueLeaseStore
+
+        table = self._table
+        if table is None:
+            raise RuntimeError("the cluster runtime has not started: no membership table yet")
+        if isinstance(table, SqliteMembershipTable):
+            return SqliteQueueLeaseStore(table.path, table.cluster_id)
+        store = _MEMORY_LEASES.get(table)
+        if store is None:
+            store = _MEMORY_LEASES[table] = MemoryQueueLeaseStore()
+        return store
 
     # -- membership view --------------------------------------------------------------------
     def _is_dead(self, silo: SiloAddress) -> bool:

@@ -30,7 +30,7 @@ class MemoryMembershipTable(MembershipTable):
     Entries are immutable, so readers get the stored objects themselves.
     """
 
-    __slots__ = ("_closed", "_rows", "_version")
+    __slots__ = ("__weakref__", "_closed", "_rows", "_version")
 
     def __init__(self) -> None:
         self._rows: dict[SiloAddress, tuple[MembershipEntry, str]] = {}
