@@ -24,7 +24,12 @@ from orleanspy.streams.adapters import (
     SqliteAdapterFactory,
 )
 from orleanspy.streams.agent import AgentStatistics, PullingAgent
-from orleanspy.streams.balancer import AssignedQueueBalancer, QueueBalancer, StaticQueueBalancer
+from orleanspy.streams.balancer import (
+    AssignedQueueBalancer,
+    LeaseQueueBalancer,
+    QueueBalancer,
+    StaticQueueBalancer,
+)
 from orleanspy.streams.cache import QueueCache
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
@@ -43,6 +48,7 @@ __all__ = [
     "GeneratorAdapterFactory",
     "GeneratorOptions",
     "HashRingQueueMapper",
+    "LeaseQueueBalancer",
     "MemoryAdapterFactory",
     "PersistentStreamProvider",
     "PullingAgent",

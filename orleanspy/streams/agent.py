@@ -145,6 +145,7 @@ class PullingAgent(SystemTarget):
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._ack()
+        await self._ack_handed_off()
         if self.receiver is not None:
             await self.receiver.shutdown()
         for sid in list(self.streams):
@@ -153,6 +154,33 @@ class PullingAgent(SystemTarget):
             except Exception as exc:
                 self.log.warning("stream_unregister_failed", stream=str(sid), error=repr(exc))
         self.streams.clear()
+
+    async def _ack_handed_off(self) -> None:
+        """Hand-off (stop, after the deliveries finished): also acknowledge the cached
+        containers that every subscription of their stream has been given. The purge frees
+        whole buckets only, so without this the queue's next owner would deliver them again.
+
+        Conservative: only streams with subscriptions; nothing while a subscription is spilled,
+        a stream is registering, or a cursor does not gate (max / tagged flow control); there
+        the next owner re-delivers (at-least-once), as before.
+        """
+        cache = self.cache
+        if self.receiver is None or self.spills or self._acks or self._registering:
+            return
+        cursors = cache.cursors()
+        if not cursors or any(c.max_mode or not c.gating for c in cursors):
+            return
+        needed: dict[StreamId, float] = {}  # stream -> first position a cursor still needs
+        for c in cursors:
+            pos = float("inf") if c.item is None else c.item.pos
+            needed[c.stream_id] = min(needed.get(c.stream_id, pos), pos)
+        done = [
+            item.container for item in cache._items
+            if item.pos < needed.get(item.stream_id, -1)
+        ]
+        if done:
+            await self.receiver.messages_delivered(done)
+            self.acknowledged += len(done)
 
     @property
     def key_tuple(self) -> tuple[str, int]:

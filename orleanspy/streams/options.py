@@ -104,6 +104,12 @@ class StreamProviderOptions:
             agent stops reading the queue until it drains (as in Orleans).
         pubsub_storage: the grain storage that keeps explicit subscriptions (falls back to
             ``default``).
+        balance_settle_time: on a clustered silo, how long membership must stay unchanged
+            before the provider recomputes its queues (a burst of joins moves queues once).
+        lease_duration: a queue lease expires this long after its last renewal; the owner
+            renews every third of it and then also re-checks the balance.
+        lease_retry_period: while a queue this silo should own is still leased to a silo
+            that is handing it off, the lease is tried again this often.
     """
 
     total_queues: int = 8
@@ -122,6 +128,9 @@ class StreamProviderOptions:
     max_outstanding_bytes: int | None = None
     spill: bool = True
     pubsub_storage: str = "pubsub"
+    balance_settle_time: float = 1.0
+    lease_duration: float = 30.0
+    lease_retry_period: float = 0.5
 
     def __post_init__(self) -> None:
         n = "StreamProviderOptions"
@@ -137,6 +146,9 @@ class StreamProviderOptions:
         check("cache_size", self.cache_size >= 1, "must be >= 1")
         check("batch_size", self.batch_size >= 1, "must be >= 1")
         check("max_delivery_time", self.max_delivery_time > 0, "must be > 0 seconds")
+        check("balance_settle_time", self.balance_settle_time >= 0, "must be >= 0 seconds")
+        check("lease_duration", self.lease_duration > 0, "must be > 0 seconds")
+        check("lease_retry_period", self.lease_retry_period > 0, "must be > 0 seconds")
         check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")
         for name in ("max_outstanding_events", "max_outstanding_bytes"):
             value = getattr(self, name)
