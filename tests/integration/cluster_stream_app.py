@@ -1,0 +1,30 @@
+"""Grains of the clustered stream tests (``--app tests.integration.cluster_stream_app``).
+
+``NumberSink`` subscribes implicitly to namespace ``numbers``; each delivery appends
+``KEY NUMBER PID`` to ``received.txt`` in the (shared) data dir with one ``write``, so what was
+delivered survives a kill -9 of the silo that delivered it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from orleanspy import Grain
+from orleanspy.streams.provider import implicit_subscription
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = ["NumberSink"]
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
+@implicit_subscription("numbers")
+class NumberSink(Grain):
+    async def on_next(self, item: Any, token: SequenceToken) -> None:
+        path = os.path.join(self.silo.options.data_dir, "received.txt")
+        await asyncio.to_thread(_append, path, f"{self.key} {item} {os.getpid()}\n")
