@@ -3,6 +3,12 @@
 Each connection must start with a handshake naming the cluster id (and the shared secret if
 the silo has one). A malformed frame, an oversized frame, a wrong cluster id or secret
 closes that connection only; the silo keeps serving every other client.
+
+When the silo stops, the gateway stops accepting connections and closes each client
+connection as soon as its last request in flight is answered (at once if it has none), so a
+client with several gateways moves its new calls to the others instead of having them
+refused; a request that arrives on a connection still draining is refused with
+``SiloUnavailableError``.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ class GatewayConnection(FramedConnection):
         self.dispatcher = silo.dispatcher
         self.ready = False
         self.client = "?"
+        self.in_flight = 0  # requests delivered and not answered yet
+        self.draining = False  # close once in_flight reaches 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -103,12 +111,15 @@ class GatewayConnection(FramedConnection):
             gid, method, args, kwargs, entries, 0,
             timeout if isinstance(timeout, (int, float)) else None,
         )
-        if not one_way:
-            msg.reply = partial(self._reply, corr)
         if self.gateway.accepting:
+            if not one_way:
+                self.in_flight += 1
+                msg.reply = partial(self._answer, corr)
             self.dispatcher.deliver(msg)
-        elif msg.reply is not None:
-            msg.reply(False, SiloUnavailableError(f"silo {self.silo.name} is shutting down"))
+        elif not one_way:
+            self._reply(corr, False, SiloUnavailableError(
+                f"silo {self.silo.name} is shutting down"
+            ))
 
     def _handshake(self, obj: Any) -> None:
         opts = self.silo.options
@@ -145,6 +156,20 @@ class GatewayConnection(FramedConnection):
                 f"the silo cannot decode this request's arguments: {exc}"
             ))
         return True
+
+    def _answer(self, corr: int, ok: bool, value: Any) -> None:
+        """The reply of a delivered request; closes a draining connection after its last."""
+        self._reply(corr, ok, value)
+        if self.in_flight > 0:
+            self.in_flight -= 1
+        if self.draining and self.in_flight == 0:
+            self.close()
+
+    def drain(self) -> None:
+        """Close once every request in flight is answered (the silo is stopping)."""
+        self.draining = True
+        if self.in_flight == 0:
+            self.close()
 
     def _reply(self, corr: int, ok: bool, value: Any) -> None:
         if self.closed:
@@ -201,9 +226,12 @@ class Gateway:
         self.accepting = True
 
     async def stop_accepting(self) -> None:
+        """Refuse new connections and requests; close each connection once it is idle."""
         self.accepting = False
         if self._server is not None:
             self._server.close()
+        for conn in list(self.connections):
+            conn.drain()
 
     async def close(self) -> None:
         for conn in list(self.connections):

@@ -201,3 +201,31 @@ async def test_gateway_count_limits_connections_and_replaces_a_lost_one(make_sil
         await probe.until(lambda: client.gateway not in (None, address(used)))  # another one
         assert len(client.connected_gateways) == 1
         assert name(used) not in set((await where_all(client)).values())
+
+
+async def test_stopping_silo_answers_its_calls_in_flight_then_its_gateway_hands_over(
+    make_silo, probe
+):
+    silos = await silos_with_gateways(make_silo)
+    async with client_of(silos) as client:
+        first = await where_all(client)
+        leaving = silos[2]
+        key = next(k for k, silo in first.items() if silo == name(leaving))
+        running = asyncio.create_task(client.get_grain(Where, key).slow())
+        await probe.until(lambda: ("slow", key) in probe.log)
+
+        stopping = asyncio.create_task(leaving.stop())
+        await probe.until(lambda: not leaving.gateway.accepting)
+        # new calls go to the other gateways without a single refusal...
+        others = [k for k in KEYS if first[k] != name(leaving)]
+        assert {k: await client.get_grain(Where, k).where() for k in others} == {
+            k: first[k] for k in others}
+        assert not running.done()
+        # ...while the call in flight is answered before its connection closes
+        probe.open("slow")
+        async with asyncio.timeout(WAIT):
+            assert await running == "done"
+            await stopping
+        await probe.until(lambda: address(leaving) not in client.connected_gateways)
+        after = await where_all(client)
+        assert name(leaving) not in after.values()
