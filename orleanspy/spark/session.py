@@ -16,6 +16,7 @@ gets a manager with ``SparkOptions()`` on its first Spark call.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import itertools
 import os
@@ -160,6 +161,11 @@ class SparkSessionManager:
                           connect=self.is_connect, reused=not owned)
             return backend
 
+    def _wait_for_start(self) -> None:
+        """Blocking: return once no thread is creating the session."""
+        with self._lock:
+            pass
+
     async def stop(self) -> None:
         """Refuse new jobs, cancel the running ones until their threads return, stop the
         session (if this manager created it). Idempotent."""
@@ -180,6 +186,9 @@ class SparkSessionManager:
         deadline = loop.time() + self.options.stop_timeout
         for op in self._ops.values():
             op.cancel_reason = op.cancel_reason or "the Spark session is stopping"
+        # A session being created (the lazy start takes seconds) must exist before it is
+        # stopped, or it would come up after stop() and run unowned: wait for its creator.
+        await asyncio.to_thread(self._wait_for_start)
         backend = self._backend
         while loop.time() < deadline:
             running = [op for op in self._ops.values()
@@ -301,6 +310,8 @@ class SparkSessionManager:
             if op.cancel_reason is not None:
                 raise _NotStarted
             backend = self._ensure_session()
+            if op.cancel_reason is not None:  # cancelled while the session was starting
+                raise _NotStarted
             backend.enter(op)
             op.started = True
             try:
@@ -316,7 +327,9 @@ class SparkSessionManager:
         interval = self.options.progress_interval
         deadline = None if timeout is None else loop.time() + timeout
         ctx = contextvars.copy_context()
-        fut = asyncio.wrap_future(self._pool.submit(ctx.run, self._body, op))
+        queued = self._pool.submit(ctx.run, self._body, op)
+        fut = asyncio.wrap_future(queued)
+        fut.add_done_callback(_retrieve)  # also when the caller gave up waiting for it
         timed_out = False
         try:
             while not fut.done():
@@ -325,20 +338,21 @@ class SparkSessionManager:
                     await asyncio.wait([fut], timeout=wait)
                     if fut.done():
                         break
-                if deadline is not None and loop.time() >= deadline:
+                if (deadline is not None and loop.time() >= deadline
+                        and op.cancel_reason is None):  # a cancel that came first wins
                     timed_out = True
-                    op.cancel_reason = op.cancel_reason or f"timed out after {timeout:g} s"
+                    op.cancel_reason = f"timed out after {timeout:g} s"
                 if op.cancel_reason is None and op.guard is not None:
                     op.cancel_reason = op.guard()
                 if op.cancel_reason is None and self._stopping:
                     op.cancel_reason = "the Spark session is stopping"
                 if op.cancel_reason is not None:
-                    await self._cancel_until_returned(op, fut)
+                    await self._cancel_until_returned(op, fut, queued)
                     break
                 await self._poll(op, loop)
         except asyncio.CancelledError:
             op.cancel_reason = op.cancel_reason or "the caller was cancelled"
-            await self._cancel_until_returned(op, fut)
+            await self._cancel_until_returned(op, fut, queued)
             self._finish(op, "cancelled")
             raise
         except BaseException:
@@ -361,15 +375,20 @@ class SparkSessionManager:
         if op.progress.state in ("queued", "running") and not op.thread_done.is_set():
             op.publish(snapshot)
 
-    async def _cancel_until_returned(self, op: _Op, fut: asyncio.Future[Any]) -> None:
+    async def _cancel_until_returned(
+        self, op: _Op, fut: asyncio.Future[Any], queued: concurrent.futures.Future[Any],
+    ) -> None:
         """Cancel the op's jobs, then again every ``cancel_interval``, until its thread
-        returns (a cancel misses jobs submitted after it). A second cancellation of the
-        waiting task does not stop this loop; it is re-raised at the end."""
+        returns (a cancel misses jobs submitted after it). A call still waiting for a worker
+        is taken off the queue (it never runs). A second cancellation of the waiting task
+        does not stop this loop; it is re-raised at the end."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         first = True
         interrupted: asyncio.CancelledError | None = None
         self.log.info("spark_job_cancelling", job_group=op.id, reason=op.cancel_reason)
+        if not op.started and queued.cancel():  # still queued: fut ends cancelled
+            first = False
         while not fut.done():
             try:
                 backend = self._backend
@@ -394,13 +413,18 @@ class SparkSessionManager:
             raise interrupted
 
     def _outcome(self, op: _Op, fut: asyncio.Future[Any], timed_out: bool) -> Any:
-        exc = None if fut.cancelled() else fut.exception()
+        # Not done: the cancel overran stop_timeout (fn runs Python code that no Spark
+        # cancel reaches); the caller gets its cancellation, the thread finishes on its own.
+        exc = None if fut.cancelled() or not fut.done() else fut.exception()
         if op.spark_error is None and exc is not None and _is_spark_error(exc):
             op.spark_error = _head(exc)
         if op.cancel_reason is not None:
             self._finish(op, "timed_out" if timed_out else "cancelled", op.cancel_reason)
             cls = SparkJobTimeoutError if timed_out else SparkJobCancelledError
             spark_said = f" (Spark: {op.spark_error[:300]})" if op.spark_error else ""
+            if not fut.done():
+                spark_said += (f"; its worker thread still runs fn after "
+                               f"{self.options.stop_timeout:g} s of cancelling")
             raise cls(f"Spark job {op.id} cancelled: {op.cancel_reason}{spark_said}",
                       op.id) from None
         if fut.cancelled() or isinstance(exc, _NotStarted):
@@ -430,6 +454,12 @@ class SparkSessionManager:
                         prev.tasks_done)
         op.publish(final)
         self.log.debug("spark_job_finished", job_group=op.id, outcome=outcome, reason=reason)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a worker's outcome as seen (no "exception was never retrieved" warning)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class _NotStarted(Exception):
