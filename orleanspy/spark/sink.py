@@ -104,7 +104,8 @@ class ParquetSinkWriter:
 
     # -- recovery -------------------------------------------------------------------------
     def watermark(self, slug: str) -> Token | None:
-        """The newest token committed for a stream (and delete its temporary files)."""
+        """The newest token committed for a stream (and delete its temporary files: call it
+        before a stream's first write, with or without ``dedupe``)."""
         newest: Token | None = None
         if not self.root.exists():
             return None
@@ -180,10 +181,7 @@ class ParquetSinkWriter:
         _, pq = _pyarrow()
         first, last = run[0][1], run[-1][1]
         folder = self.root / f"date={day}"
-        new_folder = not folder.exists()
-        folder.mkdir(parents=True, exist_ok=True)
-        if new_folder and self.options.fsync:
-            _fsync_dir(folder.parent)
+        _make_dirs(folder, self.options.fsync)
         name = f"{slug}__{first[0]}.{first[1]}-{last[0]}.{last[1]}.parquet"
         final = folder / name
         tmp = folder / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -201,6 +199,22 @@ class ParquetSinkWriter:
         if self.options.fsync:
             _fsync_dir(folder)
         return str(final)
+
+
+def _make_dirs(folder: Path, fsync: bool) -> None:
+    """``mkdir -p``; each folder it creates is made durable in its parent (``fsync``)."""
+    missing: list[Path] = []
+    path = folder
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            pass
+        if fsync:
+            _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -264,9 +278,9 @@ class ParquetSink(Grain):
         marks: dict[str, Token | None] = self.__dict__["_orleanspy_sink_marks"]
         stats: list[int] = self.__dict__["_orleanspy_sink_stats"]
         slug = stream_slug(namespace, key)
-        if slug not in marks:
-            marks[slug] = (await asyncio.to_thread(writer.watermark, slug)
-                           if self.sink_options.dedupe else None)
+        if slug not in marks:  # the first write: a crash's temporary files go either way
+            mark_on_disk = await asyncio.to_thread(writer.watermark, slug)
+            marks[slug] = mark_on_disk if self.sink_options.dedupe else None
         mark = marks[slug]
         fresh: list[tuple[Any, Token]] = []
         for item, token in events:

@@ -8,18 +8,27 @@ import contextlib
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orleanspy import Silo, SiloOptions
 from orleanspy.spark import (
     JobProgress,
+    ParquetSink,
+    ParquetSinkOptions,
+    ParquetSinkWriter,
     SparkJobCancelledError,
     SparkJobTimeoutError,
     SparkOptions,
     SparkSessionManager,
 )
 from orleanspy.spark import session as session_module
+from orleanspy.spark import sink as sink_module
+from orleanspy.spark.sink import stream_slug
+from orleanspy.streams import implicit_subscription
+from orleanspy.streams.tokens import SequenceToken
 
 from .conftest import WAIT
 from .grains import _long
@@ -183,3 +192,53 @@ async def test_stop_while_the_session_is_starting_stops_it(
     assert not manager.started
     assert manager.statistics().state == "stopped"
 
+
+# -- the Parquet sink ---------------------------------------------------------------------
+pa = pytest.importorskip("pyarrow")
+
+BASE_MS = 1_709_251_200_000  # 2024-03-01T00:00:00Z
+
+
+@implicit_subscription("review-clicks")
+class NoDedupeSink(ParquetSink):
+    sink_options = ParquetSinkOptions(path="lake", timestamp_field="ts", dedupe=False)
+
+
+async def test_sink_without_dedupe_still_removes_a_crashed_write(tmp_path: Path) -> None:
+    # The docs: temporary files left by a crash "are deleted when the stream is next
+    # written" -- also when dedupe is off.
+    torn = tmp_path / "lake" / "date=2024-03-01" / (
+        f".{stream_slug('review-clicks', 'u')}__6.0-9.0.parquet.tmp-dead")
+    torn.parent.mkdir(parents=True)
+    torn.write_bytes(b"PAR1 half a file")
+    silo = Silo(SiloOptions(gateway_port=None, data_dir=str(tmp_path)), grains=[NoDedupeSink])
+    async with silo:
+        sink = silo.get_grain(NoDedupeSink, "u")
+        files = await sink.write_events("review-clicks", "u",
+                                        [({"ts": BASE_MS}, SequenceToken(10))])
+
+    assert len(files) == 1
+    assert not torn.exists()
+
+
+def test_sink_commit_makes_new_folders_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A new dataset root (and its parents) is a new directory entry too: unless the folder
+    # holding it is fsynced, a power loss can drop the whole folder of committed (and
+    # acknowledged) files.
+    synced: list[Path] = []
+    real = sink_module._fsync_dir
+
+    def record(path: Path) -> None:
+        synced.append(Path(path))
+        real(path)
+
+    monkeypatch.setattr(sink_module, "_fsync_dir", record)
+    root = tmp_path / "lake" / "pageviews"
+    writer = ParquetSinkWriter(root, ParquetSinkOptions())
+
+    writer.write("s-1", "k", [({"ts": BASE_MS}, (1, 0))])
+
+    for folder in (tmp_path, tmp_path / "lake", root, root / "date=2024-03-01"):
+        assert folder in synced, (folder, synced)
