@@ -209,10 +209,7 @@ def _make_dirs(folder: Path, fsync: bool) -> None:
         missing.append(path)
         path = path.parent
     for path in reversed(missing):
-        try:
-            path.mkdir()
-        except FileExistsError:
-            pass
+        path.mkdir(exist_ok=True)
         if fsync:
             _fsync_dir(path.parent)
 
