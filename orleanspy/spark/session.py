@@ -530,7 +530,9 @@ def _create_session(options: SparkOptions) -> tuple[Any, bool]:
     os.environ.setdefault("SPARK_CONF_DIR", str(_CONF_DIR))
     if options.is_local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    existing = SparkSession.getActiveSession() if connect is None else None
+    # Another owner's session (getActiveSession() is per thread: None on this worker
+    # thread even when the process runs a session, so look at the process's SparkContext).
+    existing = connect is None and _context_running()
     builder = SparkSession.builder.appName(options.app_name)
     builder = builder.remote(connect) if connect is not None else builder.master(options.master)
     for key, value in options.session_conf().items():
@@ -551,7 +553,14 @@ def _create_session(options: SparkOptions) -> tuple[Any, bool]:
             f"the SparkSession did not start ({type(exc).__name__}: "
             f"{text.strip().splitlines()[0] if text.strip() else ''}); {hint}"
         ) from None
-    return session, existing is None
+    return session, not existing
+
+
+def _context_running() -> bool:
+    """Blocking-free: whether this process already has a classic SparkContext."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def _java() -> str | None:

@@ -242,3 +242,22 @@ def test_sink_commit_makes_new_folders_durable(
 
     for folder in (tmp_path, tmp_path / "lake", root, root / "date=2024-03-01"):
         assert folder in synced, (folder, synced)
+
+
+@pytest.mark.spark
+async def test_a_manager_joining_the_process_session_does_not_stop_it(
+    spark_manager: SparkSessionManager,
+) -> None:
+    # The process already runs a SparkSession (here: the tests' shared one, created on
+    # another thread). A second manager joins it; stopping that manager must leave the
+    # session running for its creator. (The session is created on a worker thread, where
+    # SparkSession.getActiveSession() is None even though a session exists.)
+    joining = SparkSessionManager(replace(spark_manager.options, stop_timeout=1.0))
+    await joining.start()
+    try:
+        assert joining.session_nowait() is spark_manager.session_nowait()
+        assert joining._owns_session is False
+    finally:
+        if not joining._owns_session:  # never stop the tests' shared session here
+            await joining.stop()
+    assert await spark_manager.run(lambda spark: spark.range(5).count(), tag="alive") == 5
