@@ -127,7 +127,7 @@ class LeaseQueueBalancer(QueueBalancer):
             (``ClusterRuntime.lease_store()``) if omitted.
     """
 
-    __slots__ = ("_assigner", "_target", "store")
+    __slots__ = ("_assigner", "_target", "settled", "store")
 
     def __init__(
         self, assigner: QueueAssigner | None = None, store: QueueLeaseStore | None = None
@@ -135,6 +135,7 @@ class LeaseQueueBalancer(QueueBalancer):
         self._assigner = assigner or DEFAULT_ASSIGNER
         self.store = store
         self._target: dict[str, list[QueueId]] = {}
+        self.settled = False  # did the leases read by the last plan match its layout?
 
     @property
     def assigner(self) -> QueueAssigner:
@@ -161,6 +162,13 @@ class LeaseQueueBalancer(QueueBalancer):
             if name in by_text and lease.owner in silos
         }
         assignment = self._assigner.assign(all_queues, silos, previous)
+        # Until every lease is held by its queue's owner in this layout, some silo still has
+        # to give up or take a queue: the provider keeps planning (a silo that planned before
+        # another released a queue would otherwise learn of it only at its next renewal).
+        self.settled = all(
+            (lease := leases.get(str(q))) is not None and lease.owner == owner
+            for q, owner in assignment.items()
+        )
         target = [q for q in all_queues if assignment.get(q) == silo]
         self._target = {silo: target}
         return target

@@ -97,7 +97,7 @@ class PersistentStreamProvider:
         self._balance_task: asyncio.Task[None] | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._balance_lock = asyncio.Lock()
-        self._pending = 0  # target queues still leased to another silo
+        self._pending = 0  # > 0: retry soon (queues handed off, leases not settled)
         self._stopping = False
         self.rebalances = 0
         self._rounds = asyncio.Condition()  # notified after each balancing round
@@ -279,7 +279,9 @@ class PersistentStreamProvider:
                     self.log.info("stream_queue_acquired", queue=str(queue))
                 else:
                     pending += 1
-            self._pending = pending
+            # retry soon while handing off, or while the cluster's leases do not match the
+            # layout yet (another silo may release a queue this silo should take)
+            self._pending = pending + (not leases.settled)
             self.rebalances += 1
         async with self._rounds:
             self._rounds.notify_all()

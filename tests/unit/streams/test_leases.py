@@ -77,14 +77,15 @@ class Idle(Grain):
         return 1
 
 
-def clustered(table: MemoryMembershipTable) -> Silo:
+def clustered(table: MemoryMembershipTable, lease_duration: float = 3.0) -> Silo:
     options = SiloOptions(
         membership="memory", port=0, gateway_port=None, cluster_id="unit", probe_period=0.3,
         i_am_alive_period=0.3, table_refresh_period=0.3, response_timeout=WAIT,
     )
     provider = PersistentStreamProvider(
         MemoryAdapterFactory(),
-        StreamProviderOptions(total_queues=8, balance_settle_time=0.05, lease_duration=3,
+        StreamProviderOptions(total_queues=8, balance_settle_time=0.05,
+                              lease_duration=lease_duration,
                               lease_retry_period=0.05),
     )
     return Silo(options, grains=[Idle], membership_table=table,
@@ -98,14 +99,21 @@ def provider_of(silo: Silo) -> PersistentStreamProvider:
 
 async def settled(silos: list[Silo], shares: tuple[int, ...]) -> None:
     """Wait until ``silos`` pull all 8 queues between them, each a count in ``shares``
-    (checked after each balancing round of every silo)."""
+    (checked after each balancing round of any of them)."""
     providers = [provider_of(s) for s in silos]
 
     def done(_: Any) -> bool:
         counts = [len(p.agents) for p in providers]
         return sum(counts) == 8 and all(c in shares for c in counts)
 
-    await asyncio.gather(*(p.wait_for_queues(done, WAIT) for p in providers))
+    # the predicate is global: the round of whichever silo makes it true sees it
+    waits = [asyncio.ensure_future(p.wait_for_queues(done, WAIT)) for p in providers]
+    finished, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in finished:
+        task.result()  # a TimeoutError fails the test
 
 
 async def test_queues_balance_on_join_and_hand_off_on_a_graceful_stop():
@@ -133,6 +141,42 @@ async def test_queues_balance_on_join_and_hand_off_on_a_graceful_stop():
     finally:
         for silo in silos:
             await silo.stop()
+
+
+async def test_a_crashed_silos_queues_are_taken_once_it_is_declared_dead_not_at_expiry():
+    table = MemoryMembershipTable()
+    silos = [clustered(table, lease_duration=60.0) for _ in range(3)]
+    try:
+        for silo in silos:
+            await silo.start()
+        await settled(silos, (2, 3))
+        crashed = silos[1]
+        assert crashed.cluster is not None
+        lost = set(provider_of(crashed).agents)
+        await crashed.cluster.abort()  # no membership write, no lease release
+        await settled([silos[0], silos[2]], (4,))  # long before the 60 s expiry
+        taken = set(provider_of(silos[0]).agents) | set(provider_of(silos[2]).agents)
+        assert lost <= taken
+    finally:
+        for silo in silos:
+            await silo.stop()
+
+
+async def test_an_owner_whose_lease_was_taken_stops_its_agent():
+    table = MemoryMembershipTable()
+    silo = clustered(table, lease_duration=0.3)  # renewed every 0.1 s
+    await silo.start()
+    try:
+        provider = provider_of(silo)
+        assert len(provider.agents) == 8
+        assert silo.cluster is not None
+        store = silo.cluster.lease_store()
+        victim = next(iter(provider.agents))
+        assert await store.acquire(str(victim), "thief", 60, dead={str(silo.cluster.me)})
+        owned = await provider.wait_for_queues(lambda q: victim not in q, WAIT)
+        assert len(owned) == 7  # and it cannot take the queue back while the thief holds it
+    finally:
+        await silo.stop()
 
 
 async def test_a_silo_without_membership_keeps_the_static_balancer():
