@@ -133,6 +133,10 @@ class ClientOptions:
     duplicates are ignored). The client keeps a connection to ``gateway_count`` of them (None:
     all) and reconnects a lost or unreachable gateway after ``reconnect_delay`` seconds,
     doubling up to ``reconnect_delay_max`` (with ±25% jitter).
+
+    ``membership`` (``sqlite:PATH``, relative to the current directory) lets the client read
+    the cluster's membership table at connect and every ``gateway_refresh_period`` seconds and
+    add the gateways of active silos that ``gateways`` does not list.
     """
 
     cluster_id: str = "dev"
@@ -144,6 +148,8 @@ class ClientOptions:
     gateway_count: int | None = None
     reconnect_delay: float = 0.5
     reconnect_delay_max: float = 10.0
+    membership: str | None = None
+    gateway_refresh_period: float = 10.0
 
     def __post_init__(self) -> None:
         n = "ClientOptions"
@@ -162,6 +168,11 @@ class ClientOptions:
                "must be > 0 seconds")
         _check(n, "reconnect_delay_max", self.reconnect_delay_max >= self.reconnect_delay,
                self.reconnect_delay_max, "must be >= reconnect_delay")
+        if self.membership is not None:
+            _check(n, "membership", self.membership.startswith("sqlite:"), self.membership,
+                   "must be 'sqlite:PATH' (or None: only the listed gateways)")
+        _check(n, "gateway_refresh_period", self.gateway_refresh_period > 0,
+               self.gateway_refresh_period, "must be > 0 seconds")
         _check(n, "response_timeout", self.response_timeout > 0, self.response_timeout,
                "must be > 0 seconds")
         _check(n, "connect_timeout", self.connect_timeout > 0, self.connect_timeout,

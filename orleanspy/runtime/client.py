@@ -250,6 +250,7 @@ class ClusterClient:
         self._deadlines: _Deadlines | None = None
         self._wake: asyncio.Event | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
         self._round: asyncio.Future[None] | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -283,12 +284,66 @@ class ClusterClient:
         if self._closed:
             raise RuntimeError("this ClusterClient was closed; create a new one")
         self._ensure_supervisor()
+        if self.options.membership is not None:
+            await self._refresh_gateways()
         await self._connect_round(wait_all=True)
 
     def _ensure_supervisor(self) -> None:
         if self._supervisor is None:
             self._wake = asyncio.Event()
             self._supervisor = asyncio.ensure_future(self._supervise())
+            if self.options.membership is not None:
+                self._refresher = asyncio.ensure_future(self._refresh_loop())
+
+    async def _refresh_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.options.gateway_refresh_period)
+            await self._refresh_gateways()
+
+    async def _refresh_gateways(self) -> None:
+        """Add the gateways of the active silos in the membership table to the list.
+
+        Gateways are only added (one that dies is retried with back-off like any other); an
+        addition changes the routing of every grain, as the list length changes.
+        """
+        from orleanspy.cluster.membership import SiloStatus, SqliteMembershipTable
+
+        url = self.options.membership
+        assert url is not None
+        path = url[len("sqlite:"):]
+        if not _is_file(path):  # do not create an empty table where none is
+            self.log.warning("client_membership_unreadable", membership=url,
+                             error="no such file")
+            return
+        table = SqliteMembershipTable(path, cluster_id=self.options.cluster_id)
+        try:
+            data = await table.read_all()
+        except Exception as exc:  # a missing or locked file: keep the list, try again later
+            self.log.warning("client_membership_unreadable", membership=url, error=repr(exc))
+            return
+        finally:
+            await table.close()
+        if self._closed:
+            return
+        known = {g.address for g in self._gateways}
+        added = []
+        for entry in data.entries():
+            if entry.status is not SiloStatus.ACTIVE or not entry.gateway_port:
+                continue
+            address = f"{entry.silo.host}:{entry.gateway_port}"
+            if address not in known:
+                known.add(address)
+                g = _Gateway(len(self._gateways), address, self.options.reconnect_delay)
+                self._gateways.append(g)
+                self._order.append(g)
+                added.append(address)
+        if added:
+            self._target = min(self.options.gateway_count or len(self._gateways),
+                               len(self._gateways))
+            self._rebuild()
+            self.log.info("client_gateways_discovered", gateways=added)
+            if self._wake is not None:
+                self._wake.set()
 
     async def _await_live(self) -> None:
         """Wait until some gateway is connected: try them all now, ignoring back-off."""
@@ -480,7 +535,7 @@ class ClusterClient:
         self._closed = True
         if self._deadlines is not None:
             self._deadlines.cancel()
-        for task in (self._supervisor, self._round):
+        for task in (self._supervisor, self._refresher, self._round):
             if task is not None:
                 task.cancel()
         for g in self._gateways:
@@ -596,6 +651,10 @@ class ClusterClient:
              None, []]
         )
         conn.send(payload)
+
+
+def _is_file(path: str) -> bool:
+    return os.path.isfile(path)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

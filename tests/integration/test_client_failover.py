@@ -135,3 +135,27 @@ async def test_client_spreads_over_gateways_and_fails_over_when_a_silo_is_killed
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await client.close()
+
+
+async def test_client_given_the_membership_table_finds_gateways_not_listed(
+    silo_launcher: SiloLauncher,
+):
+    silos = [await start_silo(silo_launcher) for _ in range(2)]
+    await wait_active(silo_launcher, 2)
+    client = ClusterClient(ClientOptions(
+        cluster_id=CLUSTER, gateways=(silos[0].gateway,), response_timeout=30.0,
+        membership=f"sqlite:{silo_launcher.data_dir / 'membership.db'}",
+        gateway_refresh_period=0.2, reconnect_delay=0.2, reconnect_delay_max=1.0,
+    ))
+    try:
+        await client.connect()  # reads the table first: both gateways at once
+        assert sorted(client.connected_gateways) == sorted(s.gateway for s in silos)
+
+        joiner = await start_silo(silo_launcher)
+        await wait_active(silo_launcher, 3)
+        await poll_until(lambda: asyncio.sleep(0, client.connected_gateways),
+                         lambda gws: joiner.gateway in gws, timeout=10, interval=0.1)
+        pids = {(await client.get_grain("Spot", k).info())["pid"] for k in KEYS}
+        assert joiner.pid in pids  # its gateway carries calls: prefer-local placed grains
+    finally:
+        await client.close()

@@ -92,6 +92,15 @@ def test_client_options_accept_one_or_several_gateways():
         ClientOptions(reconnect_delay=2.0, reconnect_delay_max=1.0)
     with pytest.raises(ConfigurationError, match="host:port"):
         ClientOptions(gateways=("h:1", "nope"))
+    with pytest.raises(ConfigurationError, match="sqlite:PATH"):
+        ClientOptions(membership="redis://x")
+
+
+async def test_missing_membership_file_leaves_the_listed_gateways(make_silo, tmp_path):
+    silos = await silos_with_gateways(make_silo, 1)
+    async with client_of(silos, membership=f"sqlite:{tmp_path / 'none.db'}") as client:
+        assert client.connected_gateways == [address(silos[0])]
+    assert not (tmp_path / "none.db").exists()
 
 
 async def test_client_connects_to_every_gateway_and_spreads_grains_over_them(make_silo):
