@@ -9,6 +9,7 @@ Spark jobs themselves, not only the await.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -53,9 +54,17 @@ class SparkGrain(Grain):
 
     @property
     def spark_tag(self) -> str:
-        """The Spark job tag of this grain's jobs (``orleanspy/<type>/<key>``, no commas)."""
+        """The Spark job tag of this grain's jobs (``orleanspy/<type>/<key>``, no commas;
+        a short hash is appended when the key is not a plain string, so that two grains
+        never share a tag)."""
         gid = self.grain_id
-        return _TAG_UNSAFE.sub("_", f"orleanspy/{gid.type_name}/{gid.key}")[:200]
+        raw = f"orleanspy/{gid.type_name}/{gid.key}"
+        tag = _TAG_UNSAFE.sub("_", raw)
+        if tag != raw or len(tag) > 200 or not isinstance(gid.key, str):
+            digest = hashlib.blake2b(f"{type(gid.key).__name__}:{raw}".encode(),
+                                     digest_size=5).hexdigest()
+            tag = f"{tag[:180]}-{digest}"
+        return tag
 
     def submit_job(
         self,

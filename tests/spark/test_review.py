@@ -31,7 +31,7 @@ from orleanspy.streams import implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
 
 from .conftest import WAIT
-from .grains import _long
+from .grains import Analytics, _long
 
 
 async def _occupy_every_worker(
@@ -261,3 +261,16 @@ async def test_a_manager_joining_the_process_session_does_not_stop_it(
         if not joining._owns_session:  # never stop the tests' shared session here
             await joining.stop()
     assert await spark_manager.run(lambda spark: spark.range(5).count(), tag="alive") == 5
+
+
+@pytest.mark.spark
+async def test_spark_tags_of_distinct_grains_are_distinct(spark_cluster: Any) -> None:
+    # The tag cancels every job of a grain (deactivation, cancel_spark): two grains whose
+    # keys only differ in characters a tag cannot hold must not share one.
+    tags = []
+    for key in ("a b", "a_b", "a,b"):
+        props = await spark_cluster.get_grain(Analytics, key).job_properties()
+        tags.append(props["tags"][0])
+
+    assert len(set(tags)) == 3, tags
+    assert all("," not in tag for tag in tags)
