@@ -61,10 +61,17 @@ class ProgressBar:
         self.last = ""
         self.fraction = 0.0
         self.lines = 0
+        self.tasks = (0, 0)  # the last (done, total) seen
 
-    def render(self, jobs: list[dict[str, Any]]) -> str:
+    def render(self, jobs: list[dict[str, Any]], *, finished: bool = False) -> str:
         done = sum(int(j.get("tasks_done", 0)) for j in jobs)
         total = sum(int(j.get("tasks_total", 0)) for j in jobs)
+        if jobs:
+            self.tasks = (done, total)
+        else:  # between jobs, or after the last one: keep the last counts
+            done, total = self.tasks
+            if finished and self.fraction >= 1.0:
+                done = total
         if jobs:
             frac = sum(float(j.get("fraction", 0.0)) for j in jobs) / len(jobs)
             self.fraction = max(self.fraction, frac)
@@ -87,7 +94,7 @@ class ProgressBar:
     def finish(self, ok: bool) -> None:
         if ok:
             self.fraction = 1.0
-        text = self.render([]) + ("  done" if ok else "  failed")
+        text = self.render([], finished=True) + ("  done" if ok else "  failed")
         self.stream.write(("\r" + text.ljust(len(self.last)) + "\n") if self.tty
                           else text + "\n")
         self.stream.flush()

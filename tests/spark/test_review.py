@@ -274,3 +274,18 @@ async def test_spark_tags_of_distinct_grains_are_distinct(spark_cluster: Any) ->
 
     assert len(set(tags)) == 3, tags
     assert all("," not in tag for tag in tags)
+
+
+def test_progress_bar_final_line_keeps_the_task_counts() -> None:
+    # The last line said "100.0%  0/0 tasks  done" for every job: finish() rendered no jobs.
+    import io
+
+    from silo.spark_cli import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(out, tty=False)
+    bar.update([{"tasks_done": 3, "tasks_total": 8, "fraction": 0.375}])
+    bar.finish(True)
+
+    last = out.getvalue().splitlines()[-1]
+    assert "100.0%" in last and "8/8 tasks" in last and last.endswith("done"), last
