@@ -312,9 +312,9 @@ class SparkSessionManager:
             backend = self._ensure_session()
             if op.cancel_reason is not None:  # cancelled while the session was starting
                 raise _NotStarted
-            backend.enter(op)
-            op.started = True
             try:
+                backend.enter(op)  # may fail half-way: exit() clears what it set
+                op.started = True
                 result = op.fn(self._session, *op.args)
                 return to_plain(result) if op.convert else result
             finally:

@@ -289,3 +289,28 @@ def test_progress_bar_final_line_keeps_the_task_counts() -> None:
 
     last = out.getvalue().splitlines()[-1]
     assert "100.0%" in last and "8/8 tasks" in last and last.endswith("done"), last
+
+
+class _EnterFails(_FakeBackend):
+    exited: list[str] = []
+
+    def enter(self, op: Any) -> None:
+        raise RuntimeError("py4j hiccup after setJobGroup")
+
+    def exit(self, op: Any) -> None:
+        self.exited.append(op.id)
+
+
+async def test_scope_is_cleared_when_entering_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # enter() sets the job group, then tags, pool...: if a later step fails, what it set
+    # already must not stay on the pool thread for the next call.
+    monkeypatch.setattr(session_module, "_create_session", lambda options: (_FakeSession(), True))
+    monkeypatch.setattr(session_module, "ClassicBackend", _EnterFails)
+    manager = SparkSessionManager(SparkOptions(master="local[1]"))
+    try:
+        job = manager.submit(lambda spark: 1, tag="review-enter")
+        with pytest.raises(RuntimeError, match="hiccup"):
+            await job
+        assert _EnterFails.exited == [job.job_group]
+    finally:
+        await manager.stop()
