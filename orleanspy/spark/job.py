@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from orleanspy.logging import get_logger
+
 __all__ = ["JobProgress", "SparkJob"]
 
 T = TypeVar("T")
@@ -81,7 +83,8 @@ class _Op:
         self.listeners: list[Callable[[JobProgress], None]] = []
 
     def publish(self, progress: JobProgress) -> None:
-        """Record a new snapshot (monotonic fraction) and tell the listeners (on the loop)."""
+        """Record a new snapshot (monotonic fraction) and tell the listeners (on the loop;
+        a listener's exception is logged, not raised)."""
         prev = self.progress
         if progress.state == "running":
             fraction = min(max(prev.fraction, progress.fraction), 0.99)
@@ -93,7 +96,11 @@ class _Op:
             return
         self.progress = progress
         for listener in list(self.listeners):
-            listener(progress)
+            try:
+                listener(progress)
+            except Exception as exc:  # an observer's bug must not orphan the Spark job
+                get_logger(__name__).warning("spark_progress_callback_failed",
+                                             job_group=self.id, error=repr(exc))
 
 
 class SparkJob(Generic[T]):

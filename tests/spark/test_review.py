@@ -314,3 +314,28 @@ async def test_scope_is_cleared_when_entering_it_fails(monkeypatch: pytest.Monke
         assert _EnterFails.exited == [job.job_group]
     finally:
         await manager.stop()
+
+
+
+@pytest.mark.spark
+async def test_a_failing_progress_callback_does_not_orphan_the_spark_job(
+    spark_manager: SparkSessionManager,
+) -> None:
+    # A progress callback that raises used to end the driving task with its error while
+    # the Spark job ran on, untracked and never cancelled. Progress is an observer: the
+    # error is logged, the job completes and reports its result.
+    from .grains import _sleepy
+
+    calls = 0
+
+    def broken(progress: JobProgress) -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("a broken progress display")
+
+    result = await asyncio.wait_for(
+        spark_manager.run(_sleepy, 2, 0.6, tag="review-callback", on_progress=broken), WAIT)
+
+    assert result == 20
+    assert calls >= 2  # running and the final snapshot
+    assert spark_manager.jobs("review-callback") == []
