@@ -149,7 +149,10 @@ class ParquetSinkWriter:
             when = _dt.datetime.fromtimestamp(arrival, _dt.UTC)
         elif isinstance(value, (int, float)):
             seconds = value / 1000 if self.options.timestamp_unit == "ms" else value
-            when = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
+            try:
+                when = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
+            except (ValueError, OverflowError, OSError):  # NaN, inf, out of range
+                when = _dt.datetime.fromtimestamp(arrival, _dt.UTC)
         elif isinstance(value, _dt.datetime):
             when = value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
         elif isinstance(value, str):

@@ -339,3 +339,15 @@ async def test_a_failing_progress_callback_does_not_orphan_the_spark_job(
     assert result == 20
     assert calls >= 2  # running and the final snapshot
     assert spark_manager.jobs("review-callback") == []
+
+
+def test_sink_event_with_an_impossible_timestamp_is_dated_by_arrival(tmp_path: Path) -> None:
+    # One event with a NaN or out-of-range timestamp used to fail the whole delivery, again
+    # on every retry (a poison batch: past max_delivery_time the failure policy drops the
+    # good events with it). Such an event is dated by its arrival, like one without a time.
+    writer = ParquetSinkWriter(tmp_path, ParquetSinkOptions(timestamp_field="ts"))
+    arrival = BASE_MS / 1000
+    for n, ts in enumerate((float("nan"), float("inf"), 10**17, -(10**17))):
+        files = writer.write(f"s-{n}", "k", [({"ts": ts}, (1, 0))], arrival=arrival)
+
+        assert [Path(f).parent.name for f in files] == ["date=2024-03-01"], ts
