@@ -90,9 +90,11 @@ class ClassicBackend(Backend):
         sc.setLocalProperty("spark.scheduler.pool", None)
 
     def cancel(self, op: _Op, first: bool) -> None:
-        if first:
-            self._scala_sc.cancelJobGroupAndFutureJobs(op.id)
-        self._sc.cancelJobGroup(op.id)
+        try:
+            if first:  # Spark 4+ (absent in 3.5): the repeated cancelJobGroup still runs
+                self._scala_sc.cancelJobGroupAndFutureJobs(op.id)
+        finally:
+            self._sc.cancelJobGroup(op.id)
 
     def cancel_tag(self, tag: str) -> None:
         self._sc.cancelJobsWithTag(tag)
