@@ -376,6 +376,19 @@ class ClusterRuntime:
             self.forwarded += 1
         gid = msg.target
         info = self.silo.registry.get(gid.type_name)
+        if info is not None and info.is_system_target:
+            # A system target whose key ends with a silo's address lives on that silo (e.g. a
+            # pulling agent, told of new subscriptions by a rendezvous on another silo).
+            target = self._system_target_silo(gid.key)
+            if target is None or target == self.me:
+                self._deliver_local(msg, local_origin)
+            elif target in self.snapshot.active_silos:
+                self.transport.send_message(target, msg)
+            else:
+                self._fail(msg, SiloUnavailableError(
+                    f"{gid} lives on silo {target}, which is not active"
+                ))
+            return
         if info is not None and not self.uses_directory(info):
             self._deliver_local(msg, local_origin)  # stateless workers stay local
             return
@@ -389,6 +402,18 @@ class ClusterRuntime:
             self._addressing[gid] = fut
             fut.add_done_callback(partial(self._addressed, gid))
         fut.add_done_callback(partial(self._send_addressed, msg, local_origin))
+
+    @staticmethod
+    def _system_target_silo(key: Any) -> SiloAddress | None:
+        """The silo named by the last element of a system target's key, if any."""
+        if type(key) is not tuple or not key or type(key[-1]) is not str:
+            return None
+        text = key[-1]
+        host, sep, rest = text.rpartition(":")
+        port, at, generation = rest.partition("@")
+        if not sep or not at or not port.isdigit() or not generation.isdigit():
+            return None
+        return SiloAddress(host, int(port), int(generation))
 
     def _addressed(self, gid: GrainId, fut: asyncio.Future[SiloAddress]) -> None:
         if self._addressing.get(gid) is fut:

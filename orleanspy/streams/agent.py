@@ -183,8 +183,9 @@ class PullingAgent(SystemTarget):
             self.acknowledged += len(done)
 
     @property
-    def key_tuple(self) -> tuple[str, int]:
-        return (self.provider.name, self.queue.index)
+    def key_tuple(self) -> tuple[str, int, str]:
+        """The system-target key: the silo's address lets other silos reach this agent."""
+        return (self.provider.name, self.queue.index, str(self.silo.address))
 
     # -- the read cycle -------------------------------------------------------------------------
     async def _run(self) -> None:

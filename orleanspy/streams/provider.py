@@ -171,7 +171,7 @@ class PersistentStreamProvider:
         from orleanspy.streams.agent import PullingAgent
 
         agent = PullingAgent(self, queue)
-        self.silo.add_system_target(agent, (self.name, queue.index))
+        self.silo.add_system_target(agent, (self.name, queue.index, str(self.silo.address)))
         try:
             await agent.start()
         except BaseException:

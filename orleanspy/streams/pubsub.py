@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orleanspy.errors import MessageRejectedError
+from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import grain_type
 from orleanspy.grains.state import persistent_state
@@ -52,7 +52,7 @@ class SubscriptionRecord:
 @dataclass
 class PubSubState:
     subscriptions: dict[str, SubscriptionRecord] = field(default_factory=dict)
-    producers: list[tuple[str, int]] = field(default_factory=list)
+    producers: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 @grain_type("orleanspy.PubSubRendezvous")
@@ -61,15 +61,15 @@ class PubSubRendezvous(Grain):
 
     state = persistent_state(PubSubState, storage="pubsub")
 
-    async def register_producer(self, agent: tuple[str, int]) -> list[SubscriptionRecord]:
-        agent = (str(agent[0]), int(agent[1]))
+    async def register_producer(self, agent: tuple[Any, ...]) -> list[SubscriptionRecord]:
+        agent = _agent_key(agent)
         if agent not in self.state.value.producers:
             self.state.value.producers.append(agent)
             await self.state.write()
         return [r for r in self.state.value.subscriptions.values() if not r.faulted]
 
-    async def unregister_producer(self, agent: tuple[str, int]) -> None:
-        agent = (str(agent[0]), int(agent[1]))
+    async def unregister_producer(self, agent: tuple[Any, ...]) -> None:
+        agent = _agent_key(agent)
         if agent in self.state.value.producers:
             self.state.value.producers.remove(agent)
             await self.state.write()
@@ -111,7 +111,7 @@ class PubSubRendezvous(Grain):
             if r.consumer_type == consumer_type and r.consumer_key == consumer_key
         ]
 
-    async def producers(self) -> list[tuple[str, int]]:
+    async def producers(self) -> list[tuple[Any, ...]]:
         return list(self.state.value.producers)
 
     async def _tell_agents(self, method: str, record: SubscriptionRecord) -> None:
@@ -122,6 +122,8 @@ class PubSubRendezvous(Grain):
             ref = self.silo.get_system_target(PullingAgent, agent)
             try:
                 await ref.invoke(method, record)
+            except SiloUnavailableError:
+                gone.append(agent)  # its silo died: the queue's next owner registers anew
             except MessageRejectedError as exc:
                 if exc.kind != "unknown_system_target":
                     raise
@@ -130,3 +132,9 @@ class PubSubRendezvous(Grain):
             for agent in gone:
                 self.state.value.producers.remove(agent)
             await self.state.write()
+
+
+def _agent_key(agent: Any) -> tuple[Any, ...]:
+    """A pulling agent's system-target key: (provider, queue index, silo address text); the
+    silo lets a rendezvous on another silo of a cluster reach it."""
+    return (str(agent[0]), int(agent[1]), *(str(a) for a in agent[2:]))

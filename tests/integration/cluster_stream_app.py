@@ -15,7 +15,7 @@ from orleanspy import Grain
 from orleanspy.streams.provider import implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["NumberSink"]
+__all__ = ["ExplicitSink", "NumberSink"]
 
 
 def _append(path: str, line: str) -> None:
@@ -27,4 +27,24 @@ def _append(path: str, line: str) -> None:
 class NumberSink(Grain):
     async def on_next(self, item: Any, token: SequenceToken) -> None:
         path = os.path.join(self.silo.options.data_dir, "received.txt")
+        await asyncio.to_thread(_append, path, f"{self.key} {item} {os.getpid()}\n")
+
+
+class ExplicitSink(Grain):
+    """Subscribes explicitly (``subscribe``) to stream ``explicit/KEY``; appends what it
+    receives to ``explicit.txt`` in the shared data dir."""
+
+    async def on_activate(self) -> None:
+        stream = self.get_stream_provider("s").get_stream("explicit", self.key)
+        for handle in await stream.get_subscriptions():  # after a reactivation elsewhere
+            await handle.resume(self._on_next)
+
+    async def subscribe(self) -> str:
+        stream = self.get_stream_provider("s").get_stream("explicit", self.key)
+        if not await stream.get_subscriptions():
+            await stream.subscribe(self._on_next)
+        return str(self.silo.address)
+
+    async def _on_next(self, item: Any, token: SequenceToken) -> None:
+        path = os.path.join(self.silo.options.data_dir, "explicit.txt")
         await asyncio.to_thread(_append, path, f"{self.key} {item} {os.getpid()}\n")

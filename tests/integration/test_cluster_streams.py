@@ -268,3 +268,83 @@ async def test_cluster_streams_joining_silo_takes_its_share_of_queues(
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
+
+
+async def test_cluster_streams_explicit_subscriptions_reach_agents_on_other_silos(
+    silo_launcher: SiloLauncher, tmp_path: Path
+) -> None:
+    """Explicit subscriptions to streams the agents already deliver: the rendezvous of a
+    stream, the consumer and the agent of the stream's queue are spread over three silos, and
+    the rendezvous must tell the agent on its silo before subscribe returns, so every consumer
+    gets every number published after it subscribed, once and in order."""
+    data_dir = silo_launcher.data_dir
+    config = write_config(tmp_path)
+    silos = await start_cluster(silo_launcher, config, 2)
+    cs = [s.client(cluster_id=CLUSTER) for s in silos]
+    for c in cs:
+        await c.connect()
+    adapter = SqliteAdapterFactory(str(data_dir / "streams.db")).create_adapter("s")
+    mapper = HashRingQueueMapper(QUEUES, "s")
+    await adapter.open()
+
+    async def publish_explicit(numbers: range) -> None:
+        for n in numbers:
+            await asyncio.gather(*(
+                adapter.enqueue(mapper.queue_for(StreamId("explicit", k)),
+                                StreamId("explicit", k), [n])
+                for k in KEYS
+            ))
+
+    def received() -> dict[int, list[int]]:
+        got: dict[int, list[int]] = defaultdict(list)
+        path = data_dir / "explicit.txt"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, n, _ = line.split()
+                got[int(key)].append(int(n))
+        return got
+
+    try:
+        # Before anyone subscribes: the agents read these, register the streams with their
+        # rendezvous (placed on the agents' silos) and acknowledge them.
+        await publish_explicit(range(5))
+        await poll_until(lambda: adapter_backlog(data_dir), lambda n: n == 0, timeout=30,
+                         interval=0.1)
+        # A third silo joins and takes queues: their new agents register the streams with
+        # rendezvous that stay on the other silos.
+        joiner = await start_silo(silo_launcher, config)
+        silos.append(joiner)
+        await wait_balanced(data_dir, silos, timeout=20)
+        cs.append(joiner.client(cluster_id=CLUSTER))
+        await cs[-1].connect()
+        await publish_explicit(range(5, 10))
+        await poll_until(lambda: adapter_backlog(data_dir), lambda n: n == 0, timeout=30,
+                         interval=0.1)
+        hosts = set()
+        for i, key in enumerate(KEYS):  # consumers activated through every gateway
+            hosts.add(await cs[i % 3].get_grain("ExplicitSink", key).subscribe())
+        assert len(hosts) >= 2
+        await publish_explicit(range(10, 60))
+        got = await poll_until(lambda: asyncio.sleep(0, received()),
+                               lambda g: all(len(g[k]) >= 50 for k in KEYS), timeout=30,
+                               interval=0.2)
+        for key in KEYS:
+            assert got[key] == list(range(10, 60)), f"stream {key}: {got[key][:10]}..."
+    finally:
+        await adapter.close()
+        for c in cs:
+            await c.close()
+
+
+async def adapter_backlog(data_dir: Path) -> int:
+    """Rows still in the shared SQLite queue file (enqueued, not yet acknowledged)."""
+    import sqlite3
+
+    def count() -> int:
+        conn = sqlite3.connect(data_dir / "streams.db")
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM stream_queue").fetchone()[0])
+        finally:
+            conn.close()
+
+    return await asyncio.to_thread(count)
