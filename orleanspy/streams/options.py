@@ -104,6 +104,9 @@ class StreamProviderOptions:
             agent stops reading the queue until it drains (as in Orleans).
         pubsub_storage: the grain storage that keeps explicit subscriptions (falls back to
             ``default``).
+        balancer: on a clustered silo, the algorithm that lays queues out over the silos
+            (leases make the layout exclusive): ``sticky`` (default: exactly balanced, fewest
+            moves), ``even``, ``bounded[:EPSILON]`` or ``ring`` (docs/cluster.md).
         balance_settle_time: on a clustered silo, how long membership must stay unchanged
             before the provider recomputes its queues (a burst of joins moves queues once).
         lease_duration: a queue lease expires this long after its last renewal; the owner
@@ -129,6 +132,7 @@ class StreamProviderOptions:
     spill: bool = True
     pubsub_storage: str = "pubsub"
     balance_settle_time: float = 1.0
+    balancer: str = "sticky"
     lease_duration: float = 30.0
     lease_retry_period: float = 0.5
 
@@ -147,6 +151,12 @@ class StreamProviderOptions:
         check("batch_size", self.batch_size >= 1, "must be >= 1")
         check("max_delivery_time", self.max_delivery_time > 0, "must be > 0 seconds")
         check("balance_settle_time", self.balance_settle_time >= 0, "must be >= 0 seconds")
+        from orleanspy.cluster.balancing.named import assigner_named
+
+        try:
+            assigner_named(self.balancer)
+        except ValueError as exc:
+            raise ConfigurationError(f"{n}.balancer = {self.balancer!r}: {exc}") from None
         check("lease_duration", self.lease_duration > 0, "must be > 0 seconds")
         check("lease_retry_period", self.lease_retry_period > 0, "must be > 0 seconds")
         check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")

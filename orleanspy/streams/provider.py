@@ -123,7 +123,11 @@ class PersistentStreamProvider:
         if cluster is not None and (self._default_balancer
                                     or isinstance(balancer, LeaseQueueBalancer)):
             if not isinstance(balancer, LeaseQueueBalancer):
-                balancer = self.balancer = LeaseQueueBalancer()
+                from orleanspy.cluster.balancing.named import assigner_named
+
+                balancer = self.balancer = LeaseQueueBalancer(
+                    assigner_named(self.options.balancer)
+                )
             if balancer.store is None:
                 balancer.store = cluster.lease_store()
             self._leases = balancer
