@@ -69,6 +69,7 @@ from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactor
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider
+from orleanspy.streams.stream import StreamObserver
 
 NS = "bench"
 BODY = "x" * 64  # every event is [producer, index, BODY]: ~70 bytes of msgpack
@@ -79,6 +80,7 @@ QUEUE_CAPACITY = 100_000  # MemoryAdapterFactory's default capacity_per_queue
 SQLITE_CHUNK = 1000
 PULL_PERIOD = 0.01
 DELIVERY_BATCH = [1]  # containers per delivery call (--delivery-batch); the default is 1
+BATCH_HANDLER = [False]  # consumers take whole deliveries (--batch-handler)
 BP_CACHE = 512
 BP_SLOWDOWN = 10
 BP_FAST_SECONDS = 2.0  # the fast consumer's stream gets about this many seconds of events
@@ -179,7 +181,16 @@ class StreamConsumer(Grain):
 
     async def subscribe(self, provider: str, key: str) -> None:
         self.tally = TALLIES[self.key]
-        await self.get_stream_provider(provider).get_stream(NS, key).subscribe(self._on_next)
+        stream = self.get_stream_provider(provider).get_stream(NS, key)
+        if BATCH_HANDLER[0] and not self.tally.delay:
+            await stream.subscribe(StreamObserver(None, on_next_batch=self._on_batch))
+        else:
+            await stream.subscribe(self._on_next)
+
+    async def _on_batch(self, items: list[Any]) -> None:
+        add = self.tally.add  # type: ignore[union-attr]
+        for item, _ in items:
+            add(item)
 
     async def _on_next(self, item: Any, token: Any) -> None:
         tally = self.tally
@@ -836,6 +847,9 @@ def main() -> None:
     parser.add_argument("--delivery-batch", type=int, default=1,
                         help="StreamProviderOptions.batch_size: containers per delivery call "
                         "(default 1, as the acceptance figures use)")
+    parser.add_argument("--batch-handler", action="store_true",
+                        help="consumers subscribe a batch observer (on_next_batch: one turn "
+                        "per delivery) instead of on_next per event")
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG path (default {PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     parser.add_argument("--profile", choices=["memory", "batch", "fanout", "sqlite"],
@@ -844,6 +858,7 @@ def main() -> None:
                         help="events for --profile (default 30000; fanout: /100)")
     args = parser.parse_args()
     DELIVERY_BATCH[0] = args.delivery_batch
+    BATCH_HANDLER[0] = args.batch_handler
     quiet_logging()
     if args.profile:
         asyncio.run(profile(args.profile, args.events))

@@ -95,7 +95,14 @@ class Grain:
         handlers = self.__dict__.get("_orleanspy_stream_handlers")
         observer = handlers.get(sub_id) if handlers else None
         if observer is not None:
+            if observer.on_next_batch is not None:
+                await observer.on_next_batch(events)  # the whole delivery in one call
+                return
             on_next = observer.on_next
+            assert on_next is not None  # as_observer requires on_next or on_next_batch
+        elif sub_id.startswith("implicit:") and hasattr(self, "on_next_batch"):
+            await self.on_next_batch(events)
+            return
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
         else:

@@ -46,15 +46,19 @@ FailureHandler = Callable[[SubscriptionRecord, StreamId, SequenceToken, BaseExce
 def implicit_subscription(*namespaces: str) -> Callable[[type], type]:
     """Class decorator: the grain whose key is a stream's key receives every event of the
     stream in these namespaces, without subscribing. It implements
-    ``async def on_next(self, item, token)`` (and optionally ``on_error(self, exc)``)."""
+    ``async def on_next(self, item, token)``, or ``async def on_next_batch(self, items)`` to
+    receive each delivery whole (a list of ``(item, token)``, up to ``batch_size``
+    containers, in one turn), and optionally ``on_error(self, exc)``."""
     if not namespaces or not all(isinstance(n, str) and n for n in namespaces):
         raise ValueError("implicit_subscription() needs one or more non-empty namespaces")
 
     def deco(cls: type) -> type:
-        if not callable(getattr(cls, "on_next", None)):
+        if not callable(getattr(cls, "on_next", None)) and not callable(
+            getattr(cls, "on_next_batch", None)
+        ):
             raise TypeError(
                 f"{cls.__name__} subscribes implicitly to {namespaces} but has no "
-                "'async def on_next(self, item, token)'"
+                "'async def on_next(self, item, token)' (or 'on_next_batch(self, items)')"
             )
         setattr(cls, _IMPLICIT_ATTR, tuple(namespaces))
         return cls

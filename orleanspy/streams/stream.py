@@ -21,26 +21,37 @@ HANDLERS = "_orleanspy_stream_handlers"
 
 @dataclass(slots=True)
 class StreamObserver:
-    """The callbacks of one subscription inside its grain."""
+    """The callbacks of one subscription inside its grain.
 
-    on_next: Callable[[Any, SequenceToken], Awaitable[Any]]
+    ``on_next_batch``, if set, receives each delivery whole — a list of ``(item, token)`` in
+    order, up to the provider's ``batch_size`` containers — in one call instead of one
+    ``on_next`` per event: one grain turn for several events (a batch observer).
+    """
+
+    on_next: Callable[[Any, SequenceToken], Awaitable[Any]] | None
     on_error: Callable[[BaseException], Awaitable[Any]] | None = None
     on_completed: Callable[[], Awaitable[Any]] | None = None
+    on_next_batch: Callable[[list[tuple[Any, SequenceToken]]], Awaitable[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_next is None and self.on_next_batch is None:
+            raise TypeError("StreamObserver needs on_next(item, token) or on_next_batch(items)")
 
 
 def as_observer(handler: Any, on_error: Any = None) -> StreamObserver:
     if isinstance(handler, StreamObserver):
         return handler
-    if hasattr(handler, "on_next"):
+    if hasattr(handler, "on_next_batch") or hasattr(handler, "on_next"):
         return StreamObserver(
-            handler.on_next, on_error or getattr(handler, "on_error", None),
-            getattr(handler, "on_completed", None),
+            getattr(handler, "on_next", None), on_error or getattr(handler, "on_error", None),
+            getattr(handler, "on_completed", None), getattr(handler, "on_next_batch", None),
         )
     if callable(handler):
         return StreamObserver(handler, on_error)
     raise TypeError(
-        "subscribe(handler): pass an async callable (item, token) or an object with "
-        "async on_next(item, token) [and on_error(exc)]"
+        "subscribe(handler): pass an async callable (item, token), an object with "
+        "async on_next(item, token) or on_next_batch(items) [and on_error(exc)], or a "
+        "StreamObserver"
     )
 
 
