@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,7 +54,7 @@ class SqliteDatabase:
         conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
         try:
             conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
             conn.close()
@@ -150,3 +151,18 @@ class SqliteDatabase:
 
 def _noop(conn: sqlite3.Connection) -> None:
     return None
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. Several processes opening a new file at once race for this switch, and
+    SQLite reports the loser "database is locked" without waiting for its busy timeout:
+    retry (on the worker thread) until the busy timeout."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
