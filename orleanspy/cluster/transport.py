@@ -53,7 +53,12 @@ from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.message import Direction, Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error, encode_error
+from orleanspy.messaging.wire import (
+    PROTOCOL_VERSION,
+    chain_entry,
+    decode_error,
+    response_payload,
+)
 
 __all__ = [
     "SiloConnection",
@@ -97,32 +102,6 @@ def _silo_order(silo: SiloAddress) -> tuple[str, int, int]:
     return (silo.host, silo.port, silo.generation)
 
 
-def _chain_entry(entry: Any) -> tuple[str, int, bool]:
-    if (
-        type(entry) is not list
-        or len(entry) != 3
-        or type(entry[0]) is not str
-        or type(entry[1]) is not int
-        or type(entry[2]) is not bool
-    ):
-        raise ValueError(f"bad call-chain entry {entry!r}: expected [str, int, bool]")
-    return (entry[0], entry[1], entry[2])
-
-
-def response_payload(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
-    """``[2, corr, ok, value]``; an unencodable result becomes an encoded error."""
-    try:
-        if ok:
-            try:
-                return codec.packb([RESPONSE, corr, True, value])
-            except SerializationError as exc:
-                return codec.packb([RESPONSE, corr, False, encode_error(codec, exc)])
-        return codec.packb([RESPONSE, corr, False, encode_error(codec, value)])
-    except Exception as exc:  # even the error does not encode: say so plainly
-        return codec.packb([RESPONSE, corr, False, {
-            "type": "orleanspy.errors:InternalError", "args": None,
-            "message": f"the reply could not be encoded: {exc!r}", "tb": "",
-        }])
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +208,7 @@ class SiloConnection(FramedConnection):
         one_way = kind == ONE_WAY
         try:
             gid = GrainId(type_name, normalize_key(key))
-            entries = tuple(_chain_entry(e) for e in chain) if chain else ()
+            entries = tuple(chain_entry(e) for e in chain) if chain else ()
         except Exception as exc:  # a bad key or chain: answer this request, keep serving
             if not one_way:
                 self.send(response_payload(self.codec, corr, False, exc))

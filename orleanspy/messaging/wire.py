@@ -20,9 +20,11 @@ from orleanspy.messaging.codec import Codec, qualified_name, resolve_name
 __all__ = [
     "HEADER",
     "PROTOCOL_VERSION",
+    "chain_entry",
     "decode_error",
     "encode_error",
     "frame",
+    "response_payload",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -63,3 +65,32 @@ def decode_error(value: Any) -> BaseException:
             exc.remote_traceback = tb  # type: ignore[attr-defined]
             return exc
     return RemoteGrainError(type_name.replace(":", "."), message, tb)
+
+
+def chain_entry(entry: Any) -> tuple[str, int, bool]:
+    """One decoded call-chain entry ``[type name, activation id, reentrant]``, checked."""
+    if (
+        type(entry) is not list
+        or len(entry) != 3
+        or type(entry[0]) is not str
+        or type(entry[1]) is not int
+        or type(entry[2]) is not bool
+    ):
+        raise ValueError(f"bad call-chain entry {entry!r}: expected [str, int, bool]")
+    return (entry[0], entry[1], entry[2])
+
+
+def response_payload(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
+    """``[2, corr, ok, value]``; an unencodable result becomes an encoded error."""
+    try:
+        if ok:
+            try:
+                return codec.packb([2, corr, True, value])
+            except SerializationError as exc:
+                return codec.packb([2, corr, False, encode_error(codec, exc)])
+        return codec.packb([2, corr, False, encode_error(codec, value)])
+    except Exception as exc:  # even the error does not encode: say so plainly
+        return codec.packb([2, corr, False, {
+            "type": "orleanspy.errors:InternalError", "args": None,
+            "message": f"the reply could not be encoded: {exc!r}", "tb": "",
+        }])

@@ -24,7 +24,7 @@ from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableE
 from orleanspy.ids import GrainId, normalize_key
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.message import Direction, Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION, encode_error
+from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry, response_payload
 
 if TYPE_CHECKING:
     from orleanspy.runtime.silo import Silo
@@ -34,18 +34,6 @@ __all__ = ["Gateway"]
 
 def _raw_ext(code: int, data: bytes) -> Any:
     return None
-
-
-def _chain_entry(entry: Any) -> tuple[str, int, bool]:
-    if (
-        type(entry) is not list
-        or len(entry) != 3
-        or type(entry[0]) is not str
-        or type(entry[1]) is not int
-        or type(entry[2]) is not bool
-    ):
-        raise ValueError(f"bad call-chain entry {entry!r}: expected [str, int, bool]")
-    return (entry[0], entry[1], entry[2])
 
 
 class GatewayConnection(FramedConnection):
@@ -101,7 +89,7 @@ class GatewayConnection(FramedConnection):
         one_way = kind == 1
         try:
             gid = GrainId(type_name, normalize_key(key))
-            entries = tuple(_chain_entry(e) for e in chain) if chain else ()
+            entries = tuple(chain_entry(e) for e in chain) if chain else ()
         except Exception as exc:  # a bad key or chain: answer this request, keep serving
             if not one_way:
                 self._reply(corr, False, exc)
@@ -174,21 +162,7 @@ class GatewayConnection(FramedConnection):
     def _reply(self, corr: int, ok: bool, value: Any) -> None:
         if self.closed:
             return
-        codec = self.codec
-        try:
-            if ok:
-                try:
-                    payload = codec.packb([2, corr, True, value])
-                except SerializationError as exc:
-                    payload = codec.packb([2, corr, False, encode_error(codec, exc)])
-            else:
-                payload = codec.packb([2, corr, False, encode_error(codec, value)])
-        except Exception as exc:  # even the error does not encode: say so plainly
-            payload = codec.packb([2, corr, False, {
-                "type": "orleanspy.errors:InternalError", "args": None,
-                "message": f"the reply could not be encoded: {exc!r}", "tb": "",
-            }])
-        self.send(payload)
+        self.send(response_payload(self.codec, corr, ok, value))
 
 
 class Gateway:
