@@ -236,15 +236,20 @@ class Activation:
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.ACTIVATION_FAILED
         self.silo.catalog.remove(self)
+        pending = self._take_pending()
+        for msg in pending:
+            self._deliver(msg, False, err)
+        self._set_deactivated()
+
+    def _take_pending(self) -> list[Message]:
+        """Empty the mailbox (waiting and blocked messages, releasing blocked senders)."""
         pending = list(self.waiting) + [m for m, _ in self.blocked]
         for _, room in self.blocked:
             if room is not None and not room.done():
                 room.set_result(None)
         self.waiting.clear()
         self.blocked.clear()
-        for msg in pending:
-            self._deliver(msg, False, err)
-        self._set_deactivated()
+        return pending
 
     def _become_duplicate(self, winner: Any) -> None:
         """Another silo's activation won the directory registration: this one never runs;
@@ -254,12 +259,7 @@ class Activation:
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.DUPLICATE
         self.silo.catalog.remove(self)
-        pending = list(self.waiting) + [m for m, _ in self.blocked]
-        for _, room in self.blocked:
-            if room is not None and not room.done():
-                room.set_result(None)
-        self.waiting.clear()
-        self.blocked.clear()
+        pending = self._take_pending()
         for msg in pending:
             cluster.forward(msg, winner)
         self._set_deactivated()
