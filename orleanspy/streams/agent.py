@@ -164,20 +164,9 @@ class PullingAgent(SystemTarget):
         a stream is registering, or a cursor does not gate (max / tagged flow control); there
         the next owner re-delivers (at-least-once), as before.
         """
-        cache = self.cache
         if self.receiver is None or self.spills or self._acks or self._registering:
             return
-        cursors = cache.cursors()
-        if not cursors or any(c.max_mode or not c.gating for c in cursors):
-            return
-        needed: dict[StreamId, float] = {}  # stream -> first position a cursor still needs
-        for c in cursors:
-            pos = float("inf") if c.item is None else c.item.pos
-            needed[c.stream_id] = min(needed.get(c.stream_id, pos), pos)
-        done = [
-            item.container for item in cache._items
-            if item.pos < needed.get(item.stream_id, -1)
-        ]
+        done = self.cache.delivered_to_all()
         if done:
             await self.receiver.messages_delivered(done)
             self.acknowledged += len(done)

@@ -475,6 +475,20 @@ class QueueCache:
             return
         cursor._move(item)
 
+    def delivered_to_all(self) -> list[BatchContainer]:
+        """Cached containers every cursor of their stream is past (the purge frees whole
+        buckets only); none if any cursor does not gate (max / tagged) or there is none.
+        Items of streams without cursors are left to the purge."""
+        cursors = self.cursors()
+        if not cursors or any(c.max_mode or not c.gating for c in cursors):
+            return []
+        needed: dict[StreamId, float] = {}  # stream -> first position a cursor still needs
+        for c in cursors:
+            pos = float("inf") if c.item is None else c.item.pos
+            needed[c.stream_id] = min(needed.get(c.stream_id, pos), pos)
+        return [item.container for item in self._items
+                if item.pos < needed.get(item.stream_id, -1)]
+
     # -- observability ----------------------------------------------------------------------
     def statistics(self) -> CacheStatistics:
         cursors = self.cursors()
