@@ -14,13 +14,15 @@ import importlib
 import inspect
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.lifecycle import Lifecycle
+from orleanspy.diagnostics import Diagnostics
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import GrainClassInfo, class_info
@@ -153,8 +155,10 @@ class Silo:
         self.storage: dict[str, GrainStorage] = dict(storage or {})
         self._reminder_table = reminder_table
         self.stream_providers: dict[str, Any] = dict(stream_providers or {})
-        # Parts installed on the silo (e.g. Spark) add a named source to ``statistics()``.
-        self.statistics_sources: dict[str, Callable[[], Any]] = {}
+        #: Components join the silo's start and stop here (``orleanspy._util.lifecycle``).
+        self.lifecycle = Lifecycle(self.log)
+        #: Runtime events (``orleanspy.diagnostics``); free while nobody listens.
+        self.diagnostics = Diagnostics()
         if self.stream_providers:
             from orleanspy.streams.pubsub import PubSubRendezvous
 
@@ -307,6 +311,7 @@ class Silo:
         await self.reminders.start()
         for provider in self.stream_providers.values():
             await provider.start()
+        await self.lifecycle.start()
         self.collector.start()
         self._started_at = self.clock.monotonic()
         self.log.info(
@@ -339,6 +344,7 @@ class Silo:
                 except Exception as exc:
                     self.log.error("stream_provider_stop_failed", error=repr(exc))
             await self._deactivate_all()
+            await self.lifecycle.stop()
             if self.cluster is not None:
                 try:
                     await self.cluster.stop()
@@ -420,5 +426,5 @@ class Silo:
             collected=self.collector.collected,
             reminders_fired=self.reminders.fired if self.reminders else 0,
             streams={name: p.statistics() for name, p in self.stream_providers.items()},
-            extensions={name: source() for name, source in self.statistics_sources.items()},
+            extensions=self.lifecycle.statistics(),
         )

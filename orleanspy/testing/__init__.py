@@ -9,6 +9,6 @@ Example (pytest with pytest-asyncio)::
 
 from orleanspy.testing.clock import FakeClock
 from orleanspy.testing.cluster import TestCluster
-from orleanspy.testing.events import EventCollector
+from orleanspy.testing.events import EventCollector, EventRecorder
 
-__all__ = ["EventCollector", "FakeClock", "TestCluster"]
+__all__ = ["EventCollector", "EventRecorder", "FakeClock", "TestCluster"]

@@ -40,7 +40,7 @@ def test_exports_star_import_gives_exactly_all(name):
 def test_exports_testing_helpers():
     import orleanspy.testing as testing
 
-    assert set(testing.__all__) == {"EventCollector", "FakeClock", "TestCluster"}
+    assert set(testing.__all__) == {"EventCollector", "EventRecorder", "FakeClock", "TestCluster"}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""Hosting: builds a silo from options (storage, reminders, cluster, streams, Spark)."""
