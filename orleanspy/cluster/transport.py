@@ -134,7 +134,7 @@ class SiloConnection(FramedConnection):
         # corr -> (reply, deadline, sent as control)
         self.pending: dict[int, tuple[Callable[[bool, Any], None], float]] = {}
         self.handshake: asyncio.Future[Any] | None = (
-            self._loop.create_future() if self.outbound else None
+            self.loop.create_future() if self.outbound else None
         )
 
     def __repr__(self) -> str:
@@ -279,10 +279,10 @@ class SiloConnection(FramedConnection):
         # Frames that follow within the same iteration are coalesced as in FramedConnection.
         if not self._out and not self._flush_scheduled and not self.closed:
             transport = self.transport
-            if transport is not None and not self._write_paused:
+            if transport is not None and not self.write_paused:
                 transport.write(len(payload).to_bytes(4, "big") + payload)
                 self._flush_scheduled = True
-                self._loop.call_soon(self._flush_soon)
+                self.loop.call_soon(self._flush_soon)
                 return
         super().send(payload)
 
@@ -317,7 +317,7 @@ class SiloConnection(FramedConnection):
         except SerializationError as exc:
             reply(False, exc)
             return
-        self.pending[corr] = (reply, self._loop.time() + timeout + SWEEP_GRACE)
+        self.pending[corr] = (reply, self.loop.time() + timeout + SWEEP_GRACE)
         hub.requests_sent += 1
         self.send(payload)
 
@@ -328,7 +328,7 @@ class SiloConnection(FramedConnection):
             return
         corr = next(self.hub._ids)
         payload = self.codec.packb([CONTROL, corr, op, args])
-        self.pending[corr] = (reply, self._loop.time() + timeout + SWEEP_GRACE)
+        self.pending[corr] = (reply, self.loop.time() + timeout + SWEEP_GRACE)
         self.send(payload)
 
     # -- retiring a duplicate connection ----------------------------------------------------
@@ -572,7 +572,7 @@ class SiloTransport:
     def send_message(self, silo: SiloAddress, msg: Message) -> None:
         """Send ``msg`` to ``silo``; failures (and the response) go to ``msg.reply``."""
         conn = self._conns.get(silo)
-        if conn is not None and not conn.closed and not conn._write_paused:
+        if conn is not None and not conn.closed and not conn.write_paused:
             conn.send_message(msg)
             return
         if self._is_dead(silo) or self._closing:
