@@ -101,6 +101,12 @@ class ClusterClient:
         live = self._pool.live
         return live[0].address if live else None
 
+    @property
+    def _conn(self) -> GatewayConnection | None:
+        """The first live connection (list order), for tests that act on it."""
+        live = self._pool.live
+        return live[0] if live else None
+
     # -- connection -----------------------------------------------------------------------
     async def connect(self) -> None:
         """Connect to the gateways (all, or ``gateway_count``); waits for every attempt.
