@@ -18,10 +18,13 @@ How it works (Orleans' membership protocol, see docs/cluster.md "Membership"):
   ``on_declared_dead``: the others have re-homed its work, and it must not keep serving it.
 * Leave: SHUTTING_DOWN (``begin_shutdown``), then DEAD (``stop``).
 
-The service never waits on a clock: decisions use ``clock.time()`` (wall time, comparable
-across processes), while loops sleep with ``asyncio.sleep``. Tests drive the steps directly
-(``refresh``, ``probe_round``, ``heartbeat``) with a ``FakeClock`` and long periods, or run
-the loops with ``MembershipOptions.fast()``.
+Time comes from the injected ``Clock``: decisions use ``clock.time()`` (wall time, comparable
+across processes); loops sleep, and probes and gossip time out, on the same clock. Tests
+drive the steps directly (``refresh``, ``probe_round``, ``heartbeat``) or advance a
+``FakeClock`` to run the loops.
+
+Each status change of a silo in this silo's view is emitted as ``SiloStatusChanged`` on the
+``diagnostics`` hub (when somebody listens).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.prober import Gossiper, Prober
@@ -42,6 +46,7 @@ from orleanspy.cluster.membership.probing import PROBED_STATUSES, FailureDetecto
 from orleanspy.cluster.membership.snapshot import MembershipSnapshot, SnapshotPublisher
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
 from orleanspy.logging import get_logger
@@ -89,6 +94,7 @@ class MembershipService:
         on_declared_dead: called once, synchronously, when the table says this silo is dead;
             the host should stop the silo (the service has already stopped probing).
         rng: chooses intermediaries of indirect probes (seed it in tests).
+        diagnostics: the silo's event hub (``SiloStatusChanged``).
     """
 
     def __init__(
@@ -105,12 +111,15 @@ class MembershipService:
         gateway_port: int | None = None,
         on_declared_dead: Callable[[], None] | None = None,
         rng: random.Random | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> None:
         self.table = table
         self.silo = silo
         self.options = options or MembershipOptions()
         self._gossiper = gossiper
         self._clock = clock or SystemClock()
+        self._diagnostics = diagnostics
+        self._name = f"{silo.host}:{silo.port}"
         self._silo_name = silo_name
         self._host_name = host_name
         self._gateway_port = gateway_port
@@ -130,8 +139,8 @@ class MembershipService:
         self._declared_dead = False
         self._stop_lock = asyncio.Lock()
         self._suspect_lock = asyncio.Lock()
-        self._loops: set[asyncio.Task[None]] = set()
-        self._listeners: set[asyncio.Task[None]] = set()
+        self._loops = TaskSet()
+        self._listeners = TaskSet()
         self._votes_cast = 0
         self._declared = 0
         self._step_failures = 0
@@ -172,8 +181,7 @@ class MembershipService:
         A listener that raises is logged and keeps receiving. Listeners run in tasks of the
         service and are cancelled by ``stop``.
         """
-        task = asyncio.get_running_loop().create_task(self._deliver(listener))
-        self._own(task, self._listeners)
+        task = self._listeners.spawn(self._deliver(listener))
 
         def remove() -> None:
             task.cancel()
@@ -189,11 +197,13 @@ class MembershipService:
             TimeoutError: after ``timeout`` seconds.
             MembershipError: the service stopped first.
         """
-        async with asyncio.timeout(timeout):
-            async with contextlib.aclosing(self.updates()) as snapshots:
-                async for snapshot in snapshots:
-                    if predicate(snapshot):
-                        return snapshot
+        async with (
+            self._clock.timeout(timeout),
+            contextlib.aclosing(self.updates()) as snapshots,
+        ):
+            async for snapshot in snapshots:
+                if predicate(snapshot):
+                    return snapshot
         raise MembershipError(f"{self!r} stopped before the awaited membership change")
 
     def statistics(self) -> MembershipStatistics:
@@ -459,7 +469,7 @@ class MembershipService:
                 return
             self._log.warning("membership_join_silos_unreachable", silos=unreachable)
             self._check_deadline(deadline, f"reach the active silos {', '.join(unreachable)}")
-            await asyncio.sleep(options.probe_period)
+            await self._clock.sleep(options.probe_period)
             await self.refresh()
 
     async def _write_own_status(self, status: SiloStatus) -> None:
@@ -495,15 +505,27 @@ class MembershipService:
 
     def _apply(self, data: MembershipTableData) -> None:
         snapshot = MembershipSnapshot.from_table(data)
-        if snapshot.version < self.snapshot.version:
+        previous = self.snapshot
+        if snapshot.version < previous.version:
             return  # a read that finished after a newer one
         self._publisher.publish(snapshot)
+        diagnostics = self._diagnostics
+        if diagnostics is not None and diagnostics.listening:
+            self._emit_changes(diagnostics, previous, snapshot)
         self._detector.update(snapshot)
         if self._status is None or self._stopping or snapshot.version < self._own_version:
             return
         mine = snapshot.entries.get(self.silo)
         if mine is None or mine.status is _DEAD:
             self._found_myself_dead(mine)
+
+    def _emit_changes(self, diagnostics: Diagnostics, previous: MembershipSnapshot,
+                      snapshot: MembershipSnapshot) -> None:
+        before = previous.entries
+        for silo, entry in snapshot.entries.items():
+            old = before.get(silo)
+            if old is None or old.status is not entry.status:
+                diagnostics.emit(SiloStatusChanged(self._name, str(silo), entry.status.value))
 
     def _found_myself_dead(self, entry: MembershipEntry | None) -> None:
         self._declared_dead = True
@@ -539,25 +561,18 @@ class MembershipService:
 
         async def tell(peer: SiloAddress) -> None:
             try:
-                async with asyncio.timeout(self.options.probe_timeout):
+                async with self._clock.timeout(self.options.probe_timeout):
                     await gossiper.gossip(peer, snapshot.version)
             except Exception as exc:
                 self._log.debug("membership_gossip_failed", target=str(peer), error=repr(exc))
 
         await asyncio.gather(*(tell(peer) for peer in peers))
 
-    @staticmethod
-    def _own(task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) -> None:
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
     def _run_every(self, name: str, period: float, step: Callable[[], Awaitable[Any]]) -> None:
         if self._stopping:
             return
-        task = asyncio.get_running_loop().create_task(
-            self._periodic(name, period, step), name=f"membership-{name}-{self.silo}"
-        )
-        self._own(task, self._loops)
+        self._loops.spawn(self._periodic(name, period, step),
+                          name=f"membership-{name}-{self.silo}")
 
     async def _periodic(
         self, name: str, period: float, step: Callable[[], Awaitable[Any]]
@@ -565,7 +580,7 @@ class MembershipService:
         clock = self._clock
         delay = period
         while True:
-            await asyncio.sleep(delay)
+            await clock.sleep(delay)
             if self._stopping:
                 return
             started = clock.monotonic()
@@ -588,8 +603,12 @@ class MembershipService:
                                     version=snapshot.version, error=repr(exc))
 
     async def _cancel_tasks(self) -> None:
+        """Cancel the loops and listeners (not the calling task) and wait for them; the sets
+        stay open, as a listener may still be added after a stop (it ends at once)."""
         current = asyncio.current_task()
-        tasks = [task for task in (*self._loops, *self._listeners) if task is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for tasks in (self._loops, self._listeners):
+            for task in tasks:
+                if task is not current:
+                    task.cancel()
+        await self._loops.wait()
+        await self._listeners.wait()

@@ -25,9 +25,10 @@ from orleanspy.cluster.membership import (
     SiloStatus,
     SqliteMembershipTable,
 )
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
-from orleanspy.testing import EventCollector, FakeClock
+from orleanspy.testing import EventCollector, EventRecorder, FakeClock
 
 WAIT = 5.0
 HOUR = 3600.0
@@ -119,6 +120,7 @@ class Harness:
         gossip: bool = False,
         table: MembershipTable | None = None,
         clock: Any = "default",
+        diagnostics: Diagnostics | None = None,
     ) -> MembershipService:
         prober = FakeProber(self.network, address)
         service = MembershipService(
@@ -131,6 +133,7 @@ class Harness:
             silo_name=f"silo-{address.port}",
             on_declared_dead=lambda: self.dead_callbacks.append(address),
             rng=random.Random(7),
+            diagnostics=diagnostics,
         )
         self.network.services[address] = service
         self.all.append(service)
@@ -222,6 +225,7 @@ async def test_membership_join_waits_for_an_unreachable_active_silo(cluster: Har
     assert not joining.done()
     assert await cluster.status(B) is SiloStatus.JOINING
     cluster.network.heal_link(A, B)
+    await cluster.clock.run_for(b.options.probe_period)  # the join retries after a period
     async with asyncio.timeout(WAIT):
         await joining
 
@@ -550,6 +554,7 @@ async def test_membership_silo_declared_dead_while_joining_fails_to_start(
     await cluster.network.probes.wait_for(lambda ev: (B, A, False) in ev, WAIT)
 
     assert await cluster.all[0].suspect(B)  # two active silos: one vote is enough
+    await cluster.clock.run_for(b.options.probe_period)  # B's next join attempt reads it
     with pytest.raises(MembershipError):
         async with asyncio.timeout(WAIT):
             await joining
@@ -559,6 +564,26 @@ async def test_membership_silo_declared_dead_while_joining_fails_to_start(
 
 
 # -- notifications -----------------------------------------------------------------------
+
+
+async def test_membership_emits_silo_status_changed_for_each_change_in_its_view(
+    cluster: Harness,
+) -> None:
+    hub = Diagnostics()
+    with EventRecorder(hub) as rec:
+        (a,) = await cluster.start(A, diagnostics=hub)
+        mine = await rec.wait_event(SiloStatusChanged, lambda e: e.status == "active")
+        assert (mine.silo, mine.subject) == (f"{A.host}:{A.port}", str(A))
+        await cluster.start(B)
+        await a.refresh()
+        b_active = (str(B), "active")
+        await rec.wait_event(SiloStatusChanged, lambda e: (e.subject, e.status) == b_active)
+        assert await a.suspect(B)  # two active silos: one vote is enough
+        b_dead = (str(B), "dead")
+        await rec.wait_event(SiloStatusChanged, lambda e: (e.subject, e.status) == b_dead)
+        seen = len(rec.of(SiloStatusChanged))
+        await a.refresh()  # nothing changed: nothing emitted
+        assert len(rec.of(SiloStatusChanged)) == seen
 
 
 async def test_membership_listener_sees_increasing_versions_of_joins_and_deaths(
