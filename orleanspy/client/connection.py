@@ -9,12 +9,13 @@ pending) is the owner's business: it is told through ``ConnectionOwner``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import RESPONSE, decode, raw_header
+from orleanspy.messaging.frames import RESPONSE, raw_header, undecodable
 from orleanspy.messaging.wire import decode_error
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
@@ -26,22 +27,22 @@ class ConnectionOwner(Protocol):
     def connection_lost(self, conn: GatewayConnection) -> None:
         """``conn`` is closed (by either side): stop routing to it, fail its pending calls."""
 
-    def response_arrived(self) -> None:
-        """A call finished (lets the owner drop finished deadlines)."""
-
 
 class GatewayConnection(FramedConnection):
     """One client connection to gateway ``address`` (number ``index`` in the owner's list).
 
     ``silent`` holds until the handshake succeeds, and again for a connection the client
     closes without having adopted it: its loss is not reported to the owner.
+    ``on_response`` is called after a response completed a call (the client drops finished
+    deadlines).
     """
 
     def __init__(self, owner: ConnectionOwner, index: int, address: str, codec: Codec,
-                 max_frame_size: int, log: Any) -> None:
+                 max_frame_size: int, log: Any, on_response: Callable[[], None]) -> None:
         super().__init__(max_frame_size, log)
         self.owner = owner
         self.index = index
+        self.on_response = on_response
         self.address = address
         self.codec = codec
         self.pending: dict[int, asyncio.Future[Any]] = {}
@@ -50,12 +51,14 @@ class GatewayConnection(FramedConnection):
 
     def frame_received(self, payload: bytes) -> None:
         try:
-            obj = decode(self.codec, payload)
+            obj = self.codec.unpackb(payload)
         except SerializationError as exc:
             # The frame is well-formed but a value in it is not importable here (e.g. a
             # dataclass whose module this process lacks): fail that one call only.
             self._fail_one(payload, exc)
             return
+        except Exception as exc:
+            raise undecodable(exc) from exc
         if not self.handshake.done():
             self.handshake.set_result(obj)
             return
@@ -68,7 +71,7 @@ class GatewayConnection(FramedConnection):
             fut.set_result(obj[3])
         else:
             fut.set_exception(decode_error(obj[3]))
-        self.owner.response_arrived()
+        self.on_response()
 
     def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
         header = raw_header(payload)

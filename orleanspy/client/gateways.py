@@ -270,7 +270,7 @@ class GatewayPool:
             async with self.clock.timeout(opts.connect_timeout):
                 _, conn = await loop.create_connection(
                     lambda: GatewayConnection(self, g.index, g.address, self.codec,
-                                              opts.max_frame_size, self.log),
+                                              opts.max_frame_size, self.log, self._on_response),
                     g.host, g.port,
                 )
                 conn.send(msgpack.packb({
@@ -326,9 +326,6 @@ class GatewayPool:
                 pass
 
     # -- ConnectionOwner ----------------------------------------------------------------------
-    def response_arrived(self) -> None:
-        self._on_response()
-
     def connection_lost(self, conn: GatewayConnection) -> None:
         """Stop routing to ``conn``, schedule its reconnection and fail its pending calls."""
         g = self.gateways[conn.index]

@@ -44,10 +44,11 @@ from orleanspy.messaging.frames import (
     ONE_WAY,
     REQUEST,
     RESPONSE,
+    BadRequest,
     check_handshake,
-    decode,
     raw_header,
     request_message,
+    undecodable,
 )
 from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error, response_payload
@@ -162,11 +163,13 @@ class SiloConnection(FramedConnection):
     # -- receiving ------------------------------------------------------------------------
     def frame_received(self, payload: bytes) -> None:
         try:
-            obj = decode(self.codec, payload)
+            obj = self.codec.unpackb(payload)
         except SerializationError as exc:
             if self.ready and self._reject_one(payload, exc):
                 return
             raise ProtocolError(f"undecodable frame ({exc})") from exc
+        except Exception as exc:
+            raise undecodable(exc) from exc
         if not self.ready:
             if self.outbound:
                 # Register before anything else is read: the acceptor may send on this
@@ -197,13 +200,14 @@ class SiloConnection(FramedConnection):
         elif kind in (REQUEST, ONE_WAY):
             if self.tool:
                 raise ProtocolError("a tool connection may only send control requests")
-            corr, msg = request_message(obj, 10)
-            if type(msg) is not Message:  # a bad key or call chain: answer it, keep serving
+            try:
+                msg = request_message(obj, 10)
+            except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
                 if kind == REQUEST:
-                    self.reply(corr, False, msg)
+                    self.reply(obj[1], False, bad.error)
                 return
             if kind == REQUEST:
-                msg.reply = partial(self.reply, corr)
+                msg.reply = partial(self.reply, obj[1])
             self.hub.deliver(msg, self.peer_silo)
         elif kind in (CONTROL, CONTROL_ONE_WAY):
             if len(obj) != 4 or type(obj[2]) is not str or type(obj[3]) is not list:

@@ -8,8 +8,12 @@ a response are written once:
   same ``check_size``;
 * ``decode`` turns a payload into a value: ``SerializationError`` when the msgpack is sound but
   a value cannot be rebuilt here (answer that one call), ``ProtocolError`` otherwise (close);
+  a connection's hot path calls ``codec.unpackb`` itself and maps any other failure with
+  ``undecodable``;
 * ``raw_header`` reads ``(kind, id)`` of a frame whose values cannot be rebuilt;
-* ``check_handshake`` / ``request_message`` / ``check_response`` validate decoded frames.
+* ``check_handshake`` / ``request_message`` / ``check_response`` validate decoded frames;
+  ``request_message`` raises ``BadRequest`` for a well-formed request naming a bad key or
+  call chain (answer it, keep the connection).
 
 Layouts are documented in ``messaging/wire.py``.
 """
@@ -32,6 +36,7 @@ __all__ = [
     "ONE_WAY",
     "REQUEST",
     "RESPONSE",
+    "BadRequest",
     "check_handshake",
     "check_response",
     "check_size",
@@ -39,6 +44,7 @@ __all__ = [
     "raw_header",
     "read_frame",
     "request_message",
+    "undecodable",
 ]
 
 REQUEST: Final = 0
@@ -66,6 +72,19 @@ async def read_frame(reader: asyncio.StreamReader, codec: Codec, limit: int) -> 
     return decode(codec, await reader.readexactly(size))
 
 
+class BadRequest(Exception):
+    """A well-formed request whose key or call chain is invalid; ``error`` is the answer."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def undecodable(exc: Exception) -> ProtocolError:
+    """The ProtocolError for a payload that is not decodable msgpack."""
+    return ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})")
+
+
 def decode(codec: Codec, payload: bytes) -> Any:
     """The value of one frame.
 
@@ -79,7 +98,7 @@ def decode(codec: Codec, payload: bytes) -> Any:
     except SerializationError:
         raise
     except Exception as exc:
-        raise ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})") from exc
+        raise undecodable(exc) from exc
 
 
 def _no_ext(code: int, data: bytes) -> Any:
@@ -116,22 +135,24 @@ def check_handshake(obj: Any, cluster_id: str, secret: str | None) -> str | None
     return None
 
 
-def request_message(obj: list[Any], size: int) -> tuple[int, Message | Exception]:
+def request_message(obj: list[Any], size: int) -> Message:
     """Validate a request / one-way frame of ``size`` fields (9 from a client, 10 between
-    silos, the last being the hop count) and build its message.
-
-    Returns:
-        ``(id, message)``, or ``(id, error)`` for a well-formed frame naming a bad key or call
-        chain: the caller answers that request with the error and keeps the connection.
+    silos, the last being the hop count) and build its message (its id is ``obj[1]``).
 
     Raises:
         ProtocolError: the frame's shape or field types are wrong (close the connection).
+        BadRequest: a well-formed frame naming a bad key or call chain (answer the request
+            with ``BadRequest.error``, keep the connection).
     """
     if len(obj) != size:
         raise ProtocolError(f"a request frame must be a {size}-element msgpack array")
-    kind, corr, type_name, key, method, args, kwargs, timeout, chain = obj[:9]
+    type_name = obj[2]
+    method = obj[4]
+    args = obj[5]
+    kwargs = obj[6]
+    chain = obj[8]
     if (
-        type(corr) is not int
+        type(obj[1]) is not int
         or type(type_name) is not str
         or type(method) is not str
         or type(args) is not list
@@ -141,18 +162,19 @@ def request_message(obj: list[Any], size: int) -> tuple[int, Message | Exception
     ):
         raise ProtocolError("a request frame has fields of the wrong types")
     try:
-        gid = GrainId(type_name, normalize_key(key))
+        gid = GrainId(type_name, normalize_key(obj[3]))
         entries = tuple(chain_entry(e) for e in chain) if chain else ()
-    except Exception as exc:  # a bad key or chain: answer this request, keep serving
-        return corr, exc
+    except Exception as exc:
+        raise BadRequest(exc) from exc
+    timeout = obj[7]
     msg = Message(
-        Direction.ONE_WAY if kind == ONE_WAY else Direction.REQUEST,
+        Direction.ONE_WAY if obj[0] == ONE_WAY else Direction.REQUEST,
         gid, method, args, kwargs, entries, 0,
         timeout if isinstance(timeout, (int, float)) else None,
     )
     if size == 10 and obj[9]:
         msg.hops = obj[9]
-    return corr, msg
+    return msg
 
 
 def check_response(obj: Any) -> None:

@@ -29,12 +29,12 @@ from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     ONE_WAY,
     REQUEST,
+    BadRequest,
     check_handshake,
-    decode,
     raw_header,
     request_message,
+    undecodable,
 )
-from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 
 if TYPE_CHECKING:
@@ -68,24 +68,28 @@ class GatewayConnection(FramedConnection):
 
     def frame_received(self, payload: bytes) -> None:
         try:
-            obj = decode(self.codec, payload)
+            obj = self.codec.unpackb(payload)
         except SerializationError as exc:
             # Well-formed msgpack whose values this silo cannot rebuild (an unknown
             # dataclass, say): answer that one request, keep the connection.
             if self.ready and self._reject_one(payload, exc):
                 return
             raise ProtocolError(f"undecodable frame ({exc})") from exc
+        except Exception as exc:
+            raise undecodable(exc) from exc
         if not self.ready:
             self._handshake(obj)
             return
         if type(obj) is not list or not obj or obj[0] not in (REQUEST, ONE_WAY):
             raise ProtocolError("a request frame must be a 9-element msgpack array")
-        corr, msg = request_message(obj, 9)
         one_way = obj[0] == ONE_WAY
-        if type(msg) is not Message:  # a bad key or call chain: answer it, keep serving
+        try:
+            msg = request_message(obj, 9)
+        except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
             if not one_way:
-                self._reply(corr, False, msg)
+                self._reply(obj[1], False, bad.error)
             return
+        corr = obj[1]
         if self.gateway.accepting:
             if not one_way:
                 self.in_flight += 1
