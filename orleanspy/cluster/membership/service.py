@@ -25,6 +25,11 @@ drive the steps directly (``refresh``, ``probe_round``, ``heartbeat``) or advanc
 
 Each status change of a silo in this silo's view is emitted as ``SiloStatusChanged`` on the
 ``diagnostics`` hub (when somebody listens).
+
+Size: this module holds about 550 lines because joining, leaving, voting and reacting to
+a table read all change this silo's own row state (status, own version, stopping) under
+one protocol; the loops (``loops.py``), the detector (``probing.py``), the vote arithmetic
+(``voting.py``) and the snapshot distribution (``snapshot.py``) live apart.
 """
 
 from __future__ import annotations
@@ -33,17 +38,17 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 from orleanspy._util.clock import Clock, SystemClock
-from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
+from orleanspy.cluster.membership.loops import PeriodicSteps
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.prober import Gossiper, Prober
 from orleanspy.cluster.membership.probing import PROBED_STATUSES, FailureDetector
-from orleanspy.cluster.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from orleanspy.cluster.membership.snapshot import Listener, MembershipSnapshot, SnapshotPublisher
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
@@ -59,8 +64,6 @@ _SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
 #: Compare-and-swap attempts of one write before giving up (each failure is another
 #: silo's successful write, so this bounds contention, not time).
 _MAX_WRITE_ATTEMPTS = 20
-
-Listener = Callable[[MembershipSnapshot], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,7 @@ class MembershipService:
             silo, prober, self.options, self._clock, self._suspect_for_detector,
             lambda: self._stopping, rng or random.Random(), self._log,
         )
-        self._publisher = SnapshotPublisher()
+        self._publisher = SnapshotPublisher(self._log)
         self._status: SiloStatus | None = None
         self._own_version = 0  # table version at which this silo's row was written
         self._start_time = 0.0
@@ -139,11 +142,10 @@ class MembershipService:
         self._declared_dead = False
         self._stop_lock = asyncio.Lock()
         self._suspect_lock = asyncio.Lock()
-        self._loops = TaskSet()
-        self._listeners = TaskSet()
+        self._loops = PeriodicSteps(self._clock, self._log, lambda: self._stopping,
+                                    f"membership-{silo}")
         self._votes_cast = 0
         self._declared = 0
-        self._step_failures = 0
 
     def __repr__(self) -> str:
         return f"MembershipService({self.silo}, status={self._status})"
@@ -181,12 +183,7 @@ class MembershipService:
         A listener that raises is logged and keeps receiving. Listeners run in tasks of the
         service and are cancelled by ``stop``.
         """
-        task = self._listeners.spawn(self._deliver(listener))
-
-        def remove() -> None:
-            task.cancel()
-
-        return remove
+        return self._publisher.add_listener(listener)
 
     async def wait_for(
         self, predicate: Callable[[MembershipSnapshot], bool], timeout: float | None = None
@@ -197,13 +194,9 @@ class MembershipService:
             TimeoutError: after ``timeout`` seconds.
             MembershipError: the service stopped first.
         """
-        async with (
-            self._clock.timeout(timeout),
-            contextlib.aclosing(self.updates()) as snapshots,
-        ):
-            async for snapshot in snapshots:
-                if predicate(snapshot):
-                    return snapshot
+        snapshot = await self._publisher.wait_for(predicate, self._clock, timeout)
+        if snapshot is not None:
+            return snapshot
         raise MembershipError(f"{self!r} stopped before the awaited membership change")
 
     def statistics(self) -> MembershipStatistics:
@@ -218,7 +211,7 @@ class MembershipService:
             indirect_probes=self._detector.indirect_probes,
             votes_cast=self._votes_cast,
             silos_declared_dead=self._declared,
-            step_failures=self._step_failures,
+            step_failures=self._loops.step_failures,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -240,17 +233,17 @@ class MembershipService:
         try:
             await self.table.open()
             await self._write_joining_row(deadline)
-            self._run_every("i_am_alive", options.i_am_alive_period, self.heartbeat)
+            self._loops.start("i_am_alive", options.i_am_alive_period, self.heartbeat)
             await self._validate_connectivity(deadline)
             await self._write_own_status(_ACTIVE)
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.stop()  # marks the row DEAD: nobody waits for a silo that failed
             raise
-        self._run_every("table_refresh", options.table_refresh_period, self.refresh)
-        self._run_every("probe_round", options.probe_period, self.probe_round)
+        self._loops.start("table_refresh", options.table_refresh_period, self.refresh)
+        self._loops.start("probe_round", options.probe_period, self.probe_round)
         if options.defunct_silo_cleanup_period is not None:
-            self._run_every(
+            self._loops.start(
                 "defunct_cleanup", options.defunct_silo_cleanup_period, self.cleanup_defunct
             )
         self._log.info("membership_active", version=self.snapshot.version)
@@ -508,24 +501,18 @@ class MembershipService:
         previous = self.snapshot
         if snapshot.version < previous.version:
             return  # a read that finished after a newer one
-        self._publisher.publish(snapshot)
         diagnostics = self._diagnostics
-        if diagnostics is not None and diagnostics.listening:
-            self._emit_changes(diagnostics, previous, snapshot)
+        if self._publisher.publish(snapshot) and diagnostics is not None and diagnostics.listening:
+            for change in snapshot.changes_since(previous):
+                diagnostics.emit(
+                    SiloStatusChanged(self._name, str(change.silo), change.current.value)
+                )
         self._detector.update(snapshot)
         if self._status is None or self._stopping or snapshot.version < self._own_version:
             return
         mine = snapshot.entries.get(self.silo)
         if mine is None or mine.status is _DEAD:
             self._found_myself_dead(mine)
-
-    def _emit_changes(self, diagnostics: Diagnostics, previous: MembershipSnapshot,
-                      snapshot: MembershipSnapshot) -> None:
-        before = previous.entries
-        for silo, entry in snapshot.entries.items():
-            old = before.get(silo)
-            if old is None or old.status is not entry.status:
-                diagnostics.emit(SiloStatusChanged(self._name, str(silo), entry.status.value))
 
     def _found_myself_dead(self, entry: MembershipEntry | None) -> None:
         self._declared_dead = True
@@ -537,10 +524,7 @@ class MembershipService:
             voters=[] if entry is None else [str(v.voter) for v in entry.suspect_votes],
         )
         self._publisher.close()  # listeners end after the snapshot that says so
-        current = asyncio.current_task()
-        for task in self._loops:
-            if task is not current:
-                task.cancel()
+        self._loops.cancel()
         if self._on_declared_dead is not None:
             try:
                 self._on_declared_dead()
@@ -568,47 +552,8 @@ class MembershipService:
 
         await asyncio.gather(*(tell(peer) for peer in peers))
 
-    def _run_every(self, name: str, period: float, step: Callable[[], Awaitable[Any]]) -> None:
-        if self._stopping:
-            return
-        self._loops.spawn(self._periodic(name, period, step),
-                          name=f"membership-{name}-{self.silo}")
-
-    async def _periodic(
-        self, name: str, period: float, step: Callable[[], Awaitable[Any]]
-    ) -> None:
-        clock = self._clock
-        delay = period
-        while True:
-            await clock.sleep(delay)
-            if self._stopping:
-                return
-            started = clock.monotonic()
-            try:
-                await step()
-            except Exception as exc:  # loop boundary: log, go on at the next period
-                self._step_failures += 1
-                self._log.warning("membership_step_failed", step=name, error=repr(exc))
-            if self._stopping:
-                return
-            delay = max(0.0, period - (clock.monotonic() - started))
-
-    async def _deliver(self, listener: Listener) -> None:
-        async with contextlib.aclosing(self.updates()) as snapshots:
-            async for snapshot in snapshots:
-                try:
-                    await listener(snapshot)
-                except Exception as exc:
-                    self._log.error("membership_listener_failed", listener=repr(listener),
-                                    version=snapshot.version, error=repr(exc))
-
     async def _cancel_tasks(self) -> None:
-        """Cancel the loops and listeners (not the calling task) and wait for them; the sets
-        stay open, as a listener may still be added after a stop (it ends at once)."""
-        current = asyncio.current_task()
-        for tasks in (self._loops, self._listeners):
-            for task in tasks:
-                if task is not current:
-                    task.cancel()
-        await self._loops.wait()
-        await self._listeners.wait()
+        """Cancel the loops and listeners (not the calling task) and wait for them."""
+        self._loops.cancel()
+        await self._loops.tasks.wait()
+        await self._publisher.cancel_listeners()
