@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -25,6 +25,7 @@ from orleanspy.errors import (
     SerializationError,
     SiloUnavailableError,
 )
+from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     ONE_WAY,
@@ -35,12 +36,42 @@ from orleanspy.messaging.frames import (
     request_message,
     undecodable,
 )
+from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
+__all__ = ["Gateway", "GatewayConnection", "GatewayHost"]
 
-__all__ = ["Gateway"]
+
+class _HostOptions(Protocol):
+    @property
+    def host(self) -> str: ...
+    @property
+    def gateway_port(self) -> int | None: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def secret(self) -> str | None: ...
+    @property
+    def max_frame_size(self) -> int: ...
+
+
+class _Deliverer(Protocol):
+    def deliver(self, msg: Message) -> None: ...
+
+
+class GatewayHost(Protocol):
+    """What the gateway needs from its silo: settings, logger, codec and dispatcher."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> _HostOptions: ...
+    @property
+    def log(self) -> Any: ...
+    @property
+    def codec(self) -> Codec: ...
+    @property
+    def dispatcher(self) -> _Deliverer: ...
 
 
 class GatewayConnection(FramedConnection):
@@ -146,7 +177,7 @@ class GatewayConnection(FramedConnection):
 class Gateway:
     """Accepts client connections for one silo."""
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: GatewayHost) -> None:
         self.silo = silo
         self.connections: set[GatewayConnection] = set()
         self.accepting = False
