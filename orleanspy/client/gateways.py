@@ -239,13 +239,16 @@ class GatewayPool:
         if attempt.cancelled():
             return
         exc = attempt.exception()
+        conn = None if exc is not None else attempt.result()
+        if conn is not None and conn.closed and not self.closed:
+            exc = SiloUnavailableError(f"gateway {g.address} closed the connection at once")
         if exc is not None:
             g.error = str(exc) if isinstance(exc, SiloUnavailableError) else repr(exc)
             wait = self._retry_later(g)
             self.log.debug("client_gateway_unreachable", gateway=g.address, error=g.error,
                            retry_in=round(wait, 3))
         else:
-            conn = attempt.result()
+            assert conn is not None
             if self.closed:
                 conn.close()  # still silent: never adopted
                 return
