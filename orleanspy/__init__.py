@@ -1,5 +1,6 @@
 """orleanspy: virtual actors (grains) for Python on asyncio, in the spirit of Orleans."""
 
+from orleanspy.client import ClusterClient
 from orleanspy.errors import (
     ActivationFailedError,
     ConfigurationError,
@@ -42,7 +43,6 @@ from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
 from orleanspy.runtime.activation import DeactivationReason
-from orleanspy.runtime.client import ClusterClient
 from orleanspy.runtime.silo import Silo
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.runtime.timers import GrainTimer

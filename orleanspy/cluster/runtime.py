@@ -112,7 +112,7 @@ class ClusterRuntime:
             silo.address, silo.codec, silo.log, cluster_id=opts.cluster_id,
             secret=opts.secret, max_frame_size=opts.max_frame_size,
             default_timeout=opts.response_timeout, deliver=self.deliver_remote,
-            is_dead=self._is_dead,
+            is_dead=self._is_dead, clock=silo.clock,
         )
         self.directory = GrainDirectory(silo.address, self.transport.request, self._valid)
         self.placement = PlacementDirector(silo.address)
@@ -156,7 +156,7 @@ class ClusterRuntime:
             options=self.membership_options, clock=silo.clock, silo_name=silo.name,
             host_name=socket.gethostname(),
             gateway_port=gateway.port if gateway is not None else None,
-            on_declared_dead=self._declared_dead,
+            on_declared_dead=self._declared_dead, diagnostics=silo.diagnostics,
         )
         handlers["probe"] = membership.handle_probe
         handlers["probe_indirect"] = self._probe_indirect

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any, Final
 
 from orleanspy.errors import ProtocolError
+from orleanspy.messaging.frames import check_size
 
 __all__ = ["WRITE_BATCH", "FramedConnection"]
 
@@ -22,7 +23,11 @@ WRITE_BATCH: Final = 16
 
 
 class FramedConnection(asyncio.Protocol):
-    """Base protocol: subclasses implement ``frame_received`` and ``on_close``."""
+    """Base protocol: subclasses implement ``frame_received`` and ``on_close``.
+
+    ``write_paused`` is true while the peer is not reading (wait with ``wait_writable``);
+    ``loop`` is the event loop the connection lives on.
+    """
 
     def __init__(self, max_frame_size: int, log: Any) -> None:
         self.max_frame_size = max_frame_size
@@ -33,8 +38,8 @@ class FramedConnection(asyncio.Protocol):
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._loop = asyncio.get_running_loop()
-        self._write_paused = False
+        self.loop = asyncio.get_running_loop()
+        self.write_paused = False
         self._write_resumed: asyncio.Future[None] | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -57,10 +62,7 @@ class FramedConnection(asyncio.Protocol):
             while n - pos >= 4:
                 size = int.from_bytes(buf[pos : pos + 4], "big")
                 if size > limit:
-                    raise ProtocolError(
-                        f"frame of {size} bytes exceeds the maximum of {limit} bytes "
-                        "(max_frame_size)"
-                    )
+                    check_size(size, limit)
                 end = pos + 4 + size
                 if end > n:
                     break
@@ -89,10 +91,10 @@ class FramedConnection(asyncio.Protocol):
         self.on_close(exc, was_closed)
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         if self._write_resumed is not None and not self._write_resumed.done():
             self._write_resumed.set_result(None)
         self._write_resumed = None
@@ -119,7 +121,7 @@ class FramedConnection(asyncio.Protocol):
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush_soon)
+            self.loop.call_soon(self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
@@ -138,9 +140,9 @@ class FramedConnection(asyncio.Protocol):
 
     async def wait_writable(self) -> None:
         """Wait while the peer is not reading (transport buffer above its high-water mark)."""
-        if self._write_paused and not self.closed:
+        if self.write_paused and not self.closed:
             if self._write_resumed is None:
-                self._write_resumed = self._loop.create_future()
+                self._write_resumed = self.loop.create_future()
             await self._write_resumed
 
     def close(self) -> None:

@@ -14,26 +14,64 @@ refused; a request that arrives on a connection still draining is refused with
 from __future__ import annotations
 
 import asyncio
-import hmac
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgpack
 
-from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
-from orleanspy.ids import GrainId, normalize_key
+from orleanspy.errors import (
+    ConfigurationError,
+    ProtocolError,
+    SerializationError,
+    SiloUnavailableError,
+)
+from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.message import Direction, Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry, response_payload
+from orleanspy.messaging.frames import (
+    ONE_WAY,
+    REQUEST,
+    BadRequest,
+    check_handshake,
+    raw_header,
+    request_message,
+    undecodable,
+)
+from orleanspy.messaging.message import Message
+from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
-
-__all__ = ["Gateway"]
+__all__ = ["Gateway", "GatewayConnection", "GatewayHost"]
 
 
-def _raw_ext(code: int, data: bytes) -> Any:
-    return None
+class _HostOptions(Protocol):
+    @property
+    def host(self) -> str: ...
+    @property
+    def gateway_port(self) -> int | None: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def secret(self) -> str | None: ...
+    @property
+    def max_frame_size(self) -> int: ...
+
+
+class _Deliverer(Protocol):
+    def deliver(self, msg: Message) -> None: ...
+
+
+class GatewayHost(Protocol):
+    """What the gateway needs from its silo: settings, logger, codec and dispatcher."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> _HostOptions: ...
+    @property
+    def log(self) -> Any: ...
+    @property
+    def codec(self) -> Codec: ...
+    @property
+    def dispatcher(self) -> _Deliverer: ...
 
 
 class GatewayConnection(FramedConnection):
@@ -69,36 +107,20 @@ class GatewayConnection(FramedConnection):
                 return
             raise ProtocolError(f"undecodable frame ({exc})") from exc
         except Exception as exc:
-            raise ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})") from exc
+            raise undecodable(exc) from exc
         if not self.ready:
             self._handshake(obj)
             return
-        if type(obj) is not list or len(obj) != 9:
+        if type(obj) is not list or not obj or obj[0] not in (REQUEST, ONE_WAY):
             raise ProtocolError("a request frame must be a 9-element msgpack array")
-        kind, corr, type_name, key, method, args, kwargs, timeout, chain = obj
-        if (
-            kind not in (0, 1)
-            or type(corr) is not int
-            or type(type_name) is not str
-            or type(method) is not str
-            or type(args) is not list
-            or not (kwargs is None or type(kwargs) is dict)
-            or type(chain) is not list
-        ):
-            raise ProtocolError("a request frame has fields of the wrong types")
-        one_way = kind == 1
+        one_way = obj[0] == ONE_WAY
         try:
-            gid = GrainId(type_name, normalize_key(key))
-            entries = tuple(chain_entry(e) for e in chain) if chain else ()
-        except Exception as exc:  # a bad key or chain: answer this request, keep serving
+            msg = request_message(obj, 9)
+        except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
             if not one_way:
-                self._reply(corr, False, exc)
+                self._reply(obj[1], False, bad.error)
             return
-        msg = Message(
-            Direction.ONE_WAY if one_way else Direction.REQUEST,
-            gid, method, args, kwargs, entries, 0,
-            timeout if isinstance(timeout, (int, float)) else None,
-        )
+        corr = obj[1]
         if self.gateway.accepting:
             if not one_way:
                 self.in_flight += 1
@@ -111,17 +133,7 @@ class GatewayConnection(FramedConnection):
 
     def _handshake(self, obj: Any) -> None:
         opts = self.silo.options
-        if not isinstance(obj, dict) or obj.get("v") != PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"bad handshake: expected a map with protocol version {PROTOCOL_VERSION}"
-            )
-        error = None
-        if obj.get("cluster") != opts.cluster_id:
-            error = f"wrong cluster id {obj.get('cluster')!r} (this silo serves another cluster)"
-        elif opts.secret is not None and not hmac.compare_digest(
-            str(obj.get("secret") or "").encode(), opts.secret.encode()
-        ):
-            error = "wrong or missing secret"
+        error = check_handshake(obj, opts.cluster_id, opts.secret)
         if error is not None:
             self.log.warning("gateway_handshake_rejected", peer=self.peer, reason=error)
             self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
@@ -133,14 +145,11 @@ class GatewayConnection(FramedConnection):
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
 
     def _reject_one(self, payload: bytes, exc: Exception) -> bool:
-        try:
-            raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_raw_ext)
-        except Exception:
+        header = raw_header(payload)
+        if header is None:
             return False
-        if type(raw) is not list or len(raw) != 9 or type(raw[1]) is not int:
-            return False
-        if raw[0] == 0:
-            self._reply(raw[1], False, SerializationError(
+        if header[0] == REQUEST:
+            self._reply(header[1], False, SerializationError(
                 f"the silo cannot decode this request's arguments: {exc}"
             ))
         return True
@@ -168,7 +177,7 @@ class GatewayConnection(FramedConnection):
 class Gateway:
     """Accepts client connections for one silo."""
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: GatewayHost) -> None:
         self.silo = silo
         self.connections: set[GatewayConnection] = set()
         self.accepting = False
@@ -188,8 +197,6 @@ class Gateway:
                 lambda: GatewayConnection(self), opts.host, opts.gateway_port
             )
         except OSError as exc:
-            from orleanspy.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"gateway_port {opts.gateway_port} on {opts.host}: cannot listen ({exc}); "
                 "pick a free port (0 picks one) or stop the process that holds it"

@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock
+from orleanspy.client import ClusterClient
 from orleanspy.options import SiloOptions
-from orleanspy.runtime.client import ClusterClient
 from orleanspy.runtime.silo import Silo
 
 __all__ = ["TestCluster"]

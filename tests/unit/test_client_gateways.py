@@ -17,6 +17,7 @@ import pytest
 from orleanspy import ClusterClient, Grain, Silo, SiloUnavailableError, one_way
 from orleanspy.errors import ConfigurationError
 from orleanspy.options import ClientOptions
+from orleanspy.testing import FakeClock
 
 WAIT = 5.0
 KEYS = [f"k{i}" for i in range(60)]
@@ -64,13 +65,14 @@ def address(silo: Silo) -> str:
     return f"127.0.0.1:{silo.gateway.port}"
 
 
-def client_of(silos: list[Silo], **options: Any) -> ClusterClient:
+def client_of(silos: list[Silo], clock: FakeClock | None = None,
+              **options: Any) -> ClusterClient:
     options.setdefault("reconnect_delay", 0.05)
     options.setdefault("reconnect_delay_max", 0.2)
     options.setdefault("response_timeout", WAIT)
     return ClusterClient(ClientOptions(
         cluster_id="gw", gateways=tuple(address(s) for s in silos), **options
-    ))
+    ), clock=clock)
 
 
 async def kill_gateway(silo: Silo) -> None:
@@ -152,17 +154,50 @@ async def test_lost_gateway_fails_its_pending_calls_and_new_calls_use_the_others
 
 async def test_gateway_that_comes_back_is_reconnected(make_silo, probe):
     silos = await silos_with_gateways(make_silo)
-    async with client_of(silos) as client:
+    clock = FakeClock()
+    async with client_of(silos, clock) as client:
         first = await where_all(client)
         victim = silos[0]
         await kill_gateway(victim)
         await probe.until(lambda: len(client.connected_gateways) == 2)
-        await asyncio.sleep(0.5)  # several refused reconnects, backing off
+        await clock.run_for(1.0)  # several refused reconnects, backing off
         assert len(client.connected_gateways) == 2
 
         await victim.gateway.start()
-        await probe.until(lambda: len(client.connected_gateways) == 3)
+        async with asyncio.timeout(WAIT):
+            while len(client.connected_gateways) < 3:
+                await clock.run_for(0.2)  # the longest back-off: an attempt is under way
         assert await where_all(client) == first  # its grains route to it again
+
+
+async def test_lost_gateway_is_retried_only_after_its_back_off(make_silo, probe):
+    silos = await silos_with_gateways(make_silo, 2)
+    clock = FakeClock()
+    async with client_of(silos, clock, reconnect_delay=1.0, reconnect_delay_max=4.0) as client:
+        victim = silos[0]
+        await kill_gateway(victim)
+        await probe.until(lambda: len(client.connected_gateways) == 1)
+        await victim.gateway.start()
+
+        await clock.run_for(0.7)  # the first back-off is 1.0 s +-25 %: no attempt yet
+        assert len(client.connected_gateways) == 1
+        await clock.run_for(0.6)
+        await probe.until(lambda: len(client.connected_gateways) == 2)
+
+
+async def test_client_call_times_out_on_the_client_clock(make_silo, probe):
+    silos = await silos_with_gateways(make_silo, 1)
+    clock = FakeClock()
+    async with client_of(silos, clock, response_timeout=30.0) as client:
+        call = asyncio.create_task(client.get_grain(Where, "t").slow())
+        await probe.until(lambda: ("slow", "t") in probe.log)  # the request is running
+        await clock.run_for(29.0)
+        assert not call.done()
+        await clock.run_for(1.0)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(WAIT):
+                await call
+        probe.open("slow")
 
 
 async def test_connect_skips_a_dead_gateway_and_fails_when_none_answers(make_silo):

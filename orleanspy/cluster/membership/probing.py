@@ -128,7 +128,7 @@ class FailureDetector:
         timeout = self._options.probe_timeout if timeout is None else timeout
         self.probes_sent += 1
         try:
-            async with asyncio.timeout(timeout):
+            async with self._clock.timeout(timeout):
                 ok = await self._prober.probe(target, timeout)
         except Exception as exc:  # a timeout or a transport error: not reached
             self._log.debug("membership_probe_error", target=str(target), error=repr(exc))
@@ -192,7 +192,7 @@ class FailureDetector:
         timeout = self._options.probe_timeout
         self.indirect_probes += 1
         try:
-            async with asyncio.timeout(timeout):
+            async with self._clock.timeout(timeout):
                 return await self._prober.probe_indirect(
                     via, target, timeout * _INDIRECT_TIMEOUT_SHARE
                 )

@@ -18,10 +18,18 @@ How it works (Orleans' membership protocol, see docs/cluster.md "Membership"):
   ``on_declared_dead``: the others have re-homed its work, and it must not keep serving it.
 * Leave: SHUTTING_DOWN (``begin_shutdown``), then DEAD (``stop``).
 
-The service never waits on a clock: decisions use ``clock.time()`` (wall time, comparable
-across processes), while loops sleep with ``asyncio.sleep``. Tests drive the steps directly
-(``refresh``, ``probe_round``, ``heartbeat``) with a ``FakeClock`` and long periods, or run
-the loops with ``MembershipOptions.fast()``.
+Time comes from the injected ``Clock``: decisions use ``clock.time()`` (wall time, comparable
+across processes); loops sleep, and probes and gossip time out, on the same clock. Tests
+drive the steps directly (``refresh``, ``probe_round``, ``heartbeat``) or advance a
+``FakeClock`` to run the loops.
+
+Each status change of a silo in this silo's view is emitted as ``SiloStatusChanged`` on the
+``diagnostics`` hub (when somebody listens).
+
+Size: this module holds about 550 lines because joining, leaving, voting and reacting to
+a table read all change this silo's own row state (status, own version, stopping) under
+one protocol; the loops (``loops.py``), the detector (``probing.py``), the vote arithmetic
+(``voting.py``) and the snapshot distribution (``snapshot.py``) live apart.
 """
 
 from __future__ import annotations
@@ -30,18 +38,20 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import final
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
+from orleanspy.cluster.membership.loops import PeriodicSteps
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.prober import Gossiper, Prober
 from orleanspy.cluster.membership.probing import PROBED_STATUSES, FailureDetector
-from orleanspy.cluster.membership.snapshot import MembershipSnapshot, SnapshotPublisher
+from orleanspy.cluster.membership.snapshot import Listener, MembershipSnapshot, SnapshotPublisher
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
 from orleanspy.logging import get_logger
@@ -54,8 +64,6 @@ _SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
 #: Compare-and-swap attempts of one write before giving up (each failure is another
 #: silo's successful write, so this bounds contention, not time).
 _MAX_WRITE_ATTEMPTS = 20
-
-Listener = Callable[[MembershipSnapshot], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,7 @@ class MembershipService:
         on_declared_dead: called once, synchronously, when the table says this silo is dead;
             the host should stop the silo (the service has already stopped probing).
         rng: chooses intermediaries of indirect probes (seed it in tests).
+        diagnostics: the silo's event hub (``SiloStatusChanged``).
     """
 
     def __init__(
@@ -105,12 +114,15 @@ class MembershipService:
         gateway_port: int | None = None,
         on_declared_dead: Callable[[], None] | None = None,
         rng: random.Random | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> None:
         self.table = table
         self.silo = silo
         self.options = options or MembershipOptions()
         self._gossiper = gossiper
         self._clock = clock or SystemClock()
+        self._diagnostics = diagnostics
+        self._name = f"{silo.host}:{silo.port}"
         self._silo_name = silo_name
         self._host_name = host_name
         self._gateway_port = gateway_port
@@ -120,7 +132,7 @@ class MembershipService:
             silo, prober, self.options, self._clock, self._suspect_for_detector,
             lambda: self._stopping, rng or random.Random(), self._log,
         )
-        self._publisher = SnapshotPublisher()
+        self._publisher = SnapshotPublisher(self._log)
         self._status: SiloStatus | None = None
         self._own_version = 0  # table version at which this silo's row was written
         self._start_time = 0.0
@@ -130,11 +142,10 @@ class MembershipService:
         self._declared_dead = False
         self._stop_lock = asyncio.Lock()
         self._suspect_lock = asyncio.Lock()
-        self._loops: set[asyncio.Task[None]] = set()
-        self._listeners: set[asyncio.Task[None]] = set()
+        self._loops = PeriodicSteps(self._clock, self._log, lambda: self._stopping,
+                                    f"membership-{silo}")
         self._votes_cast = 0
         self._declared = 0
-        self._step_failures = 0
 
     def __repr__(self) -> str:
         return f"MembershipService({self.silo}, status={self._status})"
@@ -172,13 +183,7 @@ class MembershipService:
         A listener that raises is logged and keeps receiving. Listeners run in tasks of the
         service and are cancelled by ``stop``.
         """
-        task = asyncio.get_running_loop().create_task(self._deliver(listener))
-        self._own(task, self._listeners)
-
-        def remove() -> None:
-            task.cancel()
-
-        return remove
+        return self._publisher.add_listener(listener)
 
     async def wait_for(
         self, predicate: Callable[[MembershipSnapshot], bool], timeout: float | None = None
@@ -189,11 +194,9 @@ class MembershipService:
             TimeoutError: after ``timeout`` seconds.
             MembershipError: the service stopped first.
         """
-        async with asyncio.timeout(timeout):
-            async with contextlib.aclosing(self.updates()) as snapshots:
-                async for snapshot in snapshots:
-                    if predicate(snapshot):
-                        return snapshot
+        snapshot = await self._publisher.wait_for(predicate, self._clock, timeout)
+        if snapshot is not None:
+            return snapshot
         raise MembershipError(f"{self!r} stopped before the awaited membership change")
 
     def statistics(self) -> MembershipStatistics:
@@ -208,7 +211,7 @@ class MembershipService:
             indirect_probes=self._detector.indirect_probes,
             votes_cast=self._votes_cast,
             silos_declared_dead=self._declared,
-            step_failures=self._step_failures,
+            step_failures=self._loops.step_failures,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -230,17 +233,17 @@ class MembershipService:
         try:
             await self.table.open()
             await self._write_joining_row(deadline)
-            self._run_every("i_am_alive", options.i_am_alive_period, self.heartbeat)
+            self._loops.start("i_am_alive", options.i_am_alive_period, self.heartbeat)
             await self._validate_connectivity(deadline)
             await self._write_own_status(_ACTIVE)
         except BaseException:
             with contextlib.suppress(Exception):
                 await self.stop()  # marks the row DEAD: nobody waits for a silo that failed
             raise
-        self._run_every("table_refresh", options.table_refresh_period, self.refresh)
-        self._run_every("probe_round", options.probe_period, self.probe_round)
+        self._loops.start("table_refresh", options.table_refresh_period, self.refresh)
+        self._loops.start("probe_round", options.probe_period, self.probe_round)
         if options.defunct_silo_cleanup_period is not None:
-            self._run_every(
+            self._loops.start(
                 "defunct_cleanup", options.defunct_silo_cleanup_period, self.cleanup_defunct
             )
         self._log.info("membership_active", version=self.snapshot.version)
@@ -459,7 +462,7 @@ class MembershipService:
                 return
             self._log.warning("membership_join_silos_unreachable", silos=unreachable)
             self._check_deadline(deadline, f"reach the active silos {', '.join(unreachable)}")
-            await asyncio.sleep(options.probe_period)
+            await self._clock.sleep(options.probe_period)
             await self.refresh()
 
     async def _write_own_status(self, status: SiloStatus) -> None:
@@ -495,9 +498,15 @@ class MembershipService:
 
     def _apply(self, data: MembershipTableData) -> None:
         snapshot = MembershipSnapshot.from_table(data)
-        if snapshot.version < self.snapshot.version:
+        previous = self.snapshot
+        if snapshot.version < previous.version:
             return  # a read that finished after a newer one
-        self._publisher.publish(snapshot)
+        diagnostics = self._diagnostics
+        if self._publisher.publish(snapshot) and diagnostics is not None and diagnostics.listening:
+            for change in snapshot.changes_since(previous):
+                diagnostics.emit(
+                    SiloStatusChanged(self._name, str(change.silo), change.current.value)
+                )
         self._detector.update(snapshot)
         if self._status is None or self._stopping or snapshot.version < self._own_version:
             return
@@ -515,10 +524,7 @@ class MembershipService:
             voters=[] if entry is None else [str(v.voter) for v in entry.suspect_votes],
         )
         self._publisher.close()  # listeners end after the snapshot that says so
-        current = asyncio.current_task()
-        for task in self._loops:
-            if task is not current:
-                task.cancel()
+        self._loops.cancel()
         if self._on_declared_dead is not None:
             try:
                 self._on_declared_dead()
@@ -539,57 +545,15 @@ class MembershipService:
 
         async def tell(peer: SiloAddress) -> None:
             try:
-                async with asyncio.timeout(self.options.probe_timeout):
+                async with self._clock.timeout(self.options.probe_timeout):
                     await gossiper.gossip(peer, snapshot.version)
             except Exception as exc:
                 self._log.debug("membership_gossip_failed", target=str(peer), error=repr(exc))
 
         await asyncio.gather(*(tell(peer) for peer in peers))
 
-    @staticmethod
-    def _own(task: asyncio.Task[None], tasks: set[asyncio.Task[None]]) -> None:
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    def _run_every(self, name: str, period: float, step: Callable[[], Awaitable[Any]]) -> None:
-        if self._stopping:
-            return
-        task = asyncio.get_running_loop().create_task(
-            self._periodic(name, period, step), name=f"membership-{name}-{self.silo}"
-        )
-        self._own(task, self._loops)
-
-    async def _periodic(
-        self, name: str, period: float, step: Callable[[], Awaitable[Any]]
-    ) -> None:
-        clock = self._clock
-        delay = period
-        while True:
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            started = clock.monotonic()
-            try:
-                await step()
-            except Exception as exc:  # loop boundary: log, go on at the next period
-                self._step_failures += 1
-                self._log.warning("membership_step_failed", step=name, error=repr(exc))
-            if self._stopping:
-                return
-            delay = max(0.0, period - (clock.monotonic() - started))
-
-    async def _deliver(self, listener: Listener) -> None:
-        async with contextlib.aclosing(self.updates()) as snapshots:
-            async for snapshot in snapshots:
-                try:
-                    await listener(snapshot)
-                except Exception as exc:
-                    self._log.error("membership_listener_failed", listener=repr(listener),
-                                    version=snapshot.version, error=repr(exc))
-
     async def _cancel_tasks(self) -> None:
-        current = asyncio.current_task()
-        tasks = [task for task in (*self._loops, *self._listeners) if task is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel the loops and listeners (not the calling task) and wait for them."""
+        self._loops.cancel()
+        await self._loops.tasks.wait()
+        await self._publisher.cancel_listeners()

@@ -9,15 +9,18 @@ intermediate snapshots and gets the newest one, which always holds the complete 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import final
+from typing import Any, final
 
+from orleanspy._util.clock import Clock
+from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
 from orleanspy.ids import SiloAddress
 
-__all__ = ["MembershipSnapshot", "SiloStatusChange", "SnapshotPublisher"]
+__all__ = ["Listener", "MembershipSnapshot", "SiloStatusChange", "SnapshotPublisher"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +83,25 @@ class MembershipSnapshot:
         return tuple(changes)
 
 
+Listener = Callable[[MembershipSnapshot], Awaitable[None]]
+
+
 @final
 class SnapshotPublisher:
-    """Holds the current snapshot and wakes whoever waits for a newer one."""
+    """Holds the current snapshot and wakes whoever waits for a newer one; runs listeners.
 
-    __slots__ = ("_changed", "_closed", "_snapshot")
+    Args:
+        log: where a failing listener is reported.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_changed", "_closed", "_listeners", "_log", "_snapshot")
+
+    def __init__(self, log: Any = None) -> None:
         self._snapshot = MembershipSnapshot.empty()
         self._changed = asyncio.Event()
         self._closed = False
+        self._log = log
+        self._listeners = TaskSet()
 
     @property
     def current(self) -> MembershipSnapshot:
@@ -135,3 +147,51 @@ class SnapshotPublisher:
             if self._closed:
                 return
             await self._changed.wait()
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``await listener(snapshot)`` for the current and every newer snapshot, one
+        call at a time, in version order. Returns a function that removes the listener.
+
+        A listener that raises is logged and keeps receiving.
+        """
+        task = self._listeners.spawn(self._deliver(listener))
+
+        def remove() -> None:
+            task.cancel()
+
+        return remove
+
+    async def _deliver(self, listener: Listener) -> None:
+        async with contextlib.aclosing(self.updates()) as snapshots:
+            async for snapshot in snapshots:
+                try:
+                    await listener(snapshot)
+                except Exception as exc:
+                    if self._log is not None:
+                        self._log.error("membership_listener_failed", listener=repr(listener),
+                                        version=snapshot.version, error=repr(exc))
+
+    async def cancel_listeners(self) -> None:
+        """Cancel the listeners (not the calling task) and wait for them. Listeners may
+        still be added afterwards (after ``close`` they end at once)."""
+        current = asyncio.current_task()
+        for task in self._listeners:
+            if task is not current:
+                task.cancel()
+        await self._listeners.wait()
+
+    async def wait_for(
+        self, predicate: Callable[[MembershipSnapshot], bool], clock: Clock,
+        timeout: float | None = None,
+    ) -> MembershipSnapshot | None:
+        """The first snapshot (current or newer) for which ``predicate`` holds, or None if
+        the publisher closed first.
+
+        Raises:
+            TimeoutError: after ``timeout`` seconds of ``clock``.
+        """
+        async with clock.timeout(timeout), contextlib.aclosing(self.updates()) as snapshots:
+            async for snapshot in snapshots:
+                if predicate(snapshot):
+                    return snapshot
+        return None

@@ -2,7 +2,8 @@
 
 Most tests use ``STEPPED`` options (hour-long periods: the loops never fire) and drive the
 steps themselves (``probe_round``, ``refresh``) with a ``FakeClock``; the last ones run the
-real loops with ``MembershipOptions.fast()`` and wait for the outcome with a bounded timeout.
+loops with ``MembershipOptions.fast()``: on the ``FakeClock`` (advanced step by step), and
+over one SQLite file in real time.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from orleanspy.cluster.membership import (
     SiloStatus,
     SqliteMembershipTable,
 )
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
-from orleanspy.testing import EventCollector, FakeClock
+from orleanspy.testing import EventCollector, EventRecorder, FakeClock
 
 WAIT = 5.0
 HOUR = 3600.0
@@ -119,6 +121,7 @@ class Harness:
         gossip: bool = False,
         table: MembershipTable | None = None,
         clock: Any = "default",
+        diagnostics: Diagnostics | None = None,
     ) -> MembershipService:
         prober = FakeProber(self.network, address)
         service = MembershipService(
@@ -131,6 +134,7 @@ class Harness:
             silo_name=f"silo-{address.port}",
             on_declared_dead=lambda: self.dead_callbacks.append(address),
             rng=random.Random(7),
+            diagnostics=diagnostics,
         )
         self.network.services[address] = service
         self.all.append(service)
@@ -222,6 +226,7 @@ async def test_membership_join_waits_for_an_unreachable_active_silo(cluster: Har
     assert not joining.done()
     assert await cluster.status(B) is SiloStatus.JOINING
     cluster.network.heal_link(A, B)
+    await cluster.clock.run_for(b.options.probe_period)  # the join retries after a period
     async with asyncio.timeout(WAIT):
         await joining
 
@@ -550,6 +555,7 @@ async def test_membership_silo_declared_dead_while_joining_fails_to_start(
     await cluster.network.probes.wait_for(lambda ev: (B, A, False) in ev, WAIT)
 
     assert await cluster.all[0].suspect(B)  # two active silos: one vote is enough
+    await cluster.clock.run_for(b.options.probe_period)  # B's next join attempt reads it
     with pytest.raises(MembershipError):
         async with asyncio.timeout(WAIT):
             await joining
@@ -559,6 +565,26 @@ async def test_membership_silo_declared_dead_while_joining_fails_to_start(
 
 
 # -- notifications -----------------------------------------------------------------------
+
+
+async def test_membership_emits_silo_status_changed_for_each_change_in_its_view(
+    cluster: Harness,
+) -> None:
+    hub = Diagnostics()
+    with EventRecorder(hub) as rec:
+        (a,) = await cluster.start(A, diagnostics=hub)
+        mine = await rec.wait_event(SiloStatusChanged, lambda e: e.status == "active")
+        assert (mine.silo, mine.subject) == (f"{A.host}:{A.port}", str(A))
+        await cluster.start(B)
+        await a.refresh()
+        b_active = (str(B), "active")
+        await rec.wait_event(SiloStatusChanged, lambda e: (e.subject, e.status) == b_active)
+        assert await a.suspect(B)  # two active silos: one vote is enough
+        b_dead = (str(B), "dead")
+        await rec.wait_event(SiloStatusChanged, lambda e: (e.subject, e.status) == b_dead)
+        seen = len(rec.of(SiloStatusChanged))
+        await a.refresh()  # nothing changed: nothing emitted
+        assert len(rec.of(SiloStatusChanged)) == seen
 
 
 async def test_membership_listener_sees_increasing_versions_of_joins_and_deaths(
@@ -678,21 +704,17 @@ async def test_membership_cleanup_deletes_old_dead_rows(cluster: Harness) -> Non
 # -- real loops --------------------------------------------------------------------------
 
 
-async def test_membership_loops_detect_a_crash_within_5_seconds() -> None:
-    harness = Harness(MemoryMembershipTable(), clock=None)
-    try:
-        services = await harness.start(A, B, C, options=MembershipOptions.fast(), clock=None)
-        loop = asyncio.get_running_loop()
-        await services[2].abort()
-        crashed_at = loop.time()
+async def test_membership_loops_detect_a_crash_within_5_seconds(cluster: Harness) -> None:
+    services = await cluster.start(A, B, C, options=MembershipOptions.fast())
+    clock = cluster.clock
+    await services[2].abort()
+    crashed_at = clock.monotonic()
 
-        async with asyncio.timeout(5.0):
-            for service in services[:2]:
-                await service.wait_for(lambda s: s.status_of(C) is DEAD)
+    async with asyncio.timeout(WAIT):
+        while not all(s.snapshot.status_of(C) is DEAD for s in services[:2]):
+            await clock.run_for(0.1)  # the loops' probes, votes and refreshes, in fake time
 
-        assert loop.time() - crashed_at < 5.0
-    finally:
-        await harness.stop_all()
+    assert clock.monotonic() - crashed_at < 5.0
 
 
 async def test_membership_instances_over_one_sqlite_file(tmp_path: Path) -> None:

@@ -1,0 +1,225 @@
+"""ClusterClient: calls grains from another process through the silos' gateways.
+
+Requests are framed as in ``messaging/wire.py``; responses resolve futures by correlation
+id (``client/connection.py``). The client's ``GatewayPool`` keeps a connection to every
+known gateway (or to ``ClientOptions.gateway_count`` of them); each call is routed by its
+grain id's hash, so the calls of one grain go through one gateway (in order) while different
+grains spread over all of them. When a connection drops, the calls pending on it fail at
+once with ``SiloUnavailableError`` (never resent: the client cannot know whether they ran),
+new calls go to the remaining gateways, and the pool reconnects with back-off. Response
+timeouts are kept by ``Deadlines`` on the client's clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import replace
+from typing import Any, TypeVar, final, overload
+
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.client.connection import GatewayConnection
+from orleanspy.client.deadlines import Deadlines
+from orleanspy.client.gateways import GatewayPool
+from orleanspy.client.options import ClientOptions
+from orleanspy.errors import SiloUnavailableError
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.reference import make_reference
+from orleanspy.ids import GrainId
+from orleanspy.logging import get_logger
+from orleanspy.messaging.codec import Codec, resolve_name
+from orleanspy.messaging.frames import ONE_WAY, REQUEST
+from orleanspy.streams.publisher import ClientStreamProvider
+
+__all__ = ["ClusterClient"]
+
+G = TypeVar("G")
+
+
+@final
+class ClusterClient:
+    """A client of a cluster: ``await client.connect()``, then ``client.get_grain(...)``.
+
+    With several gateways the client connects to all of them (or to
+    ``ClientOptions.gateway_count``), routes each grain's calls through one live gateway
+    chosen by the grain id's hash, and fails over when a gateway's connection is lost: the
+    calls pending on it raise ``SiloUnavailableError`` (not resent), later calls go through
+    the other gateways, and the lost gateway is reconnected with exponential back-off.
+
+    Args:
+        options: the client's settings; ``gateways``, ``cluster_id``, ``secret`` and
+            ``response_timeout`` override the matching fields.
+        clock: time for deadlines, back-off and discovery (default: the real clock).
+
+    Example::
+
+        async with ClusterClient(gateways=["127.0.0.1:30000", "127.0.0.1:30001"]) as client:
+            print(await client.get_grain(Counter, "a").increment())
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions | None = None,
+        *,
+        gateways: list[str] | tuple[str, ...] | None = None,
+        cluster_id: str | None = None,
+        secret: str | None = None,
+        response_timeout: float | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        base = options or ClientOptions()
+        changes: dict[str, Any] = {}
+        if gateways is not None:
+            changes["gateways"] = tuple(gateways)
+        if cluster_id is not None:
+            changes["cluster_id"] = cluster_id
+        if secret is not None:
+            changes["secret"] = secret
+        if response_timeout is not None:
+            changes["response_timeout"] = response_timeout
+        if changes:
+            base = replace(base, **changes)
+        self.options = base
+        self.clock = clock or SystemClock()
+        self.codec = Codec(self._reference_factory)
+        self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
+        self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
+        self._ids = itertools.count(1)
+        self._deadlines = Deadlines(self.clock)
+        self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log,
+                                 self._deadlines.trim)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def connected_gateways(self) -> list[str]:
+        """The addresses of the gateways this client has a live connection to."""
+        return [c.address for c in self._pool.live]
+
+    @property
+    def gateway(self) -> str | None:
+        """The first connected gateway (list order), or None."""
+        live = self._pool.live
+        return live[0].address if live else None
+
+    @property
+    def _conn(self) -> GatewayConnection | None:
+        """The first live connection (list order), for tests that act on it."""
+        live = self._pool.live
+        return live[0] if live else None
+
+    # -- connection -----------------------------------------------------------------------
+    async def connect(self) -> None:
+        """Connect to the gateways (all, or ``gateway_count``); waits for every attempt.
+
+        Raises:
+            SiloUnavailableError: no gateway accepted a connection. (Those that did not
+                are retried in the background with back-off.)
+        """
+        await self._pool.connect()
+
+    async def close(self) -> None:
+        """Close every connection; calls still pending fail with SiloUnavailableError."""
+        self._deadlines.cancel()
+        await self._pool.close()
+
+    async def __aenter__(self) -> ClusterClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- calls ----------------------------------------------------------------------------
+    @overload
+    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    @overload
+    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+        return make_reference(self, grain_class, key)
+
+    def get_stream_provider(self, name: str) -> ClientStreamProvider:
+        """Publish to the silos' stream provider ``name``:
+        ``client.get_stream_provider("events").get_stream("ns", key).on_next(item)``."""
+        return ClientStreamProvider(self, name)
+
+    def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+        cls = resolve_name(cls_name) if cls_name else None
+        if cls is not None and issubclass(cls, Grain):
+            return make_reference(self, cls, grain_id.key, grain_id)
+        return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
+
+    async def _route(self, grain_id: GrainId) -> GatewayConnection:
+        """The live connection for this grain.
+
+        The grain's own gateway is ``hash % len(gateways)`` of the known list; while it is
+        down (or not among the ``gateway_count`` connected) the grain goes to
+        ``(hash // len(gateways)) % live`` of the live ones, so only the grains of a lost
+        gateway move, spread evenly over the others.
+        """
+        pool = self._pool
+        while True:
+            slots = pool.slots
+            h = grain_id._hash
+            n = len(slots)
+            conn = slots[h % n]
+            if conn is None:
+                live = pool.live
+                if not live:
+                    await pool.wait_live()
+                    continue
+                conn = live[(h // n) % len(live)]
+            if conn.closed:  # closed, its loss not reported yet
+                pool.connection_lost(conn)
+                continue
+            return conn
+
+    async def call(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+    ) -> Any:
+        slots = self._pool.slots
+        conn = slots[grain_id._hash % len(slots)]
+        if conn is None or conn.closed:
+            conn = await self._route(grain_id)
+        if conn.write_paused:
+            await conn.wait_writable()
+            if conn.closed:
+                raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
+        corr = next(self._ids)
+        t = timeout or self.options.response_timeout
+        payload = self.codec.packb(
+            [REQUEST, corr, grain_id.type_name, grain_id.key, method, list(args), kwargs, t, []]
+        )
+        fut = conn.loop.create_future()
+        pending = conn.pending
+        pending[corr] = fut
+        conn.send(payload)
+        if conn.closed:
+            pending.pop(corr, None)
+            raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
+        self._deadlines.add(t, corr, grain_id, method, pending)
+        try:
+            return await fut
+        finally:
+            pending.pop(corr, None)
+
+    async def send_one_way(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+    ) -> None:
+        conn = await self._route(grain_id)
+        await conn.wait_writable()
+        if conn.closed:
+            raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
+        payload = self.codec.packb(
+            [ONE_WAY, next(self._ids), grain_id.type_name, grain_id.key, method, list(args),
+             kwargs, None, []]
+        )
+        conn.send(payload)

@@ -1,0 +1,101 @@
+"""GatewayConnection: the client's connection to one silo gateway (client -> gateway path).
+
+Requests leave through ``send``; each response frame resolves the future of its id in
+``pending``. The first frame received is the gateway's handshake reply (``handshake``).
+What the connection's loss means for the client (routing, back-off, failing the calls still
+pending) is the owner's business: it is told through ``ConnectionOwner``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
+from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.connection import FramedConnection
+from orleanspy.messaging.frames import RESPONSE, raw_header, undecodable
+from orleanspy.messaging.wire import decode_error
+
+__all__ = ["ConnectionOwner", "GatewayConnection"]
+
+
+class ConnectionOwner(Protocol):
+    """What a gateway connection tells the client that owns it."""
+
+    def connection_lost(self, conn: GatewayConnection) -> None:
+        """``conn`` is closed (by either side): stop routing to it, fail its pending calls."""
+
+
+class GatewayConnection(FramedConnection):
+    """One client connection to gateway ``address`` (number ``index`` in the owner's list).
+
+    ``silent`` holds until the handshake succeeds, and again for a connection the client
+    closes without having adopted it: its loss is not reported to the owner.
+    ``on_response`` is called after a response completed a call (the client drops finished
+    deadlines).
+    """
+
+    def __init__(self, owner: ConnectionOwner, index: int, address: str, codec: Codec,
+                 max_frame_size: int, log: Any, on_response: Callable[[], None]) -> None:
+        super().__init__(max_frame_size, log)
+        self.owner = owner
+        self.index = index
+        self.on_response = on_response
+        self.address = address
+        self.codec = codec
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.handshake: asyncio.Future[Any] = self.loop.create_future()
+        self.silent = True
+
+    def frame_received(self, payload: bytes) -> None:
+        try:
+            obj = self.codec.unpackb(payload)
+        except SerializationError as exc:
+            # The frame is well-formed but a value in it is not importable here (e.g. a
+            # dataclass whose module this process lacks): fail that one call only.
+            self._fail_one(payload, exc)
+            return
+        except Exception as exc:
+            raise undecodable(exc) from exc
+        if not self.handshake.done():
+            self.handshake.set_result(obj)
+            return
+        if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:
+            raise ProtocolError("a response frame must be [2, id, ok, value]")
+        fut = self.pending.pop(obj[1], None)
+        if fut is None or fut.done():
+            return
+        if obj[2]:
+            fut.set_result(obj[3])
+        else:
+            fut.set_exception(decode_error(obj[3]))
+        self.on_response()
+
+    def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
+        header = raw_header(payload)
+        if header is None:
+            raise ProtocolError(f"undecodable frame from the gateway ({exc!r})") from exc
+        fut = self.pending.pop(header[1], None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                SerializationError(f"the result of this call cannot be decoded here: {exc}")
+            )
+
+    def close(self) -> None:
+        was_closed = self.closed
+        super().close()
+        if not was_closed and not self.silent:
+            # Closed by us (a protocol error, or the client closing): stop routing to it and
+            # fail what is pending now rather than when the transport reports the loss.
+            self.owner.connection_lost(self)
+
+    def on_close(self, exc: Exception | None, by_us: bool) -> None:
+        if not self.handshake.done():
+            self.handshake.set_exception(
+                SiloUnavailableError(f"gateway {self.address} closed the connection")
+            )
+            self.handshake.exception()  # retrieved: the opener reports it
+        if not self.silent:
+            self.owner.connection_lost(self)

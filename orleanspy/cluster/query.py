@@ -1,0 +1,64 @@
+"""query_silo: one control question to a silo from a tool (``orleanspy cluster status``).
+
+The tool opens a connection with a handshake whose ``silo`` is None (a tool may only send
+control requests, see ``cluster/connection.py``), asks, reads the answer and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.cluster.connection import CONTROL
+from orleanspy.errors import SiloUnavailableError
+from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.frames import check_response, read_frame
+from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error
+
+__all__ = ["query_silo"]
+
+#: The largest answer a tool reads (a status report of a large cluster fits).
+MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+
+async def query_silo(
+    host: str, port: int, op: str, args: list[Any], *, cluster_id: str,
+    secret: str | None = None, timeout: float = 5.0, clock: Clock | None = None,
+) -> Any:
+    """Ask the silo listening on ``host:port`` one control question, as a tool (CLI).
+
+    ``clock`` bounds the wait (default: the real clock; a tool runs outside any silo).
+
+    Raises:
+        SiloUnavailableError: unreachable, or it refused the handshake.
+        TimeoutError: no answer within ``timeout``.
+        ProtocolError: the silo's answer is not a valid frame.
+    """
+    codec = Codec()
+    async with (clock or SystemClock()).timeout(timeout):
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            raise SiloUnavailableError(f"cannot connect to silo {host}:{port}: {exc}") from None
+        try:
+            def write_frame(obj: Any) -> None:
+                data = codec.packb(obj)
+                writer.write(len(data).to_bytes(4, "big") + data)
+
+            write_frame({"v": PROTOCOL_VERSION, "cluster": cluster_id, "secret": secret,
+                         "silo": None, "to": None})
+            reply = await read_frame(reader, codec, MAX_FRAME_SIZE)
+            if not isinstance(reply, dict) or not reply.get("ok"):
+                error = reply.get("error") if isinstance(reply, dict) else repr(reply)
+                raise SiloUnavailableError(f"silo {host}:{port} refused: {error}")
+            write_frame([CONTROL, 1, op, args])
+            response = await read_frame(reader, codec, MAX_FRAME_SIZE)
+            check_response(response)
+            if response[2]:
+                return response[3]
+            raise decode_error(response[3])
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise SiloUnavailableError(f"silo {host}:{port} closed the connection: {exc}") from None
+        finally:
+            writer.close()
