@@ -28,7 +28,7 @@ async def misuse(silo: Silo) -> None:
     _ = ref.with_timeout("5")  # error: [arg-type] "str"; expected "float"
     count: str = await ref.get()  # error: [assignment] "int", variable has type "str"
     print(count)
-    _ = ref.invoke  # error: [attr-defined] Counter defines no method invoke
+    _ = ref.invoke_later  # error: [attr-defined] Counter defines no method invoke_later
     ref.increment = ref.get  # error: [attr-defined] "increment"
 
 

@@ -24,6 +24,8 @@ async def calls(silo: Silo, client: ClusterClient, cluster: TestCluster) -> list
     results.append(await ref.with_timeout(5).increment())
     results.append(await ref.with_timeout(0.5).with_timeout(2).get())
     await ref.reset()
+    results.append(await ref.invoke("increment", 5))
+    await ref.with_timeout(1).invoke_one_way("reset")
     results.append(await client.get_grain(Counter, 1).get())
     results.append(await cluster.get_grain(Doubler, "d").double())
     results.append(await cluster.get_grain(Doubler, "d").increment())
