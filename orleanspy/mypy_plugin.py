@@ -94,8 +94,6 @@ def _grain_type(ref: Instance) -> ProperType:
     grain = get_proper_type(mapped.args[0])
     while isinstance(grain, TypeVarType):
         grain = get_proper_type(grain.upper_bound)
-    if isinstance(grain, Instance) and grain.type.fullname == "builtins.object":
-        return AnyType(TypeOfAny.special_form)
     return grain
 
 

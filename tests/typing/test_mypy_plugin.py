@@ -7,6 +7,7 @@ line may give an error.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -22,18 +23,19 @@ REPORT = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<msg>.*)  \[(?P<
 @pytest.fixture(scope="module")
 def mypy_errors() -> dict[str, list[tuple[int, str, str]]]:
     """mypy's errors per checked file name: (line, code, message)."""
-    stdout, stderr, _status = api.run(
-        [
-            "--config-file", str(ROOT / "pyproject.toml"),
-            "--cache-dir", str(ROOT / ".mypy_cache"),
-            "--strict",
-            "--show-error-codes",
-            "--no-pretty",
-            "--no-error-summary",
-            str(HERE / "usage_ok.py"),
-            str(HERE / "usage_errors.py"),
-        ]
-    )
+    with contextlib.chdir(ROOT):  # mypy resolves ``tests.typing.grains`` from the repository root
+        stdout, stderr, _status = api.run(
+            [
+                "--config-file", str(ROOT / "pyproject.toml"),
+                "--cache-dir", str(ROOT / ".mypy_cache"),
+                "--strict",
+                "--show-error-codes",
+                "--no-pretty",
+                "--no-error-summary",
+                str(HERE / "usage_ok.py"),
+                str(HERE / "usage_errors.py"),
+            ]
+        )
     assert stderr == ""
     errors: dict[str, list[tuple[int, str, str]]] = {}
     for line in stdout.splitlines():

@@ -6,8 +6,12 @@ the trailing error comments (an error code in brackets, then a part of the messa
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from orleanspy import GrainRef, Silo
 from tests.typing.grains import Box, Counter, Doubler
+
+T = TypeVar("T")
 
 
 async def misuse(silo: Silo) -> None:
@@ -30,6 +34,11 @@ async def misuse(silo: Silo) -> None:
     print(count)
     _ = ref.invoke_later  # error: [attr-defined] Counter defines no method invoke_later
     ref.increment = ref.get  # error: [attr-defined] "increment"
+
+
+async def some_grain(ref: GrainRef[T]) -> None:
+    await ref.with_timeout(1).invoke("increment")
+    await ref.increment()  # error: [attr-defined] object defines no method increment
 
 
 async def wrong_grain(silo: Silo) -> None:

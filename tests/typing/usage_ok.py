@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from orleanspy import ClusterClient, Grain, GrainRef, Silo
 from orleanspy.testing import TestCluster
 from tests.typing.grains import Box, Counter, Doubler
+
+C = TypeVar("C", bound=Counter)
 
 
 class Caller(Grain):
@@ -36,6 +38,10 @@ async def generic_grain(silo: Silo) -> str:
     box: GrainRef[Box[str]] = silo.get_grain(Box, "b")
     await box.put("hello")
     return await box.take()
+
+
+async def bounded(ref: GrainRef[C]) -> int:
+    return await ref.with_timeout(2).increment()
 
 
 async def covariant(silo: Silo) -> GrainRef[Counter]:
