@@ -195,4 +195,4 @@ def make_reference(
         ref = reference_class(grain_class)(runtime, gid, qualified_name(grain_class))
     else:
         raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
-    return cast(GrainRef[Any], ref)
+    return cast("GrainRef[Any]", ref)  # a string: no subscription per call
