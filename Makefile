@@ -41,6 +41,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info

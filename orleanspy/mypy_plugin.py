@@ -12,7 +12,7 @@ define: the rule of ``orleanspy.grains.interface.class_info``) and reports an ``
 error for anything else (grain properties, state, lifecycle hooks, plain methods, private
 names, missing names). A reference by type name (``GrainRef[Any]``) stays untyped.
 
-The plugin runs inside mypy only; nothing in orleanspy imports it.
+The plugin runs inside mypy only (1.16 or newer); nothing in orleanspy imports it.
 """
 
 from __future__ import annotations
