@@ -110,7 +110,7 @@ def _grain_base_names(ctx: AttributeContext, info: TypeInfo) -> frozenset[str]:
 
 
 def _why_not_callable(info: TypeInfo, name: str, base_names: frozenset[str]) -> str | None:
-    """None when ``info.name`` is a grain method a reference routes, else the reason."""
+    """None when ``name`` is a method of ``info`` that a reference routes, else the reason."""
     if name.startswith("_"):
         return "private names are not grain methods"
     if name in base_names and name not in CALLABLE_BASE_METHODS:
