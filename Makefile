@@ -1,13 +1,15 @@
 # Two commands do all set-up on a fresh machine with Python 3.11+:
 #   make run    installs into .venv and runs the bank demo on embedded defaults
-#   make test   installs into .venv and runs the whole test suite (and ruff)
+#   make test   installs into .venv, then runs ruff, mypy --strict (the packages and the typing
+#               test's correct module, with orleanspy.mypy_plugin) and the whole test suite
+#   make layers checks that packages import downward only (import-linter contracts)
 #   make clickstream  runs the Spark pipeline example (streams -> Parquet -> Spark grain)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint install clean clickstream
+.PHONY: run test bench lint layers install clean clickstream
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11 or newer: set PYTHON=python3.11")'
@@ -26,7 +28,12 @@ clickstream: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 	$(PY) -m pytest -q
+
+layers: $(STAMP)
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) benchmarks/grain_calls.py
@@ -34,6 +41,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info

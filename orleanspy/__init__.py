@@ -37,7 +37,7 @@ from orleanspy.grains.interface import (
     reentrant,
     stateless_worker,
 )
-from orleanspy.grains.reference import GrainReference
+from orleanspy.grains.reference import GrainRef, GrainReference
 from orleanspy.grains.state import PersistentState, persistent_state
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.options import ClientOptions, SiloOptions
@@ -63,6 +63,7 @@ __all__ = [
     "GrainCallError",
     "GrainCallTimeoutError",
     "GrainId",
+    "GrainRef",
     "GrainReference",
     "GrainTimer",
     "InconsistentStateError",

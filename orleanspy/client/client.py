@@ -24,7 +24,7 @@ from orleanspy.client.gateways import GatewayPool
 from orleanspy.client.options import ClientOptions
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
-from orleanspy.grains.reference import make_reference
+from orleanspy.grains.reference import GrainRef, make_reference
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec, resolve_name
@@ -131,9 +131,9 @@ class ClusterClient:
 
     # -- calls ----------------------------------------------------------------------------
     @overload
-    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
-    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         return make_reference(self, grain_class, key)
 

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy.grains.context import allow_call_chain_reentrancy
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
 if TYPE_CHECKING:
@@ -67,9 +68,9 @@ class Grain:
 
     # -- calls ----------------------------------------------------------------------------
     @overload
-    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
-    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to another grain (or to this one)."""
         return self._orleanspy_activation.silo.get_grain(grain_class, key)

@@ -2,11 +2,15 @@
 
 A reference class is generated once per grain class with one real method per grain method,
 so a call costs an ordinary method call plus the runtime's ``call``.
+
+``GrainRef[G]`` is the static type of a reference to grain class ``G``: ``with_timeout()`` and
+the public async methods of ``G``. The method part is supplied by the mypy plugin
+``orleanspy.mypy_plugin``; without the plugin every other attribute of a ``GrainRef`` is ``Any``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info, type_name_of
 from orleanspy.ids import GrainId, GrainKey, normalize_key
@@ -15,9 +19,37 @@ from orleanspy.messaging.codec import qualified_name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GrainReference", "RuntimeClient", "make_reference"]
+__all__ = ["GrainRef", "GrainReference", "RuntimeClient", "make_reference"]
 
 G = TypeVar("G")
+G_co = TypeVar("G_co", covariant=True)
+
+
+class GrainRef(Protocol[G_co]):
+    """The static type of a reference to grain class ``G_co`` (``get_grain(G, key)``).
+
+    It offers ``with_timeout()``, the untyped by-name calls ``invoke()`` and
+    ``invoke_one_way()`` (for tools) and, through the mypy plugin, exactly the public
+    ``async def`` methods of ``G_co`` with their parameters and awaitable results; grain
+    attributes such as ``key``, ``state`` or ``on_activate`` are type errors on a reference.
+    At run time a reference is a ``GrainReference``; this protocol exists for type checkers.
+    """
+
+    def with_timeout(self, seconds: float) -> GrainRef[G_co]:
+        """A copy of this reference whose calls time out after ``seconds``."""
+        ...
+
+    async def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a method by name (untyped)."""
+        ...
+
+    async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send a one-way call by name (untyped): returns once enqueued."""
+        ...
+
+    def __getattr__(self, name: str) -> Any:
+        """A grain method (typed by the mypy plugin from the grain class)."""
+        ...
 
 
 class RuntimeClient(Protocol):
@@ -66,7 +98,7 @@ class GrainReference:
     def key(self) -> GrainKey:
         return self._grain_id.key
 
-    def with_timeout(self, seconds: float) -> Any:
+    def with_timeout(self, seconds: float) -> Self:
         """A copy of this reference whose calls time out after ``seconds``."""
         if seconds <= 0:
             raise ValueError(f"with_timeout({seconds}): the timeout must be > 0")
@@ -142,14 +174,25 @@ class _DynamicReference(GrainReference):
         return method
 
 
+@overload
 def make_reference(
-    runtime: RuntimeClient, grain_class: type[G] | str, key: Any, grain_id: GrainId | None = None
-) -> G:
-    """Build a typed reference; ``grain_class`` may be a class or a grain type name."""
+    runtime: RuntimeClient, grain_class: type[G], key: Any, grain_id: GrainId | None = None
+) -> GrainRef[G]: ...
+@overload
+def make_reference(
+    runtime: RuntimeClient, grain_class: str, key: Any, grain_id: GrainId | None = None
+) -> GrainRef[Any]: ...
+def make_reference(
+    runtime: RuntimeClient, grain_class: type[Any] | str, key: Any, grain_id: GrainId | None = None
+) -> GrainRef[Any]:
+    """Build a reference; ``grain_class`` may be a class or a grain type name (untyped)."""
+    ref: GrainReference
     if isinstance(grain_class, str):
         gid = grain_id or GrainId(grain_class, normalize_key(key))
-        return cast(G, _DynamicReference(runtime, gid, ""))
-    if not isinstance(grain_class, type):
+        ref = _DynamicReference(runtime, gid, "")
+    elif isinstance(grain_class, type):
+        gid = grain_id or GrainId(type_name_of(grain_class), normalize_key(key))
+        ref = reference_class(grain_class)(runtime, gid, qualified_name(grain_class))
+    else:
         raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
-    gid = grain_id or GrainId(type_name_of(grain_class), normalize_key(key))
-    return cast(G, reference_class(grain_class)(runtime, gid, qualified_name(grain_class)))
+    return cast("GrainRef[Any]", ref)  # a string: no subscription per call

@@ -26,7 +26,7 @@ from orleanspy.diagnostics import Diagnostics
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import GrainClassInfo, class_info
-from orleanspy.grains.reference import make_reference
+from orleanspy.grains.reference import GrainRef, make_reference
 from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger
@@ -211,14 +211,14 @@ class Silo:
         self.catalog.add(act)
         return make_reference(self, cls, key)
 
-    def get_system_target(self, cls: type[G], key: Any) -> G:
+    def get_system_target(self, cls: type[G], key: Any) -> GrainRef[G]:
         return make_reference(self, cls, key)
 
     # -- the in-process client --------------------------------------------------------------
     @overload
-    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
-    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to a grain, callable from this process."""
         return make_reference(self, grain_class, key)

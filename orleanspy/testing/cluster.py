@@ -14,6 +14,7 @@ from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock
 from orleanspy.client import ClusterClient
+from orleanspy.grains.reference import GrainRef
 from orleanspy.options import SiloOptions
 from orleanspy.runtime.silo import Silo
 
@@ -66,9 +67,9 @@ class TestCluster:
         await self.silo.stop()
 
     @overload
-    def get_grain(self, grain_class: type[G], key: Any) -> G: ...
+    def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
-    def get_grain(self, grain_class: str, key: Any) -> Any: ...
+    def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """An in-process reference (no socket)."""
         return self.silo.get_grain(grain_class, key)

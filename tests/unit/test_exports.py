@@ -46,7 +46,8 @@ def test_exports_testing_helpers():
 @pytest.mark.parametrize(
     "name",
     [
-        "Grain", "Silo", "SiloOptions", "ClusterClient", "persistent_state", "reentrant",
+        "Grain", "GrainRef", "Silo", "SiloOptions", "ClusterClient", "persistent_state",
+        "reentrant",
         "call_chain_reentrant", "always_interleave", "read_only", "one_way",
         "stateless_worker", "mailbox", "collection_age", "grain_type",
         "allow_call_chain_reentrancy", "GrainCallTimeoutError", "DeadlockError",

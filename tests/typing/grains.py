@@ -1,0 +1,53 @@
+"""Grains shared by the typing test's modules (as a user's application would define them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from orleanspy import Grain, one_way, persistent_state, read_only
+
+T = TypeVar("T")
+
+
+@dataclass
+class CounterState:
+    value: int = 0
+
+
+class Counter(Grain):
+    state = persistent_state(CounterState)
+
+    async def increment(self, by: int = 1) -> int:
+        self.state.value.value += by
+        return self.state.value.value
+
+    @read_only
+    async def get(self) -> int:
+        return self.state.value.value
+
+    @one_way
+    async def reset(self) -> None:
+        self.state.value.value = 0
+
+    async def on_activate(self) -> None:
+        self.sync_helper()
+
+    def sync_helper(self) -> str:
+        return "not callable through a reference"
+
+    async def _private(self) -> None:
+        return None
+
+
+class Box(Grain, Generic[T]):
+    async def put(self, item: T) -> None:
+        self._item = item
+
+    async def take(self) -> T:
+        return self._item
+
+
+class Doubler(Counter):
+    async def double(self) -> int:
+        return await self.increment(self.state.value.value)

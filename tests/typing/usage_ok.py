@@ -1,0 +1,54 @@
+"""Correct use of grain references: passes ``mypy --strict`` with ``orleanspy.mypy_plugin``.
+
+``make test`` type-checks this module; ``test_mypy_plugin.py`` also asserts it stays clean.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from orleanspy import ClusterClient, Grain, GrainRef, Silo
+from orleanspy.testing import TestCluster
+from tests.typing.grains import Box, Counter, Doubler
+
+C = TypeVar("C", bound=Counter)
+
+
+class Caller(Grain):
+    async def bump(self, key: str) -> int:
+        counter: GrainRef[Counter] = self.get_grain(Counter, key)
+        return await counter.increment(by=2)
+
+
+async def calls(silo: Silo, client: ClusterClient, cluster: TestCluster) -> list[int]:
+    ref = silo.get_grain(Counter, "a")
+    results = [await ref.increment(), await ref.increment(5), await ref.get()]
+    results.append(await ref.with_timeout(5).increment())
+    results.append(await ref.with_timeout(0.5).with_timeout(2).get())
+    await ref.reset()
+    results.append(await ref.invoke("increment", 5))
+    await ref.with_timeout(1).invoke_one_way("reset")
+    results.append(await client.get_grain(Counter, 1).get())
+    results.append(await cluster.get_grain(Doubler, "d").double())
+    results.append(await cluster.get_grain(Doubler, "d").increment())
+    return results
+
+
+async def generic_grain(silo: Silo) -> str:
+    box: GrainRef[Box[str]] = silo.get_grain(Box, "b")
+    await box.put("hello")
+    return await box.take()
+
+
+async def bounded(ref: GrainRef[C]) -> int:
+    return await ref.with_timeout(2).increment()
+
+
+async def covariant(silo: Silo) -> GrainRef[Counter]:
+    # A reference to a subclass is a reference to its base class.
+    return silo.get_grain(Doubler, "d")
+
+
+async def by_type_name(silo: Silo) -> Any:
+    untyped = silo.get_grain("Counter", "a")
+    return await untyped.with_timeout(1).anything_goes(1, 2)
