@@ -27,7 +27,7 @@ value / baseline):
 A ratio below 1 for moves means the assigner moved less than a balanced result needs: the
 joiner got less than its share (see "joiner got"), paid for in balance.
 
-Acceptance (issue 4, item 2), printed as one PASS/FAIL line: the default assigner is exactly
+The verdict, printed as one PASS/FAIL line: the default assigner is exactly
 balanced in every layout and moves exactly ``minimum_moves`` (computed from the previous
 layout, independently of the algorithm) on every join and leave; every bounded-load assigner
 keeps every silo within ``ceil((1+eps) * Q/S)`` in every layout.
