@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.diagnostics import Diagnostics, QueueAcquired, QueueReleased
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
@@ -29,12 +31,12 @@ from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.pubsub import SubscriptionRecord
+from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
     from orleanspy.cluster.membership.snapshot import MembershipSnapshot
     from orleanspy.runtime.silo import Silo
-    from orleanspy.streams.agent import PullingAgent
 
 __all__ = ["PersistentStreamProvider", "implicit_namespaces", "implicit_subscription"]
 
@@ -91,6 +93,8 @@ class PersistentStreamProvider:
         self.adapter: QueueAdapter = None  # type: ignore[assignment]
         self.mapper: HashRingQueueMapper = None  # type: ignore[assignment]
         self.silo: Silo = None  # type: ignore[assignment]
+        self.clock: Clock = SystemClock()  # the silo's, from bind
+        self.diagnostics = Diagnostics()  # the silo's hub, from bind
         self.agents: dict[QueueId, PullingAgent] = {}
         self.delivery_failures = 0
         self.log: Any = None
@@ -110,6 +114,8 @@ class PersistentStreamProvider:
     def bind(self, name: str, silo: Silo) -> None:
         self.name = name
         self.silo = silo
+        self.clock = silo.clock
+        self.diagnostics = silo.diagnostics
         self.mapper = HashRingQueueMapper(self.options.total_queues, name)
         self.adapter = self.adapter_factory.create_adapter(name)
         self.log = get_logger(__name__, provider=name, silo=silo.name)
@@ -176,7 +182,6 @@ class PersistentStreamProvider:
         await self.adapter.close()
 
     async def _start_agent(self, queue: QueueId) -> None:
-        from orleanspy.streams.agent import PullingAgent
 
         agent = PullingAgent(self, queue)
         self.silo.add_system_target(agent, (self.name, queue.index, str(self.silo.address)))
@@ -186,6 +191,9 @@ class PersistentStreamProvider:
             self._drop_target(agent)
             raise
         self.agents[queue] = agent
+        hub = self.diagnostics
+        if hub.listening:
+            hub.emit(QueueAcquired(str(self.silo.address), self.name, str(queue)))
 
     async def _stop_agent(self, queue: QueueId) -> None:
         agent = self.agents.get(queue)
@@ -196,6 +204,9 @@ class PersistentStreamProvider:
         finally:
             self.agents.pop(queue, None)
             self._drop_target(agent)
+            hub = self.diagnostics
+            if hub.listening:
+                hub.emit(QueueReleased(str(self.silo.address), self.name, str(queue)))
 
     def _drop_target(self, agent: PullingAgent) -> None:
         act = getattr(agent, "_orleanspy_activation", None)

@@ -239,8 +239,8 @@ class CountingSpillBook(SpillBook):
 
 
 def count_spills(agent: Any) -> CountingSpillBook:
-    assert not agent.spills, "install before anything was spilled"
-    agent.spills = book = CountingSpillBook()
+    assert not agent.spiller.book, "install before anything was spilled"
+    agent.spiller.book = book = CountingSpillBook()
     return book
 
 
