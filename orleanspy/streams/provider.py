@@ -20,18 +20,22 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy.cluster.balancing.named import assigner_named
+from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.diagnostics import Diagnostics, QueueAcquired, QueueReleased
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
-from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.ids import QueueId, StreamId, StreamKey
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import StreamProviderOptions
+from orleanspy.streams.publisher import StreamPublisher
 from orleanspy.streams.pubsub import SubscriptionRecord
 from orleanspy.streams.pulling.agent import PullingAgent
+from orleanspy.streams.stream import AsyncStream
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["PersistentStreamProvider", "implicit_namespaces", "implicit_subscription"]
+
+T = TypeVar("T")
 
 _IMPLICIT_ATTR = "_orleanspy_implicit_namespaces"
 
@@ -123,8 +129,6 @@ class PersistentStreamProvider:
     async def start(self) -> None:
         """Open the adapter and start an agent for every queue the balancer gives us (on a
         clustered silo: start following membership and take this silo's share of leases)."""
-        from orleanspy.streams.publisher import StreamPublisher
-
         await self.adapter.open()
         self.log = get_logger(__name__, provider=self.name, silo=self.silo.name)  # final name
         self.silo.add_system_target(StreamPublisher(self), self.name)
@@ -133,8 +137,6 @@ class PersistentStreamProvider:
         if cluster is not None and (self._default_balancer
                                     or isinstance(balancer, LeaseQueueBalancer)):
             if not isinstance(balancer, LeaseQueueBalancer):
-                from orleanspy.cluster.balancing.named import assigner_named
-
                 balancer = self.balancer = LeaseQueueBalancer(
                     assigner_named(self.options.balancer)
                 )
@@ -274,7 +276,6 @@ class PersistentStreamProvider:
             active = [str(s) for s in snapshot.active_silos]
             if me not in active:
                 return  # joining or leaving: the stop hands everything off
-            from orleanspy.cluster.membership.entry import SiloStatus
 
             dead = {str(s) for s in snapshot.silos(SiloStatus.DEAD)}
             queues = self.mapper.all_queues()
@@ -315,9 +316,15 @@ class PersistentStreamProvider:
         return set(self.agents)
 
     # -- producing ----------------------------------------------------------------------------
-    def stream(self, namespace: str, key: Any) -> Any:
-        from orleanspy.streams.stream import AsyncStream
-
+    @overload
+    def stream(self, namespace: str, key: StreamKey) -> AsyncStream[Any]: ...
+    @overload
+    def stream(self, namespace: str, key: StreamKey, item_type: type[T]) -> AsyncStream[T]: ...
+    def stream(
+        self, namespace: str, key: StreamKey, item_type: type[Any] | None = None
+    ) -> AsyncStream[Any]:
+        """The stream ``(namespace, key)``; ``item_type`` (for type checkers only) names the
+        type of its items: ``provider.get_stream("clicks", user, Click)``."""
         return AsyncStream(self, StreamId(namespace, key))
 
     get_stream = stream

@@ -6,14 +6,12 @@ Each silo hosts one per stream provider, keyed by the provider's name. A client'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orleanspy.grains.interface import grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.ids import StreamId
-
-if TYPE_CHECKING:
-    from orleanspy.streams.provider import PersistentStreamProvider
+from orleanspy.streams.stream import StreamProducer
 
 __all__ = ["PUBLISHER_TYPE", "ClientStream", "ClientStreamProvider", "StreamPublisher"]
 
@@ -25,7 +23,7 @@ PUBLISHER_TYPE = "orleanspy.StreamPublisher"
 class StreamPublisher(SystemTarget):
     """Publishes events sent by clients (reentrant: enqueues from many clients overlap)."""
 
-    def __init__(self, provider: PersistentStreamProvider) -> None:
+    def __init__(self, provider: StreamProducer) -> None:
         self.provider = provider
 
     async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
