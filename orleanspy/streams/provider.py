@@ -222,14 +222,14 @@ class PersistentStreamProvider:
     async def _balance_loop(self) -> None:
         """Rebalance after membership settles; renew leases; retry queues still handed off."""
         opts = self.options
-        loop = asyncio.get_running_loop()
+        clock = self.clock
         renew_every = opts.lease_duration / 3
-        next_renew = loop.time() + renew_every
+        next_renew = clock.monotonic() + renew_every
         while not self._stopping:
             wait = opts.lease_retry_period if self._pending else renew_every
-            wait = min(wait, max(0.0, next_renew - loop.time()))
+            wait = min(wait, max(0.0, next_renew - clock.monotonic()))
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
+                async with clock.timeout(wait):
                     await self._view_changed.wait()
             if self._stopping:
                 return
@@ -237,15 +237,15 @@ class PersistentStreamProvider:
                 while True:
                     self._view_changed.clear()
                     try:
-                        async with asyncio.timeout(opts.balance_settle_time):
+                        async with clock.timeout(opts.balance_settle_time):
                             await self._view_changed.wait()
                     except TimeoutError:
                         break
                     if self._stopping:
                         return
             try:
-                if loop.time() >= next_renew:
-                    next_renew = loop.time() + renew_every
+                if clock.monotonic() >= next_renew:
+                    next_renew = clock.monotonic() + renew_every
                     await self._renew()
                 await self._rebalance()
             except Exception as exc:  # loop boundary: log, try again next round
@@ -311,7 +311,7 @@ class PersistentStreamProvider:
     ) -> set[QueueId]:
         """Wait until the queues this silo pulls satisfy ``predicate`` (checked after every
         balancing round). Raises TimeoutError after ``timeout`` seconds."""
-        async with asyncio.timeout(timeout), self._rounds:
+        async with self.clock.timeout(timeout), self._rounds:
             await self._rounds.wait_for(lambda: predicate(set(self.agents)))
         return set(self.agents)
 
