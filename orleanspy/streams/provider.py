@@ -124,6 +124,7 @@ class PersistentStreamProvider:
         self.diagnostics = silo.diagnostics
         self.mapper = HashRingQueueMapper(self.options.total_queues, name)
         self.adapter = self.adapter_factory.create_adapter(name)
+        self.adapter.use_clock(silo.clock)
         self.log = get_logger(__name__, provider=name, silo=silo.name)
 
     async def start(self) -> None:
