@@ -24,6 +24,7 @@ import pytest
 
 from orleanspy import Grain, Silo, SiloOptions, reentrant
 from orleanspy._util.clock import Clock
+from orleanspy.diagnostics import CachePressureChanged
 from orleanspy.errors import EventsMissedError, GatingRevokedError, QueueCacheMissError
 from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
 from orleanspy.streams.adapters.base import QueueAdapterFactory
@@ -31,7 +32,7 @@ from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
 from orleanspy.streams.spill import SpillBook
 from orleanspy.streams.tokens import SequenceToken
-from orleanspy.testing import FakeClock
+from orleanspy.testing import EventRecorder, FakeClock
 
 WAIT = 30.0  # generous: 2 cores shared with other test runs
 
@@ -534,9 +535,11 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
         SINK.gate("fast")  # lags too when the cache first fills
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "a")
     producer = silo.get_grain(AccProducer, "p")
-    await producer.produce("ns", "a", list(range(200)))
-    await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
-    await until(lambda: agent.read >= 45 and agent.period > agent.options.pull_period)
+    with EventRecorder(silo.diagnostics) as rec:
+        await producer.produce("ns", "a", list(range(200)))
+        await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
+        await rec.wait_event(CachePressureChanged, lambda e: e.on)  # the cache filled up
+    assert agent.read >= 45
     if late:
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "b")
         await producer.produce("ns", "b", list(range(20)))
@@ -837,8 +840,10 @@ async def test_min_flow_control_without_spilling_never_drops_and_tells_nobody(
     SINK.fail = lambda key, item: key == "slow"
     await silo.get_grain(AccConsumer, "slow").subscribe("ns", "k")
     await silo.get_grain(AccConsumer, "fast").subscribe("ns", "k")
-    await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(300)))
-    await until(lambda: agent.cache.under_pressure() and agent.period > agent.options.pull_period)
+    with EventRecorder(silo.diagnostics) as rec:
+        await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(300)))
+        await rec.wait_event(CachePressureChanged, lambda e: e.on)
+    assert agent.cache.under_pressure() and agent.period > agent.options.pull_period
     assert agent.read < 300 and agent.acknowledged == 0 and peak[0] <= 50
     assert len(SINK.got["fast"]) < 300  # the slowest gates everyone on the queue
     SINK.fail = lambda key, item: False
