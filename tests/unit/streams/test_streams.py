@@ -365,6 +365,27 @@ async def test_stream_delivery_retries_wait_on_the_silo_clock_and_are_reported()
         await silo.stop()
 
 
+async def test_stream_agent_pulls_on_the_silo_clock() -> None:
+    """The agent reads its queue once per pull period of the silo's clock, not of real time."""
+    global SINK
+    SINK = Sink()
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, total_queues=1, pull_period=1.0, max_pull_period=2.0)
+    try:
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", ["a"])
+        await clock.run_for(1.0)  # the first pull falls within the first period
+        await SINK.until(lambda: SINK.got["c"] == ["a"])
+        await silo.get_grain(Producer, "p").produce("ns", "k", ["b"])
+        await asyncio.sleep(0.05)
+        assert agent.read == 1 and SINK.got["c"] == ["a"]  # real time does not pull
+        await clock.run_for(1.0)
+        await SINK.until(lambda: SINK.got["c"] == ["a", "b"])
+    finally:
+        await silo.stop()
+
+
 async def test_stream_queue_acquired_and_released_are_reported() -> None:
     silo = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={
         "s": PersistentStreamProvider(MemoryAdapterFactory(), StreamProviderOptions(
