@@ -565,7 +565,7 @@ async def bp_run(
     def sample() -> None:
         samples.append(Sample(
             time.perf_counter() - t0, len(agent.cache), agent.period,
-            adapter.queue_length(agent.queue), len(agent.spills), fast.count,
+            adapter.queue_length(agent.queue), len(agent.spiller), fast.count,
             slow.count if slow else 0, rss_mib(),
         ))
 

@@ -23,19 +23,18 @@ from orleanspy.streams.adapters import (
     QueueFullError,
     SqliteAdapterFactory,
 )
-from orleanspy.streams.agent import AgentStatistics, PullingAgent
 from orleanspy.streams.balancer import (
     AssignedQueueBalancer,
     LeaseQueueBalancer,
     QueueBalancer,
     StaticQueueBalancer,
 )
-from orleanspy.streams.cache import QueueCache
+from orleanspy.streams.flow_control import FlowStrategy
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import FlowControl, StreamProviderOptions, parse_flow_control
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
-from orleanspy.streams.pubsub import SubscriptionRecord
+from orleanspy.streams.pulling.agent import AgentStatistics
 from orleanspy.streams.stream import AsyncStream, StreamObserver, StreamSubscriptionHandle
 from orleanspy.streams.tokens import SequenceToken
 
@@ -45,18 +44,17 @@ __all__ = [
     "AsyncStream",
     "BatchContainer",
     "FlowControl",
+    "FlowStrategy",
     "GeneratorAdapterFactory",
     "GeneratorOptions",
     "HashRingQueueMapper",
     "LeaseQueueBalancer",
     "MemoryAdapterFactory",
     "PersistentStreamProvider",
-    "PullingAgent",
     "QueueAdapter",
     "QueueAdapterFactory",
     "QueueAdapterReceiver",
     "QueueBalancer",
-    "QueueCache",
     "QueueFullError",
     "QueueId",
     "SequenceToken",
@@ -66,7 +64,6 @@ __all__ = [
     "StreamObserver",
     "StreamProviderOptions",
     "StreamSubscriptionHandle",
-    "SubscriptionRecord",
     "implicit_subscription",
     "parse_flow_control",
 ]

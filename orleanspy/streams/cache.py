@@ -30,6 +30,7 @@ from typing import Final
 
 from orleanspy.errors import QueueCacheMissError
 from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.streams.flow_control import FlowStrategy
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.tokens import SequenceToken
 
@@ -169,17 +170,17 @@ class QueueCache:
         self,
         max_size: int = 4096,
         *,
-        strategy: str = "min",
+        strategy: FlowStrategy | str = FlowStrategy.MIN,
         pressure_ratio: float = 0.9,
         max_outstanding_events: int | None = None,
         max_outstanding_bytes: int | None = None,
     ) -> None:
         if max_size < 1:
             raise ValueError(f"QueueCache(max_size={max_size}): must be >= 1")
-        if strategy not in ("min", "max", "tagged"):
+        if strategy not in tuple(FlowStrategy):
             raise ValueError(f"QueueCache(strategy={strategy!r}): use min, max or tagged")
         self.max_size = max_size
-        self.strategy = strategy
+        self.strategy = FlowStrategy(strategy)
         self.bucket_size = max(1, max_size // BUCKETS)
         self.pressure_size = max(1, int(max_size * pressure_ratio))
         self.max_outstanding_events = max_outstanding_events
@@ -211,9 +212,10 @@ class QueueCache:
             return True
         if self.max_outstanding_events is None and self.max_outstanding_bytes is None:
             return False
-        return any(self._over_limit(c) for cs in self._cursors.values() for c in cs)
+        return any(self.over_limit(c) for cs in self._cursors.values() for c in cs)
 
-    def _over_limit(self, cursor: CacheCursor) -> bool:
+    def over_limit(self, cursor: CacheCursor) -> bool:
+        """Does ``cursor`` have more undelivered events or bytes cached than its limit?"""
         item = cursor.item
         if item is None:
             return False
@@ -298,7 +300,7 @@ class QueueCache:
         default follows the cache's ``strategy``.
         """
         if max_mode is None:
-            max_mode = self.strategy == "max"
+            max_mode = self.strategy is FlowStrategy.MAX
         cursor = CacheCursor(self, stream_id, gating, tag, max_mode)
         if start is not None:
             purged = self._purged_token.get(stream_id)

@@ -145,9 +145,8 @@ def _read_all(conn: sqlite3.Connection, cluster_id: str) -> dict[str, Lease]:
 
 def _acquire(
     conn: sqlite3.Connection, cluster_id: str, queue: str, owner: str, duration: float,
-    dead: frozenset[str],
+    dead: frozenset[str], now: float,
 ) -> bool:
-    now = time.time()
     row = conn.execute(_SELECT, (cluster_id, queue)).fetchone()
     if row is not None and row[0] != owner and float(row[1]) >= now and row[0] not in dead:
         return False
@@ -156,9 +155,10 @@ def _acquire(
 
 
 def _renew(
-    conn: sqlite3.Connection, cluster_id: str, owner: str, queues: list[str], duration: float
+    conn: sqlite3.Connection, cluster_id: str, owner: str, queues: list[str], duration: float,
+    now: float,
 ) -> set[str]:
-    expiry = time.time() + duration
+    expiry = now + duration
     return {
         queue for queue in queues
         if conn.execute(_RENEW, (expiry, cluster_id, queue, owner)).rowcount == 1
@@ -175,12 +175,17 @@ class SqliteQueueLeaseStore(QueueLeaseStore):
     ``path`` (the membership table's file: ``ClusterRuntime.lease_store()`` opens it there).
 
     Each operation is one ``BEGIN IMMEDIATE`` transaction, so a check-then-take is atomic
-    across processes. Keep the file on a local disk (WAL needs shared memory).
+    across processes. Keep the file on a local disk (WAL needs shared memory). Expiry times
+    are read from ``clock`` (wall seconds, shared by every process; the silo's
+    ``clock.time``), ``time.time`` by default.
     """
 
-    __slots__ = ("_cluster_id", "_db", "_lock", "_opened")
+    __slots__ = ("_clock", "_cluster_id", "_db", "_lock", "_opened")
 
-    def __init__(self, path: str, cluster_id: str = "dev") -> None:
+    def __init__(
+        self, path: str, cluster_id: str = "dev", *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._clock = clock
         self._db = SqliteDatabase(str(path))
         self._cluster_id = cluster_id
         self._opened = False
@@ -211,13 +216,14 @@ class SqliteQueueLeaseStore(QueueLeaseStore):
     async def acquire(
         self, queue: str, owner: str, duration: float, dead: Collection[str] = ()
     ) -> bool:
-        return bool(await self._run(_acquire, queue, owner, float(duration), frozenset(dead)))
+        return bool(await self._run(_acquire, queue, owner, float(duration), frozenset(dead),
+                                    self._clock()))
 
     async def renew(self, owner: str, queues: Iterable[str], duration: float) -> set[str]:
         wanted = list(queues)
         if not wanted:
             return set()
-        kept: set[str] = await self._run(_renew, owner, wanted, float(duration))
+        kept: set[str] = await self._run(_renew, owner, wanted, float(duration), self._clock())
         return kept
 
     async def release(self, owner: str, queues: Iterable[str]) -> None:

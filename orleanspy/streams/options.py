@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from orleanspy.errors import ConfigurationError
+from orleanspy.streams.flow_control import FlowPolicy, FlowStrategy, flow_policy
 
 __all__ = ["FlowControl", "StreamProviderOptions", "parse_flow_control"]
 
@@ -22,14 +23,22 @@ class FlowControl:
     advance for ``timeout`` seconds stops gating and is told so).
     """
 
-    strategy: str = "min"
+    strategy: FlowStrategy = FlowStrategy.MIN
     group: str | None = None
     min_members: int = 1
     timeout: float | None = None
+    policy: FlowPolicy = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        strategy = FlowStrategy(self.strategy)
+        object.__setattr__(self, "strategy", strategy)
+        object.__setattr__(
+            self, "policy", flow_policy(strategy, self.group, self.min_members, self.timeout)
+        )
 
     def __str__(self) -> str:
-        if self.strategy != "tagged":
-            return self.strategy
+        if self.strategy is not FlowStrategy.TAGGED:
+            return str(self.strategy)
         parts = [f"tagged,group={self.group}", f"min={self.min_members}"]
         if self.timeout is not None:
             parts.append(f"timeout={self.timeout:g}s")
@@ -50,13 +59,13 @@ def parse_flow_control(text: str | FlowControl, where: str = "flow_control") -> 
     if isinstance(text, FlowControl):
         return text
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or parts[0] not in ("min", "max", "tagged"):
+    if not parts or parts[0] not in tuple(FlowStrategy):
         raise ConfigurationError(
             f"{where} = {text!r}: the strategy must be min, max or tagged "
             "(e.g. \"tagged,group=archive,min=2,timeout=2s\")"
         )
-    strategy = parts[0]
-    if strategy != "tagged":
+    strategy = FlowStrategy(parts[0])
+    if strategy is not FlowStrategy.TAGGED:
         if len(parts) > 1:
             raise ConfigurationError(f"{where} = {text!r}: {strategy} takes no parameters")
         return FlowControl(strategy)
@@ -77,7 +86,7 @@ def parse_flow_control(text: str | FlowControl, where: str = "flow_control") -> 
             )
     if group is None:
         raise ConfigurationError(f"{where} = {text!r}: tagged needs group=NAME")
-    return FlowControl("tagged", group, min_members, timeout)
+    return FlowControl(FlowStrategy.TAGGED, group, min_members, timeout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

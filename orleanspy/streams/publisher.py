@@ -6,18 +6,19 @@ Each silo hosts one per stream provider, keyed by the provider's name. A client'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar, overload
 
 from orleanspy.grains.interface import grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
-from orleanspy.streams.ids import StreamId
-
-if TYPE_CHECKING:
-    from orleanspy.streams.provider import PersistentStreamProvider
+from orleanspy.streams.ids import StreamId, StreamKey
+from orleanspy.streams.stream import StreamProducer
 
 __all__ = ["PUBLISHER_TYPE", "ClientStream", "ClientStreamProvider", "StreamPublisher"]
 
 PUBLISHER_TYPE = "orleanspy.StreamPublisher"
+
+T = TypeVar("T")
 
 
 @reentrant
@@ -25,7 +26,7 @@ PUBLISHER_TYPE = "orleanspy.StreamPublisher"
 class StreamPublisher(SystemTarget):
     """Publishes events sent by clients (reentrant: enqueues from many clients overlap)."""
 
-    def __init__(self, provider: PersistentStreamProvider) -> None:
+    def __init__(self, provider: StreamProducer) -> None:
         self.provider = provider
 
     async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
@@ -33,8 +34,9 @@ class StreamPublisher(SystemTarget):
             await self.provider.enqueue(StreamId(namespace, key), list(events))
 
 
-class ClientStream:
-    """A stream as a ClusterClient sees it: it can publish (subscribing is grain-side)."""
+class ClientStream(Generic[T]):
+    """A stream of items ``T`` as a ClusterClient sees it: it can publish (subscribing is
+    grain-side)."""
 
     __slots__ = ("_publisher", "stream_id")
 
@@ -45,10 +47,10 @@ class ClientStream:
     def __repr__(self) -> str:
         return f"<ClientStream {self.stream_id}>"
 
-    async def on_next(self, item: Any) -> None:
+    async def on_next(self, item: T) -> None:
         await self._publisher.publish(self.stream_id.namespace, self.stream_id.key, [item])
 
-    async def on_next_batch(self, items: list[Any]) -> None:
+    async def on_next_batch(self, items: Iterable[T]) -> None:
         await self._publisher.publish(self.stream_id.namespace, self.stream_id.key, list(items))
 
 
@@ -61,5 +63,14 @@ class ClientStreamProvider:
         self.name = name
         self._publisher = client.get_grain(PUBLISHER_TYPE, name)
 
-    def get_stream(self, namespace: str, key: Any) -> ClientStream:
+    @overload
+    def get_stream(self, namespace: str, key: StreamKey) -> ClientStream[Any]: ...
+    @overload
+    def get_stream(
+        self, namespace: str, key: StreamKey, item_type: type[T]
+    ) -> ClientStream[T]: ...
+    def get_stream(
+        self, namespace: str, key: StreamKey, item_type: type[Any] | None = None
+    ) -> ClientStream[Any]:
+        """The stream ``(namespace, key)``; ``item_type`` names its items for type checkers."""
         return ClientStream(self._publisher, StreamId(namespace, key))

@@ -115,11 +115,9 @@ class PubSubRendezvous(Grain):
         return list(self.state.value.producers)
 
     async def _tell_agents(self, method: str, record: SubscriptionRecord) -> None:
-        from orleanspy.streams.agent import PullingAgent
-
         gone = []
         for agent in list(self.state.value.producers):
-            ref = self.silo.get_system_target(PullingAgent, agent)
+            ref = self.silo.get_grain(PULLING_AGENT_TYPE, agent)
             try:
                 await ref.invoke(method, record)
             except SiloUnavailableError:
@@ -132,6 +130,11 @@ class PubSubRendezvous(Grain):
             for agent in gone:
                 self.state.value.producers.remove(agent)
             await self.state.write()
+
+
+#: The grain type of the pulling agents (``orleanspy.streams.pulling.agent``), which the
+#: rendezvous calls by name: the agents register here, so this module sits below them.
+PULLING_AGENT_TYPE = "PullingAgent"
 
 
 def _agent_key(agent: Any) -> tuple[Any, ...]:

@@ -18,14 +18,21 @@ of the last container it delivered).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.logging import get_logger
+from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterReceiver
+from orleanspy.streams.cache import QueueCache
+from orleanspy.streams.delivery import Subscription
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["SpillBook", "Spilled", "placeholder"]
+if TYPE_CHECKING:
+    from orleanspy._util.clock import Clock
+    from orleanspy.streams.options import StreamProviderOptions
+
+__all__ = ["SpillBook", "SpillHost", "Spilled", "Spiller", "placeholder", "release_range"]
 
 
 class Spilled(Protocol):
@@ -114,3 +121,202 @@ def release_range(after: int, up_to: int, others: int | None) -> tuple[SequenceT
     if last <= after:
         return None
     return SequenceToken(after + 1), last
+
+
+class SpillHost(Protocol):
+    """What the ``Spiller`` needs of its pulling agent."""
+
+    cache: QueueCache
+    streams: dict[StreamId, dict[str, Subscription]]
+    options: StreamProviderOptions
+    clock: Clock
+    receiver: QueueAdapterReceiver | None
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def last_read(self) -> int: ...
+
+    def restart(self, sub: Subscription) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+
+class Spiller:
+    """Spills an agent's laggards, serves them from the queue and keeps the account of what
+    their deliveries may acknowledge."""
+
+    __slots__ = ("_acks", "_pressure_since", "book", "count", "enabled", "host", "log")
+
+    def __init__(self, host: SpillHost, enabled: bool, log: Any = None) -> None:
+        self.host = host
+        self.enabled = enabled  # a rewindable adapter and the ``spill`` option
+        self.book = SpillBook()
+        self.count = 0  # subscriptions spilled so far
+        self._acks: list[BatchContainer] = []  # acknowledged by spilled deliveries
+        self._pressure_since: float | None = None  # when the current pressure began
+        self.log = log if log is not None else get_logger(__name__)
+
+    def __len__(self) -> int:
+        return len(self.book)
+
+    @property
+    def busy(self) -> bool:
+        """Spilled subscriptions, or acknowledgements not handed to the queue yet."""
+        return bool(self.book) or bool(self._acks)
+
+    def acknowledgeable(self, purged: list[BatchContainer]) -> list[BatchContainer]:
+        """Of the containers the cache purged, those to acknowledge now, with what spilled
+        deliveries made acknowledgeable since the last call."""
+        if self.book:
+            purged = self.book.acknowledgeable(purged)
+        if self._acks:
+            purged, self._acks = [*purged, *self._acks], []
+        return purged
+
+    def pressure_ended(self) -> None:
+        self._pressure_since = None
+
+    def spill_laggards(self) -> bool:
+        """Under pressure: spill the subscriptions that hold the cache back, if another one
+        waits for newer events (caught up, or within a bucket of the newest read), or once
+        the pressure has lasted ``max_pull_period`` (a stream not read yet may wait).
+
+        Candidates are set gating cursors of a policy that spills (``min``); those more than
+        half the cache behind (or over their outstanding limit) go, at least the furthest
+        behind. While every known subscription lags, spilling at once would mostly read the
+        queue twice: the agent backs off first. Returns whether any subscription was spilled.
+        """
+        if not self.enabled:
+            return False
+        host = self.host
+        cache = host.cache
+        near = cache.bucket_size
+        candidates: list[tuple[int, Subscription]] = []
+        waiting = False
+        for sid, subs in host.streams.items():
+            spills = host.options.flow_for(sid.namespace).policy.spills
+            for sub in subs.values():
+                cursor = sub.cursor
+                if cursor is None:
+                    continue
+                lag = cursor.lag()
+                if not cursor.is_set or lag <= near:
+                    waiting = True
+                elif spills and cursor.gating:
+                    candidates.append((lag, sub))
+        if not candidates:
+            return False
+        if not waiting:
+            # Nobody known waits, but a stream not read yet may (its events are behind the
+            # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
+            now = host.clock.monotonic()
+            if self._pressure_since is None:
+                self._pressure_since = now
+            if now - self._pressure_since < host.options.max_pull_period:
+                return False
+        half = len(cache) // 2
+        chosen = [
+            s for lag, s in candidates
+            if lag > half or (s.cursor is not None and cache.over_limit(s.cursor))
+        ]
+        if not chosen:
+            chosen = [max(candidates, key=lambda pair: pair[0])[1]]
+        for sub in chosen:
+            self._spill(sub)
+        return True
+
+    def _spill(self, sub: Subscription) -> None:
+        cursor = sub.cursor
+        assert cursor is not None and cursor.item is not None
+        sub.after = cursor.item.token.sequence - 1  # its next (or in-flight) item comes next
+        sub.spilled_from = cursor
+        sub.cursor = None
+        self.host.cache.remove_cursor(cursor)
+        self.book.add(sub)
+        self.count += 1
+        self.log.info("stream_subscription_spilled", subscription=sub.record.sub_id,
+                      stream=str(sub.stream_id), lag=cursor.lag())
+        self.host.restart(sub)
+
+    def start_spilled(self, sub: Subscription, start: SequenceToken) -> None:
+        """``sub`` starts served from the queue, at ``start``."""
+        cache = self.host.cache
+        sub.after = start.sequence - 1
+        sub.spilled_from = cache.cursor(sub.stream_id, gating=False)  # a marker only
+        cache.remove_cursor(sub.spilled_from)
+        self.book.add(sub)
+        self.count += 1
+        self.host.restart(sub)
+
+    def queue_holds(self, sid: StreamId, start: SequenceToken) -> bool:
+        """Does the queue still hold every container of ``sid`` from ``start`` on, although
+        the cache purged some? Yes if a spilled subscription of the stream is behind
+        ``start``: no container of the stream after it has been acknowledged."""
+        if not self.enabled:
+            return False
+        behind = self.book.min_after(sid)
+        return behind is not None and behind < start.sequence
+
+    async def read(
+        self, sub: Subscription, receiver: QueueAdapterReceiver
+    ) -> list[BatchContainer] | None:
+        """The spilled ``sub``'s next containers from the queue; ``None`` once it rejoined."""
+        host = self.host
+        if not sub.buffer:
+            after = sub.after
+            cache = host.cache
+            batch = await receiver.read_from(
+                SequenceToken(after + 1), min(max(cache.bucket_size, 16), 256), sub.stream_id,
+            )
+            if sub.detached or sub.after != after:
+                return []
+            sub.buffer = [c for c in batch if c.token.sequence > after]
+            if not sub.buffer:
+                # Caught up with the queue: every later container is cached or still to be
+                # read (no await since read_from returned), so the cache can take over.
+                cursor = cache.rejoin(sub.stream_id, after, tag=sub.record.tag)
+                if cursor is None:
+                    return []  # one was purged meanwhile (not acknowledged): read it first
+                sub.cursor = cursor
+                sub.spilled_from = None
+                self.book.discard(sub)
+                self.log.info("stream_subscription_rejoined", subscription=sub.record.sub_id,
+                              stream=str(sub.stream_id))
+                return None
+        n = host.options.batch_size
+        taken, sub.buffer = sub.buffer[:n], sub.buffer[n:]
+        return taken
+
+    def delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
+        """The spilled ``sub`` delivered ``containers``: it moves on past them."""
+        sub.after = containers[-1].token.sequence
+        self._acks += self.book.delivered(
+            sub, containers, self.host.cache.purged_sequence(sub.stream_id)
+        )
+
+    def leave(self, sub: Subscription) -> None:
+        """The spilled ``sub`` went away: release what it alone still held."""
+        sid = sub.stream_id
+        span = release_range(sub.after, self.host.cache.purged_sequence(sid),
+                             self.book.min_after(sid, but=sub))
+        self.book.discard(sub)
+        sub.spilled_from = None
+        sub.buffer = []
+        if span is not None:  # containers only it still held: acknowledge them
+            self.host.spawn(self._release(sid, *span))
+
+    async def _release(self, sid: StreamId, first: SequenceToken, last: int) -> None:
+        host = self.host
+        while host.receiver is not None and not host.stopping:
+            try:
+                batch = await host.receiver.read_from(first, 256, sid)
+            except Exception as exc:
+                self.log.warning("stream_release_failed", stream=str(sid), error=repr(exc))
+                return
+            mine = [placeholder(c) for c in batch if c.token.sequence <= last]
+            self._acks += mine
+            if len(mine) < len(batch) or len(batch) < 256:
+                return
+            first = SequenceToken(batch[-1].token.sequence + 1)

@@ -4,23 +4,49 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from orleanspy.grains.context import current_turn
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
 
-if TYPE_CHECKING:
-    from orleanspy.streams.provider import PersistentStreamProvider
-
-__all__ = ["AsyncStream", "StreamObserver", "StreamSubscriptionHandle"]
+__all__ = [
+    "AsyncStream", "ErrorHandler", "ItemHandler", "StreamConsumer", "StreamHandler",
+    "StreamObserver", "StreamProducer", "StreamSubscriptionHandle",
+]
 
 HANDLERS = "_orleanspy_stream_handlers"
 
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+#: ``async def handler(item, token)``: one event of a subscription.
+ItemHandler = Callable[[T, SequenceToken], Awaitable[object]]
+#: ``async def on_error(exc)``: a subscription's error (missed events, a failed delivery, …).
+ErrorHandler = Callable[[BaseException], Awaitable[object]]
+
+
+class StreamConsumer(Protocol[T_contra]):
+    """An object that consumes a stream: ``on_next`` (``on_error``, ``on_completed`` and
+    ``on_next_batch`` are optional and found by name)."""
+
+    async def on_next(self, item: T_contra, token: SequenceToken) -> object: ...
+
+
+class StreamProducer(Protocol):
+    """What a stream needs of its provider: its name, a subscription id, the queue."""
+
+    @property
+    def name(self) -> str: ...
+
+    def new_subscription_id(self) -> str: ...
+
+    async def enqueue(self, stream_id: StreamId, events: list[Any]) -> None: ...
+
 
 @dataclass(slots=True)
-class StreamObserver:
+class StreamObserver(Generic[T]):
     """The callbacks of one subscription inside its grain.
 
     ``on_next_batch``, if set, receives each delivery whole — a list of ``(item, token)`` in
@@ -28,17 +54,21 @@ class StreamObserver:
     ``on_next`` per event: one grain turn for several events (a batch observer).
     """
 
-    on_next: Callable[[Any, SequenceToken], Awaitable[Any]] | None
-    on_error: Callable[[BaseException], Awaitable[Any]] | None = None
-    on_completed: Callable[[], Awaitable[Any]] | None = None
-    on_next_batch: Callable[[list[tuple[Any, SequenceToken]]], Awaitable[Any]] | None = None
+    on_next: ItemHandler[T] | None
+    on_error: ErrorHandler | None = None
+    on_completed: Callable[[], Awaitable[object]] | None = None
+    on_next_batch: Callable[[list[tuple[T, SequenceToken]]], Awaitable[object]] | None = None
 
     def __post_init__(self) -> None:
         if self.on_next is None and self.on_next_batch is None:
             raise TypeError("StreamObserver needs on_next(item, token) or on_next_batch(items)")
 
 
-def as_observer(handler: Any, on_error: Any = None) -> StreamObserver:
+#: What ``subscribe`` and ``resume`` take: an item handler, a consumer object or an observer.
+StreamHandler = ItemHandler[T] | StreamConsumer[T] | StreamObserver[T]
+
+
+def as_observer(handler: Any, on_error: ErrorHandler | None = None) -> StreamObserver[Any]:
     if isinstance(handler, StreamObserver):
         return handler
     if hasattr(handler, "on_next_batch") or hasattr(handler, "on_next"):
@@ -84,7 +114,8 @@ class StreamSubscriptionHandle:
         activation.grain.__dict__.get(HANDLERS, {}).pop(self.sub_id, None)
 
     async def resume(
-        self, handler: Any, token: SequenceToken | None = None, *, on_error: Any = None
+        self, handler: StreamHandler[Any], token: SequenceToken | None = None, *,
+        on_error: ErrorHandler | None = None,
     ) -> StreamSubscriptionHandle:
         """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``."""
         activation = _consumer()
@@ -95,23 +126,23 @@ class StreamSubscriptionHandle:
         return self
 
 
-class AsyncStream:
-    """A stream of one provider: ``provider.get_stream(namespace, key)``."""
+class AsyncStream(Generic[T]):
+    """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
     __slots__ = ("_provider", "stream_id")
 
-    def __init__(self, provider: PersistentStreamProvider, stream_id: StreamId) -> None:
+    def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
 
     def __repr__(self) -> str:
         return f"<AsyncStream {self._provider.name}:{self.stream_id}>"
 
-    async def on_next(self, item: Any) -> None:
+    async def on_next(self, item: T) -> None:
         """Publish one event (durable once this returns, for durable adapters)."""
         await self._provider.enqueue(self.stream_id, [item])
 
-    async def on_next_batch(self, items: Iterable[Any]) -> None:
+    async def on_next_batch(self, items: Iterable[T]) -> None:
         """Publish several events as one batch (one queue message)."""
         events = list(items)
         if events:
@@ -119,10 +150,10 @@ class AsyncStream:
 
     async def subscribe(
         self,
-        handler: Any,
+        handler: StreamHandler[T],
         token: SequenceToken | None = None,
         *,
-        on_error: Any = None,
+        on_error: ErrorHandler | None = None,
         tag: str | None = None,
     ) -> StreamSubscriptionHandle:
         """Subscribe the current grain. Every event published after this returns is

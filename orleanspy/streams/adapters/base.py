@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orleanspy._util.clock import Clock
 from orleanspy.errors import StreamError
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
@@ -254,6 +255,10 @@ class QueueAdapter(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release resources once pending ``enqueue`` calls have finished. Idempotent."""
+
+    def use_clock(self, clock: Clock) -> None:  # noqa: B027 - optional hook
+        """The provider hands over its silo's clock before ``open``; an adapter with
+        timeouts or waits of its own takes its time from it."""
 
 
 class QueueAdapterFactory(ABC):

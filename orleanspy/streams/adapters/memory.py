@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Final, final
 
+from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.errors import ConfigurationError
 from orleanspy.messaging.codec import Codec
 from orleanspy.streams.adapters.base import (
@@ -275,9 +276,10 @@ class MemoryQueueAdapter(QueueAdapter):
     silos of an in-process test cluster given the same factory see each other's events.
     """
 
-    __slots__ = ("_broker", "_codec", "_enqueue_timeout", "_name", "_state")
+    __slots__ = ("_broker", "_clock", "_codec", "_enqueue_timeout", "_name", "_state")
 
     def __init__(self, name: str, broker: _MemoryBroker, enqueue_timeout: float | None) -> None:
+        self._clock: Clock = SystemClock()
         self._name = name
         self._broker = broker
         self._enqueue_timeout = enqueue_timeout
@@ -294,6 +296,9 @@ class MemoryQueueAdapter(QueueAdapter):
     @property
     def is_rewindable(self) -> bool:
         return True
+
+    def use_clock(self, clock: Clock) -> None:
+        self._clock = clock
 
     def _check_open(self, action: str) -> None:
         if self._state != "open":
@@ -333,7 +338,7 @@ class MemoryQueueAdapter(QueueAdapter):
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._enqueue_timeout):
+            async with self._clock.timeout(self._enqueue_timeout):
                 while len(q.pending) >= q.capacity:
                     putter = loop.create_future()
                     q.putters.append(putter)

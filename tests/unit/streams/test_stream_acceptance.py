@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions, reentrant
+from orleanspy._util.clock import Clock
+from orleanspy.diagnostics import CachePressureChanged
 from orleanspy.errors import EventsMissedError, GatingRevokedError, QueueCacheMissError
 from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
 from orleanspy.streams.adapters.base import QueueAdapterFactory
@@ -30,6 +32,7 @@ from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
 from orleanspy.streams.spill import SpillBook
 from orleanspy.streams.tokens import SequenceToken
+from orleanspy.testing import EventRecorder, FakeClock
 
 WAIT = 30.0  # generous: 2 cores shared with other test runs
 
@@ -184,13 +187,15 @@ async def make() -> AsyncIterator[SiloMaker]:
     RESUME.clear()
     silos: list[Silo] = []
 
-    async def start(factory: QueueAdapterFactory | None = None, **options: Any) -> Silo:
+    async def start(
+        factory: QueueAdapterFactory | None = None, clock: Clock | None = None, **options: Any
+    ) -> Silo:
         options = {"pull_period": 0.01, "max_delivery_time": 60, "delivery_backoff": 0.01,
                    "max_delivery_backoff": 0.05, **options}
         provider = PersistentStreamProvider(factory or MemoryAdapterFactory(),
                                             StreamProviderOptions(**options))
         silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=GRAINS,
-                    stream_providers={"s": provider})
+                    stream_providers={"s": provider}, clock=clock)
         await silo.start()
         silos.append(silo)
         return silo
@@ -239,8 +244,8 @@ class CountingSpillBook(SpillBook):
 
 
 def count_spills(agent: Any) -> CountingSpillBook:
-    assert not agent.spills, "install before anything was spilled"
-    agent.spills = book = CountingSpillBook()
+    assert not agent.spiller.book, "install before anything was spilled"
+    agent.spiller.book = book = CountingSpillBook()
     return book
 
 
@@ -273,6 +278,16 @@ async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():  # noqa: ASYNC110 - agent state has no event to await
             await asyncio.sleep(0.005)
+
+
+async def tick_until(
+    clock: FakeClock, predicate: Callable[[], bool], step: float = 0.01, timeout: float = WAIT
+) -> None:
+    """Move fake time on in ``step``s (agent pulls, back-offs) until ``predicate`` holds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            clock.advance(step)
+            await asyncio.sleep(0.001)
 
 
 async def until_async(probe: Callable[[], Awaitable[bool]], timeout: float = WAIT) -> None:
@@ -520,9 +535,11 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
         SINK.gate("fast")  # lags too when the cache first fills
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "a")
     producer = silo.get_grain(AccProducer, "p")
-    await producer.produce("ns", "a", list(range(200)))
-    await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
-    await until(lambda: agent.read >= 45 and agent.period > agent.options.pull_period)
+    with EventRecorder(silo.diagnostics) as rec:
+        await producer.produce("ns", "a", list(range(200)))
+        await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
+        await rec.wait_event(CachePressureChanged, lambda e: e.on)  # the cache filled up
+    assert agent.read >= 45
     if late:
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "b")
         await producer.produce("ns", "b", list(range(20)))
@@ -641,7 +658,9 @@ async def test_a_retry_pending_when_the_subscription_is_resumed_is_not_delivered
     """The consumer refuses event 10; during the retry back-off it resumes from event 15's
     token (still cached) and accepts everything again. The replaced subscription's pending
     retry must not deliver 10 after resume returned: the consumer asked for 15 on."""
-    silo = await make(total_queues=1, delivery_backoff=2.0, max_delivery_backoff=2.0)
+    clock = FakeClock()
+    silo = await make(total_queues=1, delivery_backoff=2.0, max_delivery_backoff=2.0,
+                      clock=clock)
     agent = only_agent(silo)
     consumer = silo.get_grain(AccConsumer, "c")
     await consumer.subscribe("ns", "k")
@@ -656,15 +675,17 @@ async def test_a_retry_pending_when_the_subscription_is_resumed_is_not_delivered
 
     SINK.fail = fail
     await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(20)))
-    await SINK.until(lambda: len(SINK.got["witness"]) >= 20)
-    await until(lambda: bool(refused))  # the next attempt is 2 s away
+    # The next attempt is about 2 s of fake time away: time stops once 10 was refused.
+    await tick_until(clock, lambda: len(SINK.got["witness"]) >= 20 and bool(refused))
     (old,) = [sub for subs in agent.streams.values() for sub in subs.values()
               if sub.record.consumer_key == "c"]
+    assert old.task is not None  # waiting in its back-off
     assert await consumer.resume("ns", "k", SINK.tokens["witness"][15]) == 1
     SINK.fail = lambda key, item: False
-    await until(lambda: old.task is None)  # the replaced subscription's loop has ended
+    await clock.run_for(2.0)  # the replaced subscription's back-off ends
+    await until(lambda: old.task is None)  # and its loop with it
     await silo.get_grain(AccProducer, "p").produce("ns", "k", ["end"])
-    await SINK.until(lambda: "end" in SINK.got["c"])
+    await tick_until(clock, lambda: "end" in SINK.got["c"])
     assert SINK.got["c"] == [*range(10), *range(15, 20), "end"]  # actual: 10 after 19
 
 
@@ -819,8 +840,10 @@ async def test_min_flow_control_without_spilling_never_drops_and_tells_nobody(
     SINK.fail = lambda key, item: key == "slow"
     await silo.get_grain(AccConsumer, "slow").subscribe("ns", "k")
     await silo.get_grain(AccConsumer, "fast").subscribe("ns", "k")
-    await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(300)))
-    await until(lambda: agent.cache.under_pressure() and agent.period > agent.options.pull_period)
+    with EventRecorder(silo.diagnostics) as rec:
+        await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(300)))
+        await rec.wait_event(CachePressureChanged, lambda e: e.on)
+    assert agent.cache.under_pressure() and agent.period > agent.options.pull_period
     assert agent.read < 300 and agent.acknowledged == 0 and peak[0] <= 50
     assert len(SINK.got["fast"]) < 300  # the slowest gates everyone on the queue
     SINK.fail = lambda key, item: False

@@ -10,11 +10,21 @@ from typing import Any
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions, reentrant
+from orleanspy._util.clock import Clock
+from orleanspy.diagnostics import (
+    CachePressureChanged,
+    DeliveryAbandoned,
+    DeliveryFailed,
+    DeliveryRetried,
+    QueueAcquired,
+    QueueReleased,
+)
 from orleanspy.errors import QueueCacheMissError, StreamDeliveryError
 from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
+from orleanspy.testing import EventRecorder, FakeClock
 
 WAIT = 10.0
 
@@ -310,15 +320,85 @@ async def test_stream_batch_publish_delivers_each_event(silo: Silo) -> None:
     assert tokens[0].sequence == tokens[2].sequence and [t.index for t in tokens] == [0, 1, 2]
 
 
-async def make_silo(**options: Any) -> Silo:
+async def make_silo(clock: Clock | None = None, **options: Any) -> Silo:
     provider = PersistentStreamProvider(
         MemoryAdapterFactory(),
-        StreamProviderOptions(pull_period=0.01, max_delivery_time=30, delivery_backoff=0.01,
-                              max_delivery_backoff=0.02, **options),
+        StreamProviderOptions(**{"pull_period": 0.01, "max_delivery_time": 30,
+                                 "delivery_backoff": 0.01, "max_delivery_backoff": 0.02,
+                                 **options}),
     )
-    silo = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={"s": provider})
+    silo = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={"s": provider},
+                clock=clock)
     await silo.start()
     return silo
+
+
+async def test_stream_delivery_retries_wait_on_the_silo_clock_and_are_reported() -> None:
+    """A refused event is retried after back-offs of the silo's (fake) clock, each attempt
+    reported; past max_delivery_time it is abandoned, skipped, and on_error is told."""
+    global SINK
+    SINK = Sink()
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, max_delivery_time=3.5, delivery_backoff=1.0,
+                           max_delivery_backoff=1.0)
+    try:
+        with EventRecorder(silo.diagnostics) as rec:
+            SINK.fail = lambda key, item: item == "poison"
+            await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+            await silo.get_grain(Producer, "p").produce("ns", "k", ["poison"])
+            await _tick_until(clock, lambda: bool(rec.of(DeliveryRetried)))
+            (retried,) = rec.of(DeliveryRetried)
+            assert retried.attempt == 1 and 0.9 <= retried.delay <= 1.0
+            await asyncio.sleep(0.05)
+            assert len(rec.of(DeliveryFailed)) == 1  # real time does not move the retry
+            await clock.run_for(1.0)
+            await rec.wait_event(DeliveryFailed, count=2)
+            await clock.run_for(3.0)
+            abandoned = await rec.wait_event(DeliveryAbandoned)
+            assert abandoned.action == "skip" and abandoned.subscription
+            await silo.get_grain(Producer, "p").produce("ns", "k", ["ok"])
+            await _tick_until(clock, lambda: SINK.got["c"] == ["ok"])
+            (error,) = SINK.errors["c"]
+            assert isinstance(error, StreamDeliveryError)
+            assert [e.attempt for e in rec.of(DeliveryFailed)] == [1, 2, 3, 4]
+    finally:
+        await silo.stop()
+
+
+async def test_stream_agent_pulls_on_the_silo_clock() -> None:
+    """The agent reads its queue once per pull period of the silo's clock, not of real time."""
+    global SINK
+    SINK = Sink()
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, total_queues=1, pull_period=1.0, max_pull_period=2.0)
+    try:
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", ["a"])
+        await clock.run_for(1.0)  # the first pull falls within the first period
+        await SINK.until(lambda: SINK.got["c"] == ["a"])
+        await silo.get_grain(Producer, "p").produce("ns", "k", ["b"])
+        await asyncio.sleep(0.05)
+        assert agent.read == 1 and SINK.got["c"] == ["a"]  # real time does not pull
+        await clock.run_for(1.0)
+        await SINK.until(lambda: SINK.got["c"] == ["a", "b"])
+    finally:
+        await silo.stop()
+
+
+async def test_stream_queue_acquired_and_released_are_reported() -> None:
+    silo = Silo(SiloOptions(gateway_port=None), grains=GRAINS, stream_providers={
+        "s": PersistentStreamProvider(MemoryAdapterFactory(), StreamProviderOptions(
+            total_queues=2)),
+    })
+    rec = EventRecorder(silo.diagnostics)
+    await silo.start()
+    await silo.stop()
+    rec.close()
+    assert sorted(e.queue for e in rec.of(QueueAcquired)) == sorted(
+        e.queue for e in rec.of(QueueReleased)
+    )
+    assert len(rec.of(QueueAcquired)) == 2
 
 
 class Gate:
@@ -339,6 +419,14 @@ def _peak_tracker(agent: Any) -> list[int]:
 
     cache.add = counting_add
     return peak
+
+
+async def _tick_until(clock: FakeClock, predicate: Callable[[], bool]) -> None:
+    """Move fake time on (agent pulls) in small steps until ``predicate`` holds."""
+    async with asyncio.timeout(WAIT):
+        while not predicate():
+            clock.advance(0.01)
+            await asyncio.sleep(0.001)
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -399,8 +487,11 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
         await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
         agent = next(iter(silo.stream_providers["s"].agents.values()))
         peak = _peak_tracker(agent)
+        rec = EventRecorder(silo.diagnostics)
         await silo.get_grain(Producer, "p").produce("ns", "k", list(range(1000)))
-        await _until(lambda: agent.period > agent.options.pull_period)  # backed off first
+        await rec.wait_event(CachePressureChanged, lambda e: e.on)
+        rec.close()
+        assert agent.period > agent.options.pull_period  # backed off first
         if spill:
             await _until(lambda: agent.snapshot().spilled == 1 and agent.read == 1000)
         else:

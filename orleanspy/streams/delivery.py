@@ -1,0 +1,306 @@
+"""Delivery (4 -> 5): one loop per subscription hands cached (or spilled) events to its grain.
+
+Each subscription has at most one delivery loop with one awaited grain call at a time, so a
+slow consumer slows only itself. A failed call is retried with ``Backoff`` delays for
+``max_delivery_time``; then the consumer's ``on_error`` runs and the event is skipped or the
+subscription faulted (``failure``). A delivery interrupted by the agent's stop is abandoned:
+its events stay unacknowledged and the queue's next owner delivers them again.
+
+The loop asks its ``DeliveryHost`` (the pulling agent) for what only the agent knows: the
+queue reads of a spilled subscription, the acknowledgements they make possible, and when the
+reader should wake up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orleanspy._util.backoff import Backoff
+from orleanspy._util.clock import Clock
+from orleanspy.diagnostics import DeliveryAbandoned, DeliveryFailed, DeliveryRetried, Diagnostics
+from orleanspy.errors import EventsMissedError, FaultedSubscriptionError, StreamDeliveryError
+from orleanspy.logging import get_logger
+from orleanspy.messaging.codec import IMMUTABLE_TYPES
+from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.streams.cache import CacheCursor
+from orleanspy.streams.ids import StreamId
+from orleanspy.streams.pubsub import SubscriptionRecord
+from orleanspy.streams.tokens import SequenceToken
+
+if TYPE_CHECKING:
+    from orleanspy.messaging.codec import Codec
+    from orleanspy.runtime.dispatcher import Dispatcher
+    from orleanspy.streams.options import StreamProviderOptions
+
+__all__ = ["DELIVER", "ERROR", "Delivery", "DeliveryHost", "Subscription"]
+
+DELIVER = "__orleanspy_stream_deliver__"
+ERROR = "__orleanspy_stream_error__"
+
+Event = tuple[Any, SequenceToken]
+
+
+class Subscription:
+    """One subscription as its queue's agent serves it: from a cache cursor or, spilled,
+    from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
+
+    __slots__ = (
+        "after", "buffer", "consumer", "cursor", "detached", "member", "progress_at", "record",
+        "spilled_from", "stream_id", "task",
+    )
+
+    def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
+        self.record = record
+        self.stream_id = stream_id
+        self.consumer = consumer
+        self.cursor: CacheCursor | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.member = False  # a gating member of the tagged group
+        self.progress_at = 0.0  # when it last delivered (or was caught up)
+        self.detached = False  # removed, faulted or replaced by a resume
+        self.spilled_from: CacheCursor | None = None
+        self.after = -1
+        self.buffer: list[BatchContainer] = []
+
+    def __repr__(self) -> str:
+        return f"<subscription {self.record.sub_id} on {self.stream_id}>"
+
+
+class DeliveryHost(Protocol):
+    """What a delivery loop needs of the pulling agent that owns the subscription."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def subscriber_count(self, stream_id: StreamId) -> int: ...
+
+    async def read_spilled(self, sub: Subscription) -> list[BatchContainer] | None:
+        """The spilled ``sub``'s next containers; ``[]`` for none yet, ``None`` once it
+        rejoined the cache."""
+        ...
+
+    def spilled_delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
+        """``sub`` (spilled) delivered ``containers``: move it on, acknowledge what it may."""
+        ...
+
+    def cursor_advanced(self) -> None:
+        """A cached delivery advanced its cursor: the cache may have room again."""
+        ...
+
+    def restart(self, sub: Subscription) -> None:
+        """Start ``sub``'s delivery loop again if it has something to deliver."""
+        ...
+
+    async def fault(self, sub: Subscription) -> None:
+        """Fault ``sub`` at its rendezvous and stop serving it."""
+        ...
+
+
+class Delivery:
+    """The delivery loops of one agent: retries, the error protocol, counters."""
+
+    def __init__(
+        self,
+        host: DeliveryHost,
+        options: StreamProviderOptions,
+        *,
+        provider: str,
+        clock: Clock,
+        diagnostics: Diagnostics,
+        dispatcher: Dispatcher,
+        codec: Codec,
+        track: Callable[[asyncio.Task[Any]], None],
+        on_failure: Callable[[SubscriptionRecord, StreamId, SequenceToken, Exception], None],
+        queue: str,
+        silo: str,
+    ) -> None:
+        self.host = host
+        self.silo = silo
+        self.options = options
+        self.provider = provider
+        self.clock = clock
+        self.diagnostics = diagnostics
+        self.dispatcher = dispatcher
+        self.codec = codec
+        self.track = track
+        self.on_failure = on_failure
+        self.backoff = Backoff(
+            initial=options.delivery_backoff,
+            maximum=max(options.delivery_backoff, options.max_delivery_backoff),
+            jitter=0.1,
+        )
+        self.stopped = asyncio.Event()  # set when the agent stops: back-offs end early
+        self.delivered = self.failures = 0
+        self.log = get_logger(__name__, provider=provider, queue=queue)
+
+    # -- the loop -----------------------------------------------------------------------------
+    async def run(self, sub: Subscription) -> None:
+        """Deliver ``sub``'s events until it has nothing more (or goes away, or the agent
+        stops); then ask the host to restart it if something arrived meanwhile."""
+        host = self.host
+        batch_size = self.options.batch_size
+        clock = self.clock
+        try:
+            while not host.stopping and not sub.detached:
+                if sub.spilled_from is not None:
+                    containers = await host.read_spilled(sub)
+                    if containers is None or sub.detached:
+                        continue  # rejoined the cache (or went away)
+                    if not containers:
+                        await asyncio.sleep(0)  # let the read cycle purge and move on
+                        continue
+                    spilled = [p for c in containers for p in c.items()]
+                    ok = await self.deliver(sub, spilled, owned=True)
+                    if ok is None:
+                        return  # abandoned (stopping): not delivered, not acknowledged
+                    if sub.spilled_from is not None and not sub.detached:
+                        host.spilled_delivered(sub, containers)
+                        sub.progress_at = clock.monotonic()
+                        if ok:
+                            self.delivered += len(spilled)
+                    continue
+                cursor = sub.cursor
+                if cursor is None:
+                    return
+                gap = cursor.take_gap()
+                if gap is not None:
+                    await self.notify(sub, EventsMissedError(
+                        f"subscription {sub.record.sub_id} on {sub.stream_id} missed events "
+                        f"{gap[0]}..{gap[1]}: the faster consumers' flow control purged them",
+                        gap[0], gap[1],
+                    ))
+                items = cursor.peek(batch_size)
+                if not items:
+                    return
+                events = [pair for item in items for pair in item.container.items()]
+                ok = await self.deliver(sub, events)
+                if ok is None:
+                    return  # abandoned (stopping): the cursor stays, nothing is acknowledged
+                if sub.spilled_from is cursor:
+                    # Spilled while this delivery ran: the queue reads go on after it, and
+                    # what the cache purged meanwhile is this one's to acknowledge.
+                    host.spilled_delivered(sub, [i.container for i in items])
+                    if ok:
+                        self.delivered += len(events)
+                    continue
+                if sub.cursor is not cursor:
+                    continue  # re-attached (resume) or removed meanwhile
+                cursor.advance(items)
+                sub.progress_at = clock.monotonic()
+                if ok:
+                    self.delivered += len(events)
+                host.cursor_advanced()
+        finally:
+            sub.task = None
+            if not host.stopping and not sub.detached and (
+                sub.spilled_from is not None or (sub.cursor is not None and sub.cursor.is_set)
+            ):
+                host.restart(sub)
+
+    # -- one delivery, with retries -------------------------------------------------------------
+    async def deliver(
+        self, sub: Subscription, events: list[Event], owned: bool = False
+    ) -> bool | None:
+        """Deliver with retries: True once delivered (or skipped after the error protocol),
+        False if the subscription was faulted or went away, None if abandoned because the
+        agent stops (the events stay unacknowledged: the next owner of the queue delivers
+        them again)."""
+        clock = self.clock
+        deadline = clock.monotonic() + self.options.max_delivery_time
+        record = sub.record
+        sid = sub.stream_id
+        target = sub.consumer.grain_id
+        attempt = 0
+        while True:
+            if sub.detached:
+                return False  # replaced by a resume or unsubscribed during the back-off
+            # Events decoded from the queue belong to the cache; a stream with one subscription
+            # hands them over without a copy, several subscriptions each get their own copy of
+            # the event values (tokens are immutable and shared).
+            batch = events
+            if not owned and self.host.subscriber_count(sid) > 1:
+                batch = self._copy_values(events)
+            try:
+                await self.dispatcher.call(
+                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, batch), None,
+                    None, True,
+                )
+                return True
+            except Exception as exc:
+                attempt += 1
+                self.failures += 1
+                if sub.detached:
+                    return False  # unsubscribed meanwhile: nobody to retry for
+                hub = self.diagnostics
+                if hub.listening:
+                    hub.emit(DeliveryFailed(self.silo, self.provider, str(sid), record.sub_id,
+                                            attempt, repr(exc)))
+                if self.host.stopping:
+                    self.log.info("stream_delivery_abandoned", subscription=record.sub_id,
+                                  stream=str(sid), token=str(events[0][1]), error=repr(exc))
+                    if hub.listening:
+                        hub.emit(DeliveryAbandoned(self.silo, self.provider, str(sid),
+                                                   record.sub_id, "stopping", repr(exc)))
+                    return None
+                delay = self.backoff.delay(attempt)
+                if clock.monotonic() + delay > deadline:
+                    self.log.warning(
+                        "stream_delivery_failed", subscription=record.sub_id,
+                        stream=str(sid), token=str(events[0][1]), error=repr(exc),
+                    )
+                    if hub.listening:
+                        hub.emit(DeliveryAbandoned(self.silo, self.provider, str(sid),
+                                                   record.sub_id, self.options.failure,
+                                                   repr(exc)))
+                    return await self._error_protocol(sub, events, exc)
+                self.log.debug("stream_delivery_retry", subscription=record.sub_id,
+                               error=repr(exc))
+                if hub.listening:
+                    hub.emit(DeliveryRetried(self.silo, self.provider, str(sid), record.sub_id,
+                                             attempt, delay))
+                try:  # back off, but wake up for a stop
+                    async with clock.timeout(delay):
+                        await self.stopped.wait()
+                except TimeoutError:
+                    pass
+
+    def _copy_values(self, events: list[Event]) -> list[Event]:
+        values = [e for e, _ in events]
+        if all(type(v) in IMMUTABLE_TYPES for v in values):  # shared: nothing to protect
+            return events
+        codec = self.codec
+        copies = codec.unpackb(codec.packb(values))
+        return [(v, t) for v, (_, t) in zip(copies, events, strict=True)]
+
+    async def _error_protocol(self, sub: Subscription, events: list[Event], exc: Exception) -> bool:
+        record = sub.record
+        error = StreamDeliveryError(
+            f"delivering {sub.stream_id} token {events[0][1]} to {record.consumer_type}/"
+            f"{record.consumer_key} failed for {self.options.max_delivery_time:g} s: {exc!r}"
+        )
+        error.__cause__ = exc
+        await self.notify(sub, error)
+        self.on_failure(record, sub.stream_id, events[0][1], exc)
+        if self.options.failure == "fault" and not record.implicit:
+            await self.notify(sub, FaultedSubscriptionError(
+                f"subscription {record.sub_id} on {sub.stream_id} was faulted after a failed "
+                "delivery; resume it to receive events again"
+            ))
+            await self.host.fault(sub)
+            return False
+        return True
+
+    # -- telling the consumer -----------------------------------------------------------------
+    def notify_later(self, sub: Subscription, exc: Exception) -> None:
+        """Run ``sub``'s ``on_error(exc)`` in the background."""
+        self.track(asyncio.get_running_loop().create_task(self.notify(sub, exc)))
+
+    async def notify(self, sub: Subscription, exc: Exception) -> None:
+        """Run ``sub``'s ``on_error(exc)``; a failure there is logged."""
+        try:
+            await sub.consumer.invoke(ERROR, sub.record.sub_id, exc)
+        except Exception as err:
+            self.log.warning("stream_on_error_failed", subscription=sub.record.sub_id,
+                             error=repr(err))

@@ -1,0 +1,481 @@
+"""PullingAgent: the system target that owns one queue (3): read → cache → deliver → ack.
+
+The agent's cycle runs every ``pull_period`` on the silo's clock and never overlaps itself:
+
+1. purge the cache and acknowledge what was purged to the receiver;
+2. if the cache is under pressure, stop and back off (the period doubles up to
+   ``max_pull_period``; it returns to ``pull_period`` once the cache has room again);
+3. read up to ``cache.max_add_count()`` containers, add them to the cache;
+4. register streams seen for the first time with their pub-sub rendezvous (a pin cursor
+   keeps their first items cached meanwhile) and wake the delivery loop of each
+   subscription that has something new. Steps 3 and 4 repeat while reads come back full.
+
+Deliveries run in ``orleanspy.streams.delivery``; which cursors gate the cache is the
+namespace's ``FlowPolicy`` (``orleanspy.streams.flow_control``). Under ``min`` flow control a
+laggard would fill the cache and stop the reads for everyone; with a rewindable adapter it is
+*spilled* instead (``orleanspy.streams.spill``): it reads its stream from the queue until it
+catches up. The agent backs off (the backlog stays in the queue) when the cache is under
+pressure and nothing can be spilled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orleanspy.diagnostics import CachePressureChanged
+from orleanspy.errors import GatingRevokedError, QueueCacheMissError
+from orleanspy.grains.interface import always_interleave, grain_type
+from orleanspy.logging import get_logger
+from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.streams.cache import QueueCache
+from orleanspy.streams.delivery import Delivery, Subscription
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.pubsub import PULLING_AGENT_TYPE, PubSubRendezvous, SubscriptionRecord
+from orleanspy.streams.spill import Spiller
+from orleanspy.streams.tokens import SequenceToken
+
+if TYPE_CHECKING:
+    from orleanspy._util.clock import Clock
+    from orleanspy.diagnostics import Diagnostics
+    from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterReceiver
+    from orleanspy.streams.options import StreamProviderOptions
+
+__all__ = ["AgentHost", "AgentStatistics", "PullingAgent"]
+
+
+class AgentHost(Protocol):
+    """What a pulling agent needs of its stream provider (bound to a silo)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> StreamProviderOptions: ...
+
+    @property
+    def adapter(self) -> QueueAdapter: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def diagnostics(self) -> Diagnostics: ...
+
+    def implicit_records(self, stream_id: StreamId) -> list[SubscriptionRecord]: ...
+
+    def on_delivery_failure(
+        self, record: SubscriptionRecord, stream_id: StreamId, token: SequenceToken,
+        error: Exception,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatistics:
+    queue: str
+    cache_size: int
+    cache_max: int
+    under_pressure: bool
+    pull_period: float
+    read: int
+    delivered: int
+    acknowledged: int
+    failures: int
+    streams: int
+    subscriptions: int
+    lag: dict[str, int]
+    spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
+    spill_count: int = 0  # subscriptions spilled since the agent started
+
+
+@grain_type(PULLING_AGENT_TYPE)
+class PullingAgent(SystemTarget):
+    """One per owned queue; keyed ``(provider name, queue index, silo address)``."""
+
+    def __init__(self, provider: AgentHost, queue: QueueId) -> None:
+        self.provider = provider
+        self.queue = queue
+        self.options = provider.options
+        self.clock = provider.clock
+        self.diagnostics = provider.diagnostics
+        self.cache = QueueCache(
+            self.options.cache_size,
+            max_outstanding_events=self.options.max_outstanding_events,
+            max_outstanding_bytes=self.options.max_outstanding_bytes,
+        )
+        self.period = self.options.pull_period
+        self.receiver: QueueAdapterReceiver | None = None
+        self.streams: dict[StreamId, dict[str, Subscription]] = {}
+        self._registering: set[StreamId] = set()
+        self._pump: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self.delivery: Delivery | None = None
+        self._pressured = False
+        self._last_read = -1  # sequence of the newest container read
+        self.read = self.acknowledged = self.read_failures = 0
+        self.log = get_logger(__name__, provider=provider.name, queue=str(queue))
+        self.spiller = Spiller(self, provider.adapter.is_rewindable and self.options.spill,
+                               self.log)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def last_read(self) -> int:
+        """The sequence of the newest container read."""
+        return self._last_read
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background, owned by the silo (awaited at its stop)."""
+        self.silo.track(asyncio.get_running_loop().create_task(coro))
+
+    # -- lifecycle (called by the provider) ---------------------------------------------------
+    async def start(self) -> None:
+        silo = self.silo
+        self.delivery = Delivery(
+            self, self.options, provider=self.provider.name, clock=self.clock,
+            diagnostics=self.diagnostics, dispatcher=silo.dispatcher, codec=silo.codec,
+            track=silo.track, on_failure=self.provider.on_delivery_failure,
+            queue=str(self.queue), silo=str(silo.address),
+        )
+        self.receiver = self.provider.adapter.create_receiver(self.queue)
+        await self.receiver.initialize()
+        self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop reading, let running deliveries finish, acknowledge, shut the receiver."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self.delivery is not None:
+            self.delivery.stopped.set()
+        self._wake.set()
+        if self._pump is not None:
+            await asyncio.gather(self._pump, return_exceptions=True)
+        tasks = [s.task for subs in self.streams.values() for s in subs.values() if s.task]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._ack()
+        await self._ack_handed_off()
+        if self.receiver is not None:
+            await self.receiver.shutdown()
+        for sid in list(self.streams):
+            try:
+                await self._rendezvous(sid).unregister_producer(self.key_tuple)
+            except Exception as exc:
+                self.log.warning("stream_unregister_failed", stream=str(sid), error=repr(exc))
+        self.streams.clear()
+
+    async def _ack_handed_off(self) -> None:
+        """Hand-off (stop, after the deliveries finished): also acknowledge the cached
+        containers that every subscription of their stream has been given. The purge frees
+        whole buckets only, so without this the queue's next owner would deliver them again.
+
+        Conservative: only streams with subscriptions; nothing while a subscription is spilled,
+        a stream is registering, or a cursor does not gate (max / tagged flow control); there
+        the next owner re-delivers (at-least-once).
+        """
+        if self.receiver is None or self.spiller.busy or self._registering:
+            return
+        done = self.cache.delivered_to_all()
+        if done:
+            await self.receiver.messages_delivered(done)
+            self.acknowledged += len(done)
+
+    @property
+    def key_tuple(self) -> tuple[str, int, str]:
+        """The system-target key: the silo's address lets other silos reach this agent."""
+        return (self.provider.name, self.queue.index, str(self.silo.address))
+
+    # -- the read cycle -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        clock = self.clock
+        await clock.sleep(random.uniform(0, self.options.pull_period))
+        while not self._stopping:
+            try:
+                await self.read_once()
+            except Exception as exc:  # loop boundary: log, back off, go on
+                self.read_failures += 1
+                self.log.warning("queue_read_failed", error=repr(exc))
+                await clock.sleep(self.options.read_backoff)
+                continue
+            self._wake.clear()
+            try:
+                async with clock.timeout(self.period):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def read_once(self) -> None:
+        """One cycle: purge and ack, check pressure, read while reads come back full."""
+        self._revoke_unresponsive()
+        await self._ack()
+        cache = self.cache
+        while not self._stopping:
+            if self._pressured or cache.under_pressure():
+                await self._ack()  # purge what the last reads' consumers are done with
+                if (self._pressured or cache.under_pressure()) and self.spiller.spill_laggards():
+                    await self._ack()
+            if self._under_pressure():
+                self.period = min(self.period * 2, self.options.max_pull_period)
+                return
+            self.period = self.options.pull_period
+            want = cache.max_add_count()
+            if want <= 0:
+                return
+            assert self.receiver is not None
+            batch = await self.receiver.get_messages(want)
+            if not batch:
+                return
+            self.read += len(batch)
+            self._last_read = batch[-1].token.sequence
+            first = cache.add(batch)
+            for sid, item in first.items():
+                subs = self.streams.get(sid)
+                if subs is None:
+                    if sid not in self._registering:
+                        await self._register_stream(sid, item.token)
+                else:
+                    for sub in subs.values():
+                        self.restart(sub)
+            if len(batch) < want:
+                return
+
+    async def _ack(self) -> None:
+        purged = self.spiller.acknowledgeable(self.cache.purge())
+        if purged and self.receiver is not None:
+            await self.receiver.messages_delivered(purged)
+            self.acknowledged += len(purged)
+
+    def _rendezvous(self, sid: StreamId) -> Any:
+        return self.silo.get_grain(PubSubRendezvous, (self.provider.name, sid.namespace, sid.key))
+
+    async def _register_stream(self, sid: StreamId, first: SequenceToken) -> None:
+        """A stream seen for the first time: learn its subscriptions, keep its items meanwhile."""
+        self._registering.add(sid)
+        pin = self.cache.cursor(sid, first, gating=True, max_mode=False)
+        try:
+            records = await self._rendezvous(sid).register_producer(self.key_tuple)
+            records += self.provider.implicit_records(sid)
+            subs = self.streams.setdefault(sid, {})
+            for record in records:
+                if record.sub_id not in subs:
+                    self._attach(sid, record, record.token or first)
+        finally:
+            self.cache.remove_cursor(pin)
+            self._registering.discard(sid)
+
+    def _under_pressure(self) -> bool:
+        """Stop reading? Entered at the cache's pressure mark; left (hysteresis) once the cache
+        is half empty, so reading resumes in long runs rather than a container at a time."""
+        was = self._pressured
+        if was:
+            self._pressured = not self._released()
+        else:
+            self._pressured = self.cache.under_pressure()
+        if self._pressured != was:
+            if not self._pressured:
+                self.spiller.pressure_ended()
+            hub = self.diagnostics
+            if hub.listening:
+                hub.emit(CachePressureChanged(str(self.silo.address), self.provider.name,
+                                              str(self.queue), self._pressured))
+        return self._pressured
+
+    def _released(self) -> bool:
+        cache = self.cache
+        return len(cache) <= cache.max_size // 2 and not cache.under_pressure()
+
+    # -- subscriptions (turns called by the rendezvous) ------------------------------------------
+    @always_interleave
+    async def add_subscriber(self, record: SubscriptionRecord) -> None:
+        sid = StreamId(record.namespace, record.key)
+        subs = self.streams.get(sid)
+        if subs is None:
+            return  # not registered yet: register_producer will return this record
+        old = subs.get(record.sub_id)
+        if old is not None and record.token is None:
+            # Resumed without a token (e.g. after a reactivation): it goes on where it was.
+            old.record = record
+            old.consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
+            self.restart(old)
+            return
+        if old is not None:
+            del subs[record.sub_id]
+            token = record.token
+            if old.spilled_from is not None and token is not None and old.after < token.sequence:
+                # A spilled one moved forward: the queue still holds the stream from there
+                # (it held it). Attach first, so that its detach releases only what it skips.
+                self._attach(sid, record, token, from_queue=True)
+                self._detach(old)
+                return
+            self._detach(old)
+        self._attach(sid, record, record.token)
+
+    @always_interleave
+    async def remove_subscriber(self, record: SubscriptionRecord) -> None:
+        subs = self.streams.get(StreamId(record.namespace, record.key))
+        if subs is None:
+            return
+        sub = subs.pop(record.sub_id, None)
+        if sub is not None:
+            self._detach(sub)
+
+    def _detach(self, sub: Subscription) -> None:
+        sub.detached = True
+        if sub.cursor is not None:
+            self.cache.remove_cursor(sub.cursor)
+            sub.cursor = None
+        if sub.spilled_from is not None:
+            self.spiller.leave(sub)
+
+    def _attach(
+        self, sid: StreamId, record: SubscriptionRecord, start: SequenceToken | None,
+        from_queue: bool = False,
+    ) -> None:
+        consumer = self.silo.get_grain(record.consumer_type, record.consumer_key)
+        sub = Subscription(record, sid, consumer)
+        self.streams.setdefault(sid, {})[record.sub_id] = sub
+        policy = self.options.flow_for(sid.namespace).policy
+        sub.member = policy.is_member(record.tag)
+        sub.progress_at = self.clock.monotonic()
+        gating = policy.gates(sub.member)
+        if from_queue:
+            assert start is not None
+            self.spiller.start_spilled(sub, start)
+            return
+        try:
+            sub.cursor = self.cache.cursor(
+                sid, start, gating=gating, tag=record.tag, max_mode=policy.max_mode
+            )
+        except QueueCacheMissError as miss:
+            if start is not None and self.spiller.queue_holds(sid, start):
+                # Purged from the cache but still in the queue (a spilled subscription of the
+                # stream holds it): this one starts spilled, reading the queue from ``start``.
+                self.spiller.start_spilled(sub, start)
+                return
+            sub.cursor = self.cache.cursor(
+                sid, miss.low, gating=gating, tag=record.tag, max_mode=policy.max_mode
+            )
+            self._notify_later(sub, miss)
+        if sub.member:  # the group may just have reached its minimum size
+            for other in self.streams[sid].values():
+                self.restart(other)
+        else:
+            self.restart(sub)
+
+    def _group_ready(self, sid: StreamId) -> bool:
+        """Tagged flow control: delivery starts once ``min_members`` of the group are in."""
+        policy = self.options.flow_for(sid.namespace).policy
+        if not policy.waits_for_members:
+            return True
+        members = sum(1 for s in self.streams.get(sid, {}).values() if s.member)
+        return policy.group_ready(members)
+
+    def _revoke_unresponsive(self) -> None:
+        """Tagged flow control: a member stuck longer than the timeout stops gating."""
+        now = self.clock.monotonic()
+        for sid, subs in self.streams.items():
+            flow = self.options.flow_for(sid.namespace)
+            timeout = flow.policy.revoke_after
+            if timeout is None:
+                continue
+            for sub in subs.values():
+                cursor = sub.cursor
+                if cursor is None or not cursor.gating:
+                    continue
+                if not cursor.is_set:
+                    sub.progress_at = now
+                elif now - sub.progress_at > timeout:
+                    cursor.set_gating(False)
+                    self.log.warning("stream_member_stopped_gating",
+                                     subscription=sub.record.sub_id, stream=str(sid))
+                    self._notify_later(sub, GatingRevokedError(
+                        f"subscription {sub.record.sub_id} on {sid} did not advance for "
+                        f"{timeout:g} s and no longer holds events for group "
+                        f"{flow.group!r}; it may miss events from now on",
+                    ))
+
+    def _notify_later(self, sub: Subscription, exc: Exception) -> None:
+        assert self.delivery is not None
+        self.delivery.notify_later(sub, exc)
+
+    # -- DeliveryHost -------------------------------------------------------------------------
+    def restart(self, sub: Subscription) -> None:
+        """Start ``sub``'s delivery loop if it has none and has something to deliver."""
+        if sub.task is not None or self._stopping or sub.detached:
+            return
+        cursor = sub.cursor
+        if (sub.spilled_from is not None or (
+            cursor is not None and (cursor.is_set or cursor.gap is not None)
+        )) and self._group_ready(sub.stream_id):
+            assert self.delivery is not None
+            sub.task = asyncio.get_running_loop().create_task(self.delivery.run(sub))
+
+    def subscriber_count(self, stream_id: StreamId) -> int:
+        return len(self.streams.get(stream_id, ()))
+
+    async def read_spilled(self, sub: Subscription) -> list[BatchContainer] | None:
+        assert self.receiver is not None
+        return await self.spiller.read(sub, self.receiver)
+
+    def spilled_delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
+        self.spiller.delivered(sub, containers)
+
+    def cursor_advanced(self) -> None:
+        if self.period > self.options.pull_period and self._released():
+            self._wake.set()
+
+    async def fault(self, sub: Subscription) -> None:
+        record = sub.record
+        try:
+            await self._rendezvous(sub.stream_id).fault_subscription(record.sub_id)
+        except Exception as err:
+            self.log.warning("stream_fault_failed", subscription=record.sub_id,
+                             error=repr(err))
+        subs = self.streams.get(sub.stream_id, {})
+        subs.pop(record.sub_id, None)
+        self._detach(sub)
+
+    # -- statistics -----------------------------------------------------------------------------
+    @always_interleave
+    async def statistics(self) -> AgentStatistics:
+        return self.snapshot()
+
+    def snapshot(self) -> AgentStatistics:
+        """Cache size and pressure, pull period, counters and per-subscription lag."""
+        stats = self.cache.statistics()
+        lag = {s.record.sub_id: self._lag(s) for subs in self.streams.values()
+               for s in subs.values()}
+        delivery = self.delivery
+        return AgentStatistics(
+            queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
+            under_pressure=stats.under_pressure or self._pressured, pull_period=self.period,
+            read=self.read,
+            delivered=delivery.delivered if delivery else 0, acknowledged=self.acknowledged,
+            failures=self.read_failures + (delivery.failures if delivery else 0),
+            streams=len(self.streams), subscriptions=len(lag), lag=lag,
+            spilled=len(self.spiller), spill_count=self.spiller.count,
+        )
+
+    @property
+    def delivered(self) -> int:
+        return self.delivery.delivered if self.delivery is not None else 0
+
+    @property
+    def failures(self) -> int:
+        return self.read_failures + (self.delivery.failures if self.delivery else 0)
+
+    def _lag(self, sub: Subscription) -> int:
+        """Queue positions behind the newest read (cache) or sequences behind it (spilled)."""
+        if sub.cursor is not None:
+            return sub.cursor.lag()
+        if sub.spilled_from is not None:
+            return max(0, self._last_read - sub.after)
+        return 0
