@@ -38,12 +38,12 @@ from orleanspy.grains.interface import (
 )
 from orleanspy.grains.reference import GrainReference
 from orleanspy.grains.state import PersistentState, persistent_state
+from orleanspy.hosting.silo import Silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
 from orleanspy.runtime.activation import DeactivationReason
 from orleanspy.runtime.client import ClusterClient
-from orleanspy.runtime.silo import Silo
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.runtime.timers import GrainTimer
 

@@ -26,7 +26,6 @@ import dataclasses
 import itertools
 import os
 import socket
-import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
@@ -46,10 +45,14 @@ from orleanspy.messaging.message import Message
 
 if TYPE_CHECKING:
     from orleanspy.runtime.activation import Activation
+    from orleanspy.runtime.options import SiloOptions
     from orleanspy.runtime.silo import Silo
-    from orleanspy.streams.leases import QueueLeaseStore
 
-__all__ = ["ClusterRuntime", "open_membership_table"]
+__all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
+
+#: Makes the stream-queue lease store of a membership table (the hosting layer supplies it:
+#: lease stores belong to the streams layer, above this one).
+LeaseStoreFactory = Callable[[MembershipTable], Any]
 
 #: How often a silo tells the others its activation count (activation-count placement).
 LOAD_PERIOD: Final = 1.0
@@ -58,8 +61,30 @@ UNREGISTER_WAIT: Final = 5.0
 
 _DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
 _GONE: Final = frozenset({SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD})
-#: Lease stores of in-memory membership tables (silos of one process share the table).
-_MEMORY_LEASES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def membership_options_of(options: SiloOptions) -> MembershipOptions:
+    """The failure-detection settings a silo's options name.
+
+    Raises:
+        ConfigurationError: ``probe_timeout`` exceeds ``probe_period``.
+    """
+    timeout = options.probe_period if options.probe_timeout is None else options.probe_timeout
+    if timeout > options.probe_period:
+        raise ConfigurationError(
+            f"SiloOptions.probe_timeout = {timeout!r}: must be <= probe_period "
+            f"({options.probe_period!r}), or probes would pile up"
+        )
+    fast = options.probe_period < 1.0
+    return MembershipOptions(
+        probe_period=options.probe_period,
+        probe_timeout=timeout,
+        i_am_alive_period=options.i_am_alive_period,
+        table_refresh_period=options.table_refresh_period,
+        # Fast detection (tests, demos) also gives up joining and forgets votes sooner.
+        max_join_attempt_time=20.0 if fast else 300.0,
+        death_vote_expiration_timeout=10.0 if fast else 120.0,
+    )
 
 
 def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
@@ -94,6 +119,8 @@ class ClusterRuntime:
         table: a membership table to use instead of opening ``options.membership`` (tests
             share one ``MemoryMembershipTable`` between silos of one process).
         membership_options: failure-detection settings (default: from the silo options).
+        lease_stores: makes the stream-queue lease store of the membership table
+            (``lease_store()``); None: this silo offers none.
     """
 
     def __init__(
@@ -101,10 +128,12 @@ class ClusterRuntime:
         silo: Silo,
         table: MembershipTable | None = None,
         membership_options: MembershipOptions | None = None,
+        lease_stores: LeaseStoreFactory | None = None,
     ) -> None:
         self.silo = silo
         opts = silo.options
-        self.membership_options = membership_options or opts.membership_options()
+        self.membership_options = membership_options or membership_options_of(opts)
+        self._lease_stores = lease_stores
         self._table = table
         self._owns_table = table is None
         self.me = silo.address
@@ -216,22 +245,15 @@ class ClusterRuntime:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def lease_store(self) -> QueueLeaseStore:
-        """A stream-queue lease store in the membership store: table ``stream_leases`` of the
-        SQLite file (a new connection; the caller closes it), or one in-memory store shared
-        by the silos of an in-memory table (closing it does nothing)."""
-        from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
-        from orleanspy.streams.leases import MemoryQueueLeaseStore, SqliteQueueLeaseStore
-
+    def lease_store(self) -> Any:
+        """The stream-queue lease store kept with the membership table (a
+        ``streams.leases.QueueLeaseStore``, made by the factory the silo was given)."""
         table = self._table
         if table is None:
             raise RuntimeError("the cluster runtime has not started: no membership table yet")
-        if isinstance(table, SqliteMembershipTable):
-            return SqliteQueueLeaseStore(table.path, table.cluster_id)
-        store = _MEMORY_LEASES.get(table)
-        if store is None:
-            store = _MEMORY_LEASES[table] = MemoryQueueLeaseStore()
-        return store
+        if self._lease_stores is None:
+            raise RuntimeError("this silo was built without stream-queue lease stores")
+        return self._lease_stores(table)
 
     # -- membership view --------------------------------------------------------------------
     def _is_dead(self, silo: SiloAddress) -> bool:

@@ -226,8 +226,6 @@ def _build(cls: type) -> GrainClassInfo:
         for name, value in vars(klass).items()
         if isinstance(value, StateSpec)
     }
-    from orleanspy.runtime.system_target import SystemTarget
-
     return GrainClassInfo(
         cls=cls,
         type_name=type_name_of(cls),
@@ -240,7 +238,7 @@ def _build(cls: type) -> GrainClassInfo:
         overflow=getattr(cls, "_orleanspy_overflow", OverflowPolicy.SUSPEND),
         collection_age=getattr(cls, "_orleanspy_collection_age", None),
         states=states,
-        is_system_target=issubclass(cls, SystemTarget),
+        is_system_target=bool(getattr(cls, "_orleanspy_system_target", False)),
         placement=getattr(cls, "_orleanspy_placement", PlacementStrategy.PREFER_LOCAL),
     )
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import eager_start
@@ -36,6 +36,7 @@ from orleanspy.errors import (
     MessageRejectedError,
 )
 from orleanspy.grains.context import current_turn, reentrancy_scope
+from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
@@ -45,12 +46,12 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
+from orleanspy.runtime.timers import GrainTimer
 
 if TYPE_CHECKING:
     from orleanspy.grains.state import PersistentState
     from orleanspy.ids import GrainId
     from orleanspy.runtime.silo import Silo
-    from orleanspy.runtime.timers import GrainTimer
 
 __all__ = [
     "Activation",
@@ -68,15 +69,6 @@ class ActivationState(IntEnum):
     VALID = 2
     DEACTIVATING = 3
     INVALID = 4
-
-
-class DeactivationReason(StrEnum):
-    IDLE = "idle"
-    REQUESTED = "requested"
-    SHUTTING_DOWN = "shutting_down"
-    ACTIVATION_FAILED = "activation_failed"
-    INCONSISTENT_STATE = "inconsistent_state"
-    DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +255,27 @@ class Activation:
         for msg in pending:
             cluster.forward(msg, winner)
         self._set_deactivated()
+
+    @property
+    def closing(self) -> bool:
+        """Deactivating or gone: timers stop, nothing new is admitted."""
+        return self.state >= ActivationState.DEACTIVATING
+
+    def start_timer(
+        self,
+        callback: Callable[[], Awaitable[Any]],
+        due: float,
+        period: float | None,
+        *,
+        interleave: bool,
+        keep_alive: bool,
+        name: str | None,
+    ) -> GrainTimer:
+        """A timer of this activation, started (``Grain.register_timer``)."""
+        timer = GrainTimer(self, callback, due, period, interleave=interleave,
+                           keep_alive=keep_alive, name=name)
+        timer.start()
+        return timer
 
     def deactivate(self, reason: DeactivationReason) -> None:
         """Start deactivation: queued and new messages go to the next activation."""

@@ -13,9 +13,9 @@ from types import ModuleType
 from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock
-from orleanspy.options import SiloOptions
+from orleanspy.hosting.silo import Silo
 from orleanspy.runtime.client import ClusterClient
-from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.options import SiloOptions
 
 __all__ = ["TestCluster"]
 

@@ -229,11 +229,13 @@ async def test_timer_keeps_grain_alive_only_when_asked(make_silo, probe, keep_al
     silo = await make_silo(Ticker, clock=clock, collection_age=60.0)
     ref = silo.get_grain(Ticker, "t")
     await ref.start(keep_alive=keep_alive)
+    await clock.run_for(3 * PERIOD)  # timers run on the silo's clock
     await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
     act = silo.catalog.get(ref.grain_id)
 
     clock.advance(61.0)
     seen = len(ticks_of(probe.log, "t"))
+    await clock.run_for(2 * PERIOD)
     await probe.wait_for(lambda log: len(ticks_of(log, "t")) > seen)  # a tick after the jump
     collected = silo.collector.collect_once()
 
