@@ -112,7 +112,7 @@ def open_membership_table(url: str, cluster_id: str, data_dir: str) -> Membershi
 
 @final
 class ClusterRuntime:
-    """The cluster side of one silo.
+    """The cluster side of one silo, and its ``runtime.locator.GrainLocator``.
 
     Args:
         silo: the silo (its options name the membership table, ports and secret).
@@ -122,6 +122,9 @@ class ClusterRuntime:
         lease_stores: makes the stream-queue lease store of the membership table
             (``lease_store()``); None: this silo offers none.
     """
+
+    #: Grains not active here may live on other silos: route them.
+    local_only = False
 
     def __init__(
         self,
@@ -476,12 +479,12 @@ class ClusterRuntime:
         dispatcher = self.silo.dispatcher
         if local_origin:
             if msg.args:
-                msg.args = dispatcher._copy_args(tuple(msg.args))
+                msg.args = dispatcher.copy_args(tuple(msg.args))
             if msg.kwargs:
-                msg.kwargs = dispatcher._copy(msg.kwargs)
+                msg.kwargs = dispatcher.copy_value(msg.kwargs)
             reply = msg.reply
             if reply is not None:
-                msg.reply = partial(_copy_reply, dispatcher._copy, reply)
+                msg.reply = partial(_copy_reply, dispatcher.copy_value, reply)
         dispatcher.deliver_here(msg)
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:

@@ -186,9 +186,9 @@ class Activation:
     async def _activate(self) -> None:
         info = self.info
         try:
-            cluster = self.silo.cluster
-            if cluster is not None and cluster.uses_directory(info):
-                winner = await cluster.register_activation(self)
+            locator = self.silo.locator
+            if locator.uses_directory(info):
+                winner = await locator.register_activation(self)
                 if winner is not None:
                     self._become_duplicate(winner)
                     return
@@ -246,14 +246,13 @@ class Activation:
     def _become_duplicate(self, winner: Any) -> None:
         """Another silo's activation won the directory registration: this one never runs;
         its queued messages go to the winner (one more hop each)."""
-        cluster = self.silo.cluster
-        assert cluster is not None
+        locator = self.silo.locator
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.DUPLICATE
         self.silo.catalog.remove(self)
         pending = self._take_pending()
         for msg in pending:
-            cluster.forward(msg, winner)
+            locator.forward(msg, winner)
         self._set_deactivated()
 
     @property

@@ -122,9 +122,7 @@ class Catalog:
         if self.activations.get(gid) is act:
             del self.activations[gid]
             self._count -= 1
-            cluster = self.silo.cluster
-            if cluster is not None:
-                cluster.activation_removed(act)
+            self.silo.locator.activation_removed(act)
             return
         group = self._workers.get(gid)
         if group is not None and act in group.workers:

@@ -18,7 +18,7 @@ import asyncio
 import importlib
 import inspect
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
@@ -38,6 +38,7 @@ from orleanspy.runtime.activation import Activation, ActivationState, Deactivati
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
+from orleanspy.runtime.locator import GrainLocator, LocalLocator
 from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.system_target import SystemTarget
 
@@ -132,11 +133,10 @@ class Silo:
         #: The cluster side (``orleanspy.cluster.runtime.ClusterRuntime``), or None for a
         #: lone silo; the hosting layer supplies it through ``_build_cluster``.
         self.cluster: Any = self._build_cluster()
+        #: Where grains live: the cluster runtime, or every grain here.
+        self.locator: GrainLocator = self.cluster or LocalLocator(self)
         self.catalog = Catalog(self)
         self.dispatcher = Dispatcher(self)
-        # References call the dispatcher directly (one coroutine layer fewer per call).
-        self.call = self.dispatcher.call  # type: ignore[method-assign]
-        self.send_one_way = self.dispatcher.send_one_way  # type: ignore[method-assign]
         self.collector = ActivationCollector(self)
         #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
         self.reminders: Any = None
@@ -200,13 +200,16 @@ class Silo:
         """A reference to a grain, callable from this process."""
         return make_reference(self, grain_class, key)
 
-    async def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
-                   kwargs: dict[str, Any] | None, timeout: float | None) -> Any:
-        return await self.dispatcher.call(grain_id, method, args, kwargs, timeout)
+    # Plain functions returning the dispatcher's coroutine: one coroutine per call, not two.
+    def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any] | None, timeout: float | None) -> Coroutine[Any, Any, Any]:
+        """Call a grain (what references use)."""
+        return self.dispatcher.call(grain_id, method, args, kwargs, timeout)
 
-    async def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
-                           kwargs: dict[str, Any] | None) -> None:
-        await self.dispatcher.send_one_way(grain_id, method, args, kwargs)
+    def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                     kwargs: dict[str, Any] | None) -> Coroutine[Any, Any, None]:
+        """Send a one-way call (what references use)."""
+        return self.dispatcher.send_one_way(grain_id, method, args, kwargs)
 
     def get_stream_provider(self, name: str) -> Any:
         """The stream provider ``name`` of this silo (``.get_stream(namespace, key)``)."""
