@@ -217,7 +217,11 @@ class ClusterRuntime:
         """Last step: wait (bounded) for unregistrations, leave (DEAD), close the transport."""
         self._stopping = True
         if self._unregistering:
-            await asyncio.wait(list(self._unregistering), timeout=UNREGISTER_WAIT)
+            try:
+                async with self.silo.clock.timeout(UNREGISTER_WAIT):
+                    await asyncio.wait(list(self._unregistering))
+            except TimeoutError:
+                pass
         if self.membership is not None:
             await self.membership.stop()
         tasks = list(self._tasks)
@@ -284,7 +288,7 @@ class ClusterRuntime:
     ) -> MembershipSnapshot:
         """Wait until the view this runtime routes by (directory ring, placement) satisfies
         ``predicate``. Raises TimeoutError after ``timeout`` seconds."""
-        async with asyncio.timeout(timeout), self._view_changed:
+        async with self.silo.clock.timeout(timeout), self._view_changed:
             await self._view_changed.wait_for(lambda: predicate(self.snapshot))
         return self.snapshot
 
@@ -551,7 +555,7 @@ class ClusterRuntime:
             for peer in self.snapshot.active_silos:
                 if peer != self.me:
                     self.transport.notify(peer, "load", [encode_silo(self.me), count])
-            await asyncio.sleep(LOAD_PERIOD)
+            await self.silo.clock.sleep(LOAD_PERIOD)
 
     def status(self) -> dict[str, Any]:
         """What ``orleanspy cluster status`` shows for this silo."""

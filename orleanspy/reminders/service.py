@@ -19,6 +19,7 @@ from orleanspy.ids import GrainId
 from orleanspy.reminders.base import ReminderEntry, ReminderTable
 
 if TYPE_CHECKING:
+    from orleanspy._util.clock import TimerHandle
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["ReminderService", "TickStatus"]
@@ -39,7 +40,7 @@ class ReminderService:
     def __init__(self, silo: Silo, table: ReminderTable) -> None:
         self._silo = silo
         self.table = table
-        self._handles: dict[tuple[GrainId, str], asyncio.TimerHandle] = {}
+        self._handles: dict[tuple[GrainId, str], TimerHandle] = {}
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.fired = 0
@@ -103,17 +104,14 @@ class ReminderService:
         else:
             k = math.ceil((now - entry.start_at) / entry.period)
             at = entry.start_at + k * entry.period
-        loop = asyncio.get_running_loop()
-        # An empty context: a tick is not part of the turn that registered it (no call chain).
-        self._handles[key] = loop.call_later(
-            max(0.0, at - now), self._fire, key, at, context=contextvars.Context()
-        )
+        self._handles[key] = self._silo.clock.call_later(max(0.0, at - now), self._fire, key, at)
 
     def _fire(self, key: tuple[GrainId, str], at: float) -> None:
         self._handles.pop(key, None)
         entry = self._entries.get(key)
         if entry is None:
             return
+        # An empty context: a tick is not part of the turn that registered it (no call chain).
         task = asyncio.get_running_loop().create_task(
             self._deliver(entry, at), context=contextvars.Context()
         )

@@ -299,11 +299,23 @@ class Silo:
             self.log.info("silo_stopped")
 
     async def _drain(self, deadline: float) -> None:
-        """Let running and queued requests finish (the gateway no longer accepts)."""
+        """Let running and queued requests finish (the gateway no longer accepts): wait for
+        the running turns, turn by turn, until nothing runs or waits, or the deadline."""
+        me = asyncio.current_task()
         while self.clock.monotonic() < deadline:
-            if not any(a.running or a.waiting or a.blocked for a in self.catalog):
+            busy = [a for a in self.catalog if a.running or a.waiting or a.blocked]
+            if not busy:
                 return
-            await asyncio.sleep(0.01)
+            pending = [t for a in busy for t in a.tasks]
+            pending.extend(t for t in self._tasks if t is not me)
+            try:
+                async with self.clock.timeout_at(deadline):
+                    if pending:
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    else:  # a turn between tasks (being admitted): let the loop move it on
+                        await self.clock.sleep(0.01)
+            except TimeoutError:
+                return
 
     async def _deactivate_all(self) -> None:
         await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)
