@@ -27,6 +27,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import eager_start
+from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
     ActivationFailedError,
     DeadlockError,
@@ -215,6 +216,9 @@ class Activation:
             return
         if self.state is ActivationState.ACTIVATING:
             self.state = ActivationState.VALID
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(ActivationCreated(silo=self.silo.name, grain_id=self.grain_id))
         self.last_active = self.silo.clock.monotonic()
         if self.state is ActivationState.DEACTIVATING:
             self._maybe_teardown()
@@ -296,6 +300,11 @@ class Activation:
         await asyncio.shield(self._deactivated)
 
     def _set_deactivated(self) -> None:
+        diag = self.silo.diagnostics
+        if diag.listening:
+            diag.emit(ActivationDeactivated(
+                silo=self.silo.name, grain_id=self.grain_id, reason=str(self.reason)
+            ))
         if self._deactivated is not None and not self._deactivated.done():
             self._deactivated.set_result(None)
 
@@ -621,6 +630,10 @@ class Activation:
             self.completed += 1
         else:
             self.failed += 1
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(CallFailed(silo=self.silo.name, grain_id=self.grain_id,
+                                     method=msg.method, error=repr(exc)))
             if isinstance(exc, InconsistentStateError):
                 self.deactivate(DeactivationReason.INCONSISTENT_STATE)
         if not msg.flags & FLAG_SUPPRESS_KEEP_ALIVE:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     GrainCallTimeoutError,
     MessageRejectedError,
@@ -39,6 +40,14 @@ def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
                 "(per-call: ref.with_timeout(s); silo default: response_timeout)"
             )
         )
+
+
+def _drop_reason(exc: Exception) -> str:
+    if isinstance(exc, SiloUnavailableError):
+        return "shutting_down"
+    if isinstance(exc, MessageRejectedError):
+        return f"rejected: {exc.kind}"
+    return f"failed: {type(exc).__name__}"
 
 
 class Dispatcher:
@@ -207,6 +216,12 @@ class Dispatcher:
             act = self._locate(msg.target, msg.method, msg)
             act.enqueue(msg)
         except Exception as exc:
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(RequestDropped(
+                    silo=self.silo.name, grain_id=msg.target, method=msg.method,
+                    reason=_drop_reason(exc),
+                ))
             if msg.reply is not None:
                 msg.reply(False, exc)
             else:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.lifecycle import Lifecycle, SiloStage
-from orleanspy.diagnostics import Diagnostics
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import GrainClassInfo, class_info
@@ -268,13 +268,16 @@ class Silo:
         self.started = True
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        self._status("joining")
         try:
             await self.lifecycle.start()
         except BaseException:
             self.stopping = True
             self._stopped.set()
+            self._status("stopped")
             raise
         self._started_at = self.clock.monotonic()
+        self._status("active")
         self.log.info(
             "silo_started",
             gateway=self.gateway.address if self.gateway else None,
@@ -292,11 +295,20 @@ class Silo:
         self.stopping = True
         assert self._stopped is not None
         self.log.info("silo_stopping", activations=len(self.catalog))
+        self._status("shutting_down")
         try:
             await self.lifecycle.stop()
         finally:
             self._stopped.set()
             self.log.info("silo_stopped")
+            self._status("stopped")
+
+    def _status(self, status: str) -> None:
+        """Tell listeners this silo's own status: joining, active, shutting_down, stopped
+        (before ``start`` it is created, and nobody can listen yet)."""
+        diag = self.diagnostics
+        if diag.listening:
+            diag.emit(SiloStatusChanged(silo=self.name, subject=self.name, status=status))
 
     async def _drain(self, deadline: float) -> None:
         """Let running and queued requests finish (the gateway no longer accepts): wait for
