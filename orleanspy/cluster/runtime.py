@@ -39,6 +39,7 @@ from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
 from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
+from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
@@ -327,8 +328,6 @@ class ClusterRuntime:
             self._spawn(self._reregister(changed))
 
     async def _reregister(self, items: list[tuple[GrainId, Activation, DirectoryEntry]]) -> None:
-        from orleanspy.runtime.activation import DeactivationReason
-
         for gid, act, entry in items:
             if self._stopping:
                 return

@@ -1,29 +1,19 @@
-"""Activation: one live instance of a grain, its mailbox and its turns.
+"""Activation: one live instance of a grain — its life (activate, deactivate) and its turns.
 
-Rationale. Admission follows Orleans' ``MayInvokeRequest`` (see docs/architecture.md):
-nothing running → run; always-interleave → run; no blocking request → run; read-only
-with a read-only blocking request → run; a call chain that passes through a running request
-of this activation → run if call-chain reentrancy is allowed, else ``DeadlockError`` if that
-request is the blocking one; reentrant class → run; otherwise queue.
+What may start when is decided by ``admission``; where messages wait, and what happens
+when there is no room, by ``mailbox`` (both are bases of ``Activation``).
 
 A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
 suspension (``_util.eager``). A method that never suspends costs no task and no loop
 iteration; one that does continues in a Task that owns the rest of the turn.
-
-The mailbox (``waiting``) is bounded by the class's capacity. Requests that find it full
-wait in ``blocked`` (their callers stay suspended) and move in as room frees; one-way
-messages follow the class's overflow policy. Calls a grain makes to itself and timer ticks
-are never held back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import eager_start
@@ -33,20 +23,20 @@ from orleanspy.errors import (
     DeadlockError,
     InconsistentStateError,
     InternalError,
-    MailboxFullError,
     MessageRejectedError,
 )
 from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.host import DeactivationReason
-from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
+from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
     FLAG_READ_ONLY,
-    FLAG_SELF_CALL,
     FLAG_SUPPRESS_KEEP_ALIVE,
     Direction,
     Message,
 )
+from orleanspy.runtime.mailbox import Mailbox
+from orleanspy.runtime.states import ActivationState
 from orleanspy.runtime.timers import GrainTimer
 
 if TYPE_CHECKING:
@@ -61,16 +51,6 @@ __all__ = [
     "DeactivationReason",
     "TurnFuture",
 ]
-
-_INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY
-
-
-class ActivationState(IntEnum):
-    ACTIVATING = 1
-    VALID = 2
-    DEACTIVATING = 3
-    INVALID = 4
-
 
 @dataclass(frozen=True, slots=True)
 class ActivationStatistics:
@@ -108,7 +88,7 @@ class TurnFuture(asyncio.Future[Any]):
 NOT_NOW: Final = object()
 
 
-class Activation:
+class Activation(Mailbox):
     """One live instance of a grain class for one grain id."""
 
     __slots__ = (
@@ -116,12 +96,7 @@ class Activation:
         "_now",
         "_pumping",
         "_teardown_started",
-        "blocked",
-        "blocking",
-        "capacity",
         "completed",
-        "dropped_newest",
-        "dropped_oldest",
         "error",
         "failed",
         "grain",
@@ -129,38 +104,25 @@ class Activation:
         "info",
         "keep_alive_until",
         "last_active",
-        "max_queued",
         "name",
-        "policy",
         "reason",
         "received",
-        "rejected",
-        "running",
         "silo",
-        "special_waiting",
         "state",
         "states",
-        "suspended",
         "tasks",
         "timers",
-        "waiting",
     )
 
     def __init__(self, silo: Silo, grain_id: GrainId, info: GrainClassInfo) -> None:
         self.silo = silo
         self.grain_id = grain_id
         self.name = str(grain_id)
+        cap = info.mailbox_capacity
+        super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow)
         self.info = info
         self.grain: Any = None
         self.state = ActivationState.ACTIVATING
-        self.waiting: deque[Message] = deque()
-        self.blocked: deque[tuple[Message, asyncio.Future[None] | None]] = deque()
-        self.running: dict[int, Message] = {}
-        self.blocking: Message | None = None
-        self.special_waiting = 0
-        cap = info.mailbox_capacity
-        self.capacity: int = silo.options.mailbox_capacity if cap is None else cap
-        self.policy: OverflowPolicy = info.overflow
         self._now = silo.clock.monotonic
         self.last_active = self._now()
         self.keep_alive_until = 0.0
@@ -173,8 +135,6 @@ class Activation:
         self._pumping = False
         self._teardown_started = False
         self.received = self.completed = self.failed = 0
-        self.max_queued = self.suspended = self.rejected = 0
-        self.dropped_newest = self.dropped_oldest = 0
 
     def __repr__(self) -> str:
         return f"<Activation {self.name} {self.state.name}>"
@@ -236,16 +196,6 @@ class Activation:
         for msg in pending:
             self._deliver(msg, False, err)
         self._set_deactivated()
-
-    def _take_pending(self) -> list[Message]:
-        """Empty the mailbox (waiting and blocked messages, releasing blocked senders)."""
-        pending = list(self.waiting) + [m for m, _ in self.blocked]
-        for _, room in self.blocked:
-            if room is not None and not room.done():
-                room.set_result(None)
-        self.waiting.clear()
-        self.blocked.clear()
-        return pending
 
     def _become_duplicate(self, winner: Any) -> None:
         """Another silo's activation won the directory registration: this one never runs;
@@ -358,59 +308,6 @@ class Activation:
                     "grain_state_flush_failed", grain=self.name, state=ps.name, error=repr(exc)
                 )
 
-    # -- admission ------------------------------------------------------------------------
-    def _may_invoke(self, msg: Message) -> bool:
-        """Orleans' admission rules, plus fail-fast deadlock detection on call chains."""
-        running = self.running
-        if not running or msg.flags & FLAG_ALWAYS_INTERLEAVE:
-            return True
-        blocking = self.blocking
-        if blocking is None or self.info.reentrant:
-            return True
-        if msg.flags & FLAG_READ_ONLY and blocking.flags & FLAG_READ_ONLY:
-            return True
-        if msg.chain:
-            ccr = self.info.call_chain_reentrant
-            for entry in msg.chain:
-                if entry[1] in running:
-                    if ccr or entry[2]:
-                        return True
-                    if entry[1] == blocking.id and msg.direction is Direction.REQUEST:
-                        chain = (*(e[0] for e in msg.chain), self.name)
-                        raise DeadlockError(
-                            "deadlock: call cycle " + " -> ".join(chain) + " would wait on "
-                            f"itself ({self.name} is busy with the request that made this "
-                            "call); mark the class @reentrant or @call_chain_reentrant, the "
-                            "method @always_interleave, or call inside "
-                            "allow_call_chain_reentrancy()",
-                            chain,
-                        )
-        return False
-
-    def _is_special(self, msg: Message) -> bool:
-        """May this message start (or be found deadlocked) while a blocking request runs?"""
-        return bool(msg.flags & _INTERLEAVE_MASK or msg.chain)
-
-    def _admissible_now(self, msg: Message) -> bool:
-        """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``.)"""
-        if self.state is not ActivationState.VALID:
-            # While deactivating, calls made by a running request (reentrant, always-
-            # interleave or call-chain) still get in; fresh requests wait for redispatch.
-            if (
-                self.state is ActivationState.DEACTIVATING
-                and self.running
-                and any(e[1] in self.running for e in msg.chain)
-            ):
-                return self._may_invoke(msg)
-            return False
-        if not self.waiting:
-            return self._may_invoke(msg)
-        # Others wait because a blocking request runs; only a message that may interleave
-        # with it passes them (and a chained request is checked for a cycle).
-        if self.running and self._is_special(msg):
-            return self._may_invoke(msg)
-        return False
-
     # -- receiving ------------------------------------------------------------------------
     def try_inline(self, msg: Message) -> Any:
         """Run a local request in the caller's frame if it may start now.
@@ -455,60 +352,6 @@ class Activation:
         if self._is_special(msg):
             self.special_waiting += 1
         return None
-
-    def _is_self_call(self, msg: Message) -> bool:
-        chain = msg.chain
-        return (
-            msg.invoke is not None
-            or bool(msg.flags & FLAG_SELF_CALL)
-            or (bool(chain) and chain[-1][1] in self.running)
-        )
-
-    def _overflow(self, msg: Message, wait: bool) -> asyncio.Future[None] | None:
-        """Apply the overflow policy to a message that finds the mailbox full."""
-        if msg.direction is Direction.ONE_WAY:
-            policy = self.policy
-            if policy is OverflowPolicy.REJECT:
-                self.rejected += 1
-                raise MailboxFullError(
-                    f"mailbox of {self.name} is full ({self.capacity} messages); "
-                    "one-way message rejected (policy 'reject')"
-                )
-            if policy is OverflowPolicy.DROP_NEWEST:
-                self.dropped_newest += 1
-                return None
-            if policy is OverflowPolicy.DROP_OLDEST:
-                old = self.waiting.popleft()
-                if self._is_special(old):
-                    self.special_waiting -= 1
-                self.dropped_oldest += 1
-                self._deliver(
-                    old,
-                    False,
-                    MailboxFullError(
-                        f"mailbox of {self.name} is full ({self.capacity} messages); the "
-                        "oldest message was dropped (policy 'drop_oldest')"
-                    ),
-                )
-                self.waiting.append(msg)
-                if self._is_special(msg):
-                    self.special_waiting += 1
-                return None
-        self.suspended += 1
-        room = asyncio.get_running_loop().create_future() if wait else None
-        self.blocked.append((msg, room))
-        return room
-
-    def _refill(self) -> None:
-        blocked = self.blocked
-        waiting = self.waiting
-        while blocked and len(waiting) < self.capacity:
-            msg, room = blocked.popleft()
-            waiting.append(msg)
-            if self._is_special(msg):
-                self.special_waiting += 1
-            if room is not None and not room.done():
-                room.set_result(None)
 
     def _pump(self) -> None:
         """Start every queued message that may run now, in order."""
@@ -642,24 +485,6 @@ class Activation:
             self._pump()
         if self.state is ActivationState.DEACTIVATING and not running:
             self._maybe_teardown()
-
-    def _recompute_blocking(self) -> None:
-        best: Message | None = None
-        for m in self.running.values():
-            if m.flags & FLAG_ALWAYS_INTERLEAVE:
-                continue
-            if best is None or (best.flags & FLAG_READ_ONLY and not m.flags & FLAG_READ_ONLY):
-                best = m
-        self.blocking = best
-
-    def _deliver(self, msg: Message, ok: bool, value: Any) -> None:
-        reply = msg.reply
-        if reply is not None:
-            reply(ok, value)
-        elif not ok and msg.invoke is None:
-            self.silo.log.warning(
-                "one_way_call_failed", grain=self.name, method=msg.method, error=repr(value)
-            )
 
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
