@@ -34,6 +34,7 @@ from orleanspy.reminders.memory import MemoryReminderTable
 from orleanspy.reminders.service import ReminderService
 from orleanspy.reminders.sqlite import SqliteReminderTable
 from orleanspy.runtime.gateway import Gateway
+from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.storage.base import GrainStorage
@@ -173,5 +174,7 @@ class Silo(SiloCore):
     def _build_cluster(self) -> ClusterRuntime | None:
         if self.options.membership is None and self._membership_table is None:
             return None
-        return ClusterRuntime(self, self._membership_table, self._membership_options,
-                              lease_stores=queue_lease_store)
+        cluster = ClusterRuntime(self, self._membership_table, self._membership_options,
+                                 lease_stores=queue_lease_store)
+        _locator: GrainLocator = cluster  # the core routes through it (mypy checks the fit)
+        return cluster
