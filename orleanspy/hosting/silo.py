@@ -36,6 +36,7 @@ from orleanspy.reminders.sqlite import SqliteReminderTable
 from orleanspy.runtime.gateway import Gateway
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.options import SiloOptions
+from orleanspy.runtime.silo import GATEWAY, REMINDERS, STREAMS_PREFIX
 from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.memory import MemoryGrainStorage
@@ -138,8 +139,8 @@ class Silo(SiloCore):
                 await gateway.stop_accepting()
                 await gateway.close()
 
-            lc.subscribe("gateway", GATEWAY_LISTEN, on_start=gateway.start,
-                         on_stop=gateway_shut)
+            lc.subscribe(GATEWAY, GATEWAY_LISTEN, on_start=gateway.start,
+                         on_stop=gateway_shut, statistics=lambda: gateway.connection_count)
             lc.subscribe("gateway.connections", SiloStage.GATEWAY, on_stop=gateway.close)
         cluster = self.cluster
         if cluster is not None:
@@ -155,14 +156,15 @@ class Silo(SiloCore):
                     await cluster.stop()
 
             lc.subscribe("cluster", SiloStage.CLUSTER, on_start=join, on_stop=leave)
-        lc.subscribe("reminders", SiloStage.SERVICES, on_start=self.reminders.start,
-                     on_stop=self.reminders.stop)
+        reminders = self.reminders
+        lc.subscribe(REMINDERS, SiloStage.SERVICES, on_start=reminders.start,
+                     on_stop=reminders.stop, statistics=lambda: reminders.fired)
         if self.stream_providers:
             self.register_grain_class(PubSubRendezvous)
         for name, provider in self.stream_providers.items():
             provider.bind(name, self)
-            lc.subscribe(f"streams.{name}", SiloStage.STREAMS, on_start=provider.start,
-                         on_stop=provider.stop)
+            lc.subscribe(f"{STREAMS_PREFIX}{name}", SiloStage.STREAMS, on_start=provider.start,
+                         on_stop=provider.stop, statistics=provider.statistics)
         # Stopping runs one stage's steps in reverse: the gateway stops accepting first,
         # then membership says SHUTTING_DOWN, then the collector (the core's) stops.
         if cluster is not None:

@@ -45,9 +45,17 @@ from orleanspy.runtime.system_target import SystemTarget
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Silo", "SiloStatistics"]
+__all__ = ["COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloStatistics"]
 
 G = TypeVar("G")
+
+#: Lifecycle participants whose statistics are ``SiloStatistics`` fields (the rest are its
+#: ``extensions``): the collector (collected), the gateway (connections), the reminder
+#: service (fired) and each stream provider (``streams.<name>``).
+COLLECTOR = "collector"
+GATEWAY = "gateway"
+REMINDERS = "reminders"
+STREAMS_PREFIX = "streams."
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +158,8 @@ class Silo:
         self._stopped: asyncio.Event | None = None
         self.lifecycle.subscribe("grains", SiloStage.GRAINS, on_stop=self._deactivate_all)
         self.lifecycle.subscribe(
-            "collector", SiloStage.ACTIVE, on_start=self._start_collector,
-            on_stop=self.collector.stop,
+            COLLECTOR, SiloStage.ACTIVE, on_start=self._start_collector,
+            on_stop=self.collector.stop, statistics=lambda: self.collector.collected,
         )
 
     def _build_cluster(self) -> Any:
@@ -388,6 +396,14 @@ class Silo:
         by_type: dict[str, int] = {}
         for act in self.catalog:
             by_type[act.grain_id.type_name] = by_type.get(act.grain_id.type_name, 0) + 1
+        # Components report through the lifecycle; the ones with a field of their own are
+        # taken out, the rest (Spark, application services) are the extensions.
+        figures = self.lifecycle.statistics()
+        streams = {
+            name: figures.pop(key)
+            for name in self.stream_providers
+            if (key := f"{STREAMS_PREFIX}{name}") in figures
+        }
         return SiloStatistics(
             name=self.name,
             cluster_id=self.options.cluster_id,
@@ -395,9 +411,9 @@ class Silo:
             uptime=self.clock.monotonic() - self._started_at if self.started else 0.0,
             activations=len(self.catalog),
             activations_by_type=by_type,
-            gateway_connections=self.gateway.connection_count if self.gateway else 0,
-            collected=self.collector.collected,
-            reminders_fired=self.reminders.fired if self.reminders else 0,
-            streams={name: p.statistics() for name, p in self.stream_providers.items()},
-            extensions=self.lifecycle.statistics(),
+            gateway_connections=figures.pop(GATEWAY, 0),
+            collected=figures.pop(COLLECTOR, 0),
+            reminders_fired=figures.pop(REMINDERS, 0),
+            streams=streams,
+            extensions=figures,
         )
