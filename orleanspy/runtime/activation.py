@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import eager_start
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
     ActivationFailedError,
-    DeadlockError,
     InconsistentStateError,
     InternalError,
     MessageRejectedError,
@@ -28,6 +26,7 @@ from orleanspy.errors import (
 from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
     FLAG_READ_ONLY,
@@ -36,15 +35,20 @@ from orleanspy.messaging.message import (
     Message,
 )
 from orleanspy.runtime.mailbox import Mailbox
-from orleanspy.runtime.states import ActivationState
+from orleanspy.runtime.states import (
+    NOT_NOW,
+    ActivationState,
+    ActivationStatistics,
+    TurnFuture,
+)
 from orleanspy.runtime.timers import GrainTimer
 
 if TYPE_CHECKING:
     from orleanspy.grains.state import PersistentState
-    from orleanspy.ids import GrainId
     from orleanspy.runtime.silo import Silo
 
 __all__ = [
+    "NOT_NOW",
     "Activation",
     "ActivationState",
     "ActivationStatistics",
@@ -52,49 +56,12 @@ __all__ = [
     "TurnFuture",
 ]
 
-@dataclass(frozen=True, slots=True)
-class ActivationStatistics:
-    grain_id: str
-    state: str
-    received: int
-    completed: int
-    failed: int
-    running: int
-    queued: int
-    max_queued: int
-    blocked_senders: int
-    suspended: int
-    rejected: int
-    dropped_newest: int
-    dropped_oldest: int
-    idle_seconds: float
-
-
-class TurnFuture(asyncio.Future[Any]):
-    """The future a caller awaits when its request could not finish inline."""
-
-    __slots__ = ()
-
-    def reply(self, ok: bool, value: Any) -> None:
-        if self.done():
-            return
-        if ok:
-            self.set_result(value)
-        else:
-            self.set_exception(value)
-
-
-# Returned by ``try_inline`` when the request must be queued instead.
-NOT_NOW: Final = object()
-
-
 class Activation(Mailbox):
     """One live instance of a grain class for one grain id."""
 
     __slots__ = (
         "_deactivated",
         "_now",
-        "_pumping",
         "_teardown_started",
         "completed",
         "error",
@@ -132,7 +99,6 @@ class Activation(Mailbox):
         self.tasks: set[asyncio.Task[Any]] = set()
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
-        self._pumping = False
         self._teardown_started = False
         self.received = self.completed = self.failed = 0
 
@@ -353,42 +319,6 @@ class Activation(Mailbox):
             self.special_waiting += 1
         return None
 
-    def _pump(self) -> None:
-        """Start every queued message that may run now, in order."""
-        if self._pumping:
-            return
-        self._pumping = True
-        try:
-            waiting = self.waiting
-            while waiting and self.state is ActivationState.VALID:
-                if self.blocking is not None and not self.special_waiting and self.running:
-                    break
-                msg = None
-                for i, candidate in enumerate(waiting):
-                    try:
-                        ok = self._may_invoke(candidate)
-                    except DeadlockError as exc:
-                        del waiting[i]
-                        self.special_waiting -= 1  # only chained messages get here
-                        self._deliver(candidate, False, exc)
-                        msg = _SKIP
-                        break
-                    if ok:
-                        msg = candidate
-                        del waiting[i]
-                        break
-                if msg is None:
-                    break
-                if self.blocked:
-                    self._refill()
-                if msg is _SKIP:
-                    continue
-                if self._is_special(msg):
-                    self.special_waiting -= 1
-                self._start(msg, inline=False)
-        finally:
-            self._pumping = False
-
     # -- turns ----------------------------------------------------------------------------
     def _start(self, msg: Message, inline: bool) -> Any:
         """Run a turn in its own task, started eagerly (``_util.eager``).
@@ -545,11 +475,8 @@ def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:
 
 
 def _marker(name: str) -> Message:
-    from orleanspy.ids import GrainId
-
     return Message(Direction.ONE_WAY, GrainId("orleanspy.runtime", name), name, (), None)
 
 
 _ACTIVATE: Final = _marker("activate")
 _TEARDOWN: Final = _marker("deactivate")
-_SKIP: Final = _marker("skip")

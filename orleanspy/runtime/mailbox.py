@@ -12,10 +12,11 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from orleanspy.errors import MailboxFullError
+from orleanspy.errors import DeadlockError, MailboxFullError
 from orleanspy.grains.interface import OverflowPolicy
 from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.admission import Admission
+from orleanspy.runtime.states import ActivationState
 
 if TYPE_CHECKING:
     from orleanspy.runtime.silo import Silo
@@ -27,6 +28,7 @@ class Mailbox(Admission):
     """The queue of one activation."""
 
     __slots__ = (
+        "_pumping",
         "blocked",
         "capacity",
         "dropped_newest",
@@ -48,6 +50,48 @@ class Mailbox(Admission):
         self.policy = policy
         self.max_queued = self.suspended = self.rejected = 0
         self.dropped_newest = self.dropped_oldest = 0
+        self._pumping = False
+
+    def _start(self, msg: Message, inline: bool) -> Any:
+        """Run ``msg`` as a turn (the activation's)."""
+        raise NotImplementedError
+
+    def _pump(self) -> None:
+        """Start every queued message that may run now, in order."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            waiting = self.waiting
+            while waiting and self.state is ActivationState.VALID:
+                if self.blocking is not None and not self.special_waiting and self.running:
+                    break
+                msg: Message | None = None
+                deadlocked = False
+                for i, candidate in enumerate(waiting):
+                    try:
+                        ok = self._may_invoke(candidate)
+                    except DeadlockError as exc:
+                        del waiting[i]
+                        self.special_waiting -= 1  # only chained messages get here
+                        self._deliver(candidate, False, exc)
+                        deadlocked = True
+                        break
+                    if ok:
+                        msg = candidate
+                        del waiting[i]
+                        break
+                if msg is None and not deadlocked:
+                    break
+                if self.blocked:
+                    self._refill()
+                if msg is None:
+                    continue
+                if self._is_special(msg):
+                    self.special_waiting -= 1
+                self._start(msg, inline=False)
+        finally:
+            self._pumping = False
 
     def _is_self_call(self, msg: Message) -> bool:
         chain = msg.chain
