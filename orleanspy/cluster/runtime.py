@@ -17,6 +17,10 @@ Routing a message for grain G (not active here):
 A silo that receives a message for a grain it does not host creates the activation unless its
 cache knows better (then it forwards and tells the sender where G lives). A stopping silo
 forwards instead of creating.
+
+Longer than most modules (about 550 lines): routing, directory registration and the
+reactions to membership changes share one state (registered activations, lookups in flight,
+the view), and split apart they would hand it around. Configuration lives in ``config``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
+from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.directory import MAX_HOPS, DirectoryEntry, DirectoryRing, GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
@@ -38,7 +43,7 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
-from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
+from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
@@ -46,7 +51,6 @@ from orleanspy.messaging.message import Message
 
 if TYPE_CHECKING:
     from orleanspy.runtime.activation import Activation
-    from orleanspy.runtime.options import SiloOptions
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
@@ -62,53 +66,6 @@ UNREGISTER_WAIT: Final = 5.0
 
 _DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
 _GONE: Final = frozenset({SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD})
-
-
-def membership_options_of(options: SiloOptions) -> MembershipOptions:
-    """The failure-detection settings a silo's options name.
-
-    Raises:
-        ConfigurationError: ``probe_timeout`` exceeds ``probe_period``.
-    """
-    timeout = options.probe_period if options.probe_timeout is None else options.probe_timeout
-    if timeout > options.probe_period:
-        raise ConfigurationError(
-            f"SiloOptions.probe_timeout = {timeout!r}: must be <= probe_period "
-            f"({options.probe_period!r}), or probes would pile up"
-        )
-    fast = options.probe_period < 1.0
-    return MembershipOptions(
-        probe_period=options.probe_period,
-        probe_timeout=timeout,
-        i_am_alive_period=options.i_am_alive_period,
-        table_refresh_period=options.table_refresh_period,
-        # Fast detection (tests, demos) also gives up joining and forgets votes sooner.
-        max_join_attempt_time=20.0 if fast else 300.0,
-        death_vote_expiration_timeout=10.0 if fast else 120.0,
-    )
-
-
-def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
-    """The table of a ``membership`` URL: ``memory`` or ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``)."""
-    from orleanspy.cluster.membership.memory import MemoryMembershipTable
-    from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
-
-    if url == "memory":
-        return MemoryMembershipTable()
-    if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:").removeprefix("//")
-        if not path:
-            raise ConfigurationError(
-                f"SiloOptions.membership = {url!r}: give a file, e.g. sqlite:membership.db"
-            )
-        if not os.path.isabs(path):
-            path = os.path.join(data_dir, path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        return SqliteMembershipTable(path, cluster_id=cluster_id)
-    raise ConfigurationError(
-        f"SiloOptions.membership = {url!r}: must be 'memory' or 'sqlite:PATH'"
-    )
 
 
 @final
