@@ -92,18 +92,24 @@ class ReminderService:
     async def list(self, grain_id: GrainId) -> list[ReminderEntry]:
         return await self.table.read_rows(grain_id)
 
-    def _schedule(self, entry: ReminderEntry, first: bool = False) -> None:
+    def _schedule(self, entry: ReminderEntry, first: bool = False,
+                  after: float | None = None) -> None:
+        """Arm the next tick: at or after now, and later than ``after`` (the tick that just
+        fired, which must not fire again when the clock has not moved)."""
         key = (entry.grain_id, entry.name)
         old = self._handles.pop(key, None)
         if old is not None:
             old.cancel()
         self._entries[key] = entry
         now = self._silo.clock.time()
-        if now <= entry.start_at or first:
+        if first or (now <= entry.start_at and (after is None or after < entry.start_at)):
             at = entry.start_at  # a new reminder fires at its due time, even if just passed
         else:
-            k = math.ceil((now - entry.start_at) / entry.period)
+            ref = now if after is None else max(now, after)
+            k = math.ceil((ref - entry.start_at) / entry.period)
             at = entry.start_at + k * entry.period
+            if after is not None and at <= after:
+                at += entry.period
         self._handles[key] = self._silo.clock.call_later(max(0.0, at - now), self._fire, key, at)
 
     def _fire(self, key: tuple[GrainId, str], at: float) -> None:
@@ -132,4 +138,4 @@ class ReminderService:
             )
         key = (entry.grain_id, entry.name)
         if self._entries.get(key) is entry and not self._silo.stopping:
-            self._schedule(entry)
+            self._schedule(entry, after=at)
