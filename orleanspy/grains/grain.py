@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from orleanspy.errors import StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.ids import GrainId, GrainKey
@@ -108,8 +109,6 @@ class Grain:
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
         else:
-            from orleanspy.errors import StreamError
-
             raise StreamError(
                 f"{self.grain_id} has no handler for subscription {sub_id} on stream "
                 f"{namespace}/{key}: after a reactivation, resume it in on_activate "

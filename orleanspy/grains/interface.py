@@ -12,6 +12,9 @@ from enum import StrEnum
 from typing import Any, Final, TypeVar, cast
 
 from orleanspy.errors import ConfigurationError
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.state import StateSpec
+from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
 
 __all__ = [
     "GrainClassInfo",
@@ -204,10 +207,6 @@ def type_name_of(cls: type) -> str:
 
 
 def _build(cls: type) -> GrainClassInfo:
-    from orleanspy.grains.grain import Grain
-    from orleanspy.grains.state import StateSpec
-    from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
-
     base_names = set(dir(Grain))
     methods: dict[str, MethodInfo] = {}
     for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
