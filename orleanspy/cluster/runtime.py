@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
+from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.directory import MAX_HOPS, DirectoryEntry, DirectoryRing, GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
@@ -111,7 +112,7 @@ class ClusterRuntime:
         self._registered: dict[GrainId, tuple[Activation, DirectoryEntry]] = {}
         self._addressing: dict[GrainId, asyncio.Future[SiloAddress]] = {}
         self._activation_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()  # load publishing, hand-overs, lookups, unregistrations
         self._unregistering: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._view_changed = asyncio.Condition()
@@ -182,10 +183,8 @@ class ClusterRuntime:
                 pass
         if self.membership is not None:
             await self.membership.stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.cancel()
+        await self._tasks.wait()
         await self.transport.close()
         if self._owns_table and self._table is not None:
             await self._table.close()
@@ -195,8 +194,7 @@ class ClusterRuntime:
         self._stopping = True
         if self.membership is not None:
             await self.membership.abort()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         await self.transport.close()
 
     def _declared_dead(self) -> None:
@@ -207,7 +205,6 @@ class ClusterRuntime:
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
         return task
 
     def lease_store(self) -> Any:

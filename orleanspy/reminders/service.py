@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orleanspy._util.tasks import TaskSet
 from orleanspy.errors import ConfigurationError
 from orleanspy.ids import GrainId
 from orleanspy.reminders.base import ReminderEntry, ReminderTable
@@ -42,7 +43,7 @@ class ReminderService:
         self.table = table
         self._handles: dict[tuple[GrainId, str], TimerHandle] = {}
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()  # reminder deliveries in flight
         self.fired = 0
 
     async def start(self) -> None:
@@ -55,10 +56,7 @@ class ReminderService:
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
 
     async def register(self, grain: Any, name: str, due: float, period: float) -> ReminderEntry:
         minimum = self._silo.options.minimum_reminder_period
@@ -122,7 +120,6 @@ class ReminderService:
             self._deliver(entry, at), context=contextvars.Context()
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _deliver(self, entry: ReminderEntry, at: float) -> None:
         status = TickStatus(entry.start_at, entry.period, at)
