@@ -37,13 +37,14 @@ from orleanspy.grains.interface import (
     reentrant,
     stateless_worker,
 )
-from orleanspy.grains.reference import GrainRef, GrainReference
+from orleanspy.grains.ref import GrainRef
+from orleanspy.grains.reference import GrainReference
 from orleanspy.grains.state import PersistentState, persistent_state
+from orleanspy.hosting.silo import Silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
 from orleanspy.runtime.activation import DeactivationReason
-from orleanspy.runtime.silo import Silo
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.runtime.timers import GrainTimer
 

@@ -39,7 +39,7 @@ from mypy.types import (
 
 __all__ = ["GrainRefPlugin", "plugin"]
 
-GRAIN_REF: Final = "orleanspy.grains.reference.GrainRef"
+GRAIN_REF: Final = "orleanspy.grains.ref.GrainRef"
 GRAIN: Final = "orleanspy.grains.grain.Grain"
 # A method the Grain base may declare that grains still receive as calls (reminder ticks).
 CALLABLE_BASE_METHODS: Final = frozenset({"receive_reminder"})

@@ -24,7 +24,8 @@ from orleanspy.client.gateways import GatewayPool
 from orleanspy.client.options import ClientOptions
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
-from orleanspy.grains.reference import GrainRef, make_reference
+from orleanspy.grains.ref import GrainRef
+from orleanspy.grains.reference import make_reference
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec, resolve_name

@@ -17,6 +17,10 @@ Routing a message for grain G (not active here):
 A silo that receives a message for a grain it does not host creates the activation unless its
 cache knows better (then it forwards and tells the sender where G lives). A stopping silo
 forwards instead of creating.
+
+Longer than most modules (about 550 lines): routing, directory registration and the
+reactions to membership changes share one state (registered activations, lookups in flight,
+the view), and split apart they would hand it around. Configuration lives in ``config``.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import dataclasses
 import itertools
 import os
 import socket
-import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
+from orleanspy._util.tasks import TaskSet
+from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.directory import MAX_HOPS, DirectoryEntry, DirectoryRing, GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
@@ -39,7 +44,8 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
-from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
+from orleanspy.errors import MessageRejectedError, SiloUnavailableError
+from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
@@ -47,9 +53,12 @@ from orleanspy.messaging.message import Message
 if TYPE_CHECKING:
     from orleanspy.runtime.activation import Activation
     from orleanspy.runtime.silo import Silo
-    from orleanspy.streams.leases import QueueLeaseStore
 
-__all__ = ["ClusterRuntime", "open_membership_table"]
+__all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
+
+#: Makes the stream-queue lease store of a membership table (the hosting layer supplies it:
+#: lease stores belong to the streams layer, above this one).
+LeaseStoreFactory = Callable[[MembershipTable], Any]
 
 #: How often a silo tells the others its activation count (activation-count placement).
 LOAD_PERIOD: Final = 1.0
@@ -58,53 +67,35 @@ UNREGISTER_WAIT: Final = 5.0
 
 _DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
 _GONE: Final = frozenset({SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD})
-#: Lease stores of in-memory membership tables (silos of one process share the table).
-_MEMORY_LEASES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
-    """The table of a ``membership`` URL: ``memory`` or ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``)."""
-    from orleanspy.cluster.membership.memory import MemoryMembershipTable
-    from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
-
-    if url == "memory":
-        return MemoryMembershipTable()
-    if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:").removeprefix("//")
-        if not path:
-            raise ConfigurationError(
-                f"SiloOptions.membership = {url!r}: give a file, e.g. sqlite:membership.db"
-            )
-        if not os.path.isabs(path):
-            path = os.path.join(data_dir, path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        return SqliteMembershipTable(path, cluster_id=cluster_id)
-    raise ConfigurationError(
-        f"SiloOptions.membership = {url!r}: must be 'memory' or 'sqlite:PATH'"
-    )
 
 
 @final
 class ClusterRuntime:
-    """The cluster side of one silo.
+    """The cluster side of one silo, and its ``runtime.locator.GrainLocator``.
 
     Args:
         silo: the silo (its options name the membership table, ports and secret).
         table: a membership table to use instead of opening ``options.membership`` (tests
             share one ``MemoryMembershipTable`` between silos of one process).
         membership_options: failure-detection settings (default: from the silo options).
+        lease_stores: makes the stream-queue lease store of the membership table
+            (``lease_store()``); None: this silo offers none.
     """
+
+    #: Grains not active here may live on other silos: route them.
+    local_only = False
 
     def __init__(
         self,
         silo: Silo,
         table: MembershipTable | None = None,
         membership_options: MembershipOptions | None = None,
+        lease_stores: LeaseStoreFactory | None = None,
     ) -> None:
         self.silo = silo
         opts = silo.options
-        self.membership_options = membership_options or opts.membership_options()
+        self.membership_options = membership_options or membership_options_of(opts)
+        self._lease_stores = lease_stores
         self._table = table
         self._owns_table = table is None
         self.me = silo.address
@@ -121,7 +112,7 @@ class ClusterRuntime:
         self._registered: dict[GrainId, tuple[Activation, DirectoryEntry]] = {}
         self._addressing: dict[GrainId, asyncio.Future[SiloAddress]] = {}
         self._activation_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()  # load publishing, hand-overs, lookups, unregistrations
         self._unregistering: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._view_changed = asyncio.Condition()
@@ -185,13 +176,15 @@ class ClusterRuntime:
         """Last step: wait (bounded) for unregistrations, leave (DEAD), close the transport."""
         self._stopping = True
         if self._unregistering:
-            await asyncio.wait(list(self._unregistering), timeout=UNREGISTER_WAIT)
+            try:
+                async with self.silo.clock.timeout(UNREGISTER_WAIT):
+                    await asyncio.wait(list(self._unregistering))
+            except TimeoutError:
+                pass
         if self.membership is not None:
             await self.membership.stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.cancel()
+        await self._tasks.wait()
         await self.transport.close()
         if self._owns_table and self._table is not None:
             await self._table.close()
@@ -201,8 +194,7 @@ class ClusterRuntime:
         self._stopping = True
         if self.membership is not None:
             await self.membership.abort()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         await self.transport.close()
 
     def _declared_dead(self) -> None:
@@ -213,25 +205,17 @@ class ClusterRuntime:
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
         return task
 
-    def lease_store(self) -> QueueLeaseStore:
-        """A stream-queue lease store in the membership store: table ``stream_leases`` of the
-        SQLite file (a new connection; the caller closes it), or one in-memory store shared
-        by the silos of an in-memory table (closing it does nothing)."""
-        from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
-        from orleanspy.streams.leases import MemoryQueueLeaseStore, SqliteQueueLeaseStore
-
+    def lease_store(self) -> Any:
+        """The stream-queue lease store kept with the membership table (a
+        ``streams.leases.QueueLeaseStore``, made by the factory the silo was given)."""
         table = self._table
         if table is None:
             raise RuntimeError("the cluster runtime has not started: no membership table yet")
-        if isinstance(table, SqliteMembershipTable):
-            return SqliteQueueLeaseStore(table.path, table.cluster_id)
-        store = _MEMORY_LEASES.get(table)
-        if store is None:
-            store = _MEMORY_LEASES[table] = MemoryQueueLeaseStore()
-        return store
+        if self._lease_stores is None:
+            raise RuntimeError("this silo was built without stream-queue lease stores")
+        return self._lease_stores(table)
 
     # -- membership view --------------------------------------------------------------------
     def _is_dead(self, silo: SiloAddress) -> bool:
@@ -259,7 +243,7 @@ class ClusterRuntime:
     ) -> MembershipSnapshot:
         """Wait until the view this runtime routes by (directory ring, placement) satisfies
         ``predicate``. Raises TimeoutError after ``timeout`` seconds."""
-        async with asyncio.timeout(timeout), self._view_changed:
+        async with self.silo.clock.timeout(timeout), self._view_changed:
             await self._view_changed.wait_for(lambda: predicate(self.snapshot))
         return self.snapshot
 
@@ -298,8 +282,6 @@ class ClusterRuntime:
             self._spawn(self._reregister(changed))
 
     async def _reregister(self, items: list[tuple[GrainId, Activation, DirectoryEntry]]) -> None:
-        from orleanspy.runtime.activation import DeactivationReason
-
         for gid, act, entry in items:
             if self._stopping:
                 return
@@ -454,12 +436,12 @@ class ClusterRuntime:
         dispatcher = self.silo.dispatcher
         if local_origin:
             if msg.args:
-                msg.args = dispatcher._copy_args(tuple(msg.args))
+                msg.args = dispatcher.copy_args(tuple(msg.args))
             if msg.kwargs:
-                msg.kwargs = dispatcher._copy(msg.kwargs)
+                msg.kwargs = dispatcher.copy_value(msg.kwargs)
             reply = msg.reply
             if reply is not None:
-                msg.reply = partial(_copy_reply, dispatcher._copy, reply)
+                msg.reply = partial(_copy_reply, dispatcher.copy_value, reply)
         dispatcher.deliver_here(msg)
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:
@@ -526,7 +508,7 @@ class ClusterRuntime:
             for peer in self.snapshot.active_silos:
                 if peer != self.me:
                     self.transport.notify(peer, "load", [encode_silo(self.me), count])
-            await asyncio.sleep(LOAD_PERIOD)
+            await self.silo.clock.sleep(LOAD_PERIOD)
 
     def status(self) -> dict[str, Any]:
         """What ``orleanspy cluster status`` shows for this silo."""

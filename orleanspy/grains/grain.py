@@ -5,14 +5,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from orleanspy.errors import StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
-from orleanspy.grains.reference import GrainRef
+from orleanspy.grains.host import DeactivationReason
+from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
 if TYPE_CHECKING:
-    from orleanspy.reminders.base import ReminderEntry
-    from orleanspy.runtime.activation import Activation, DeactivationReason
-    from orleanspy.runtime.timers import GrainTimer
+    from orleanspy.grains.host import (
+        ActivationHandle,
+        ReminderEntry,
+        ReminderRegistry,
+        TimerHandle,
+    )
 
 __all__ = ["Grain"]
 
@@ -30,7 +35,7 @@ class Grain:
     The runtime creates grains: ``__init__`` takes no arguments and may use ``self.key``.
     """
 
-    _orleanspy_activation: Activation
+    _orleanspy_activation: ActivationHandle
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -56,8 +61,6 @@ class Grain:
 
     def deactivate_on_idle(self) -> None:
         """Deactivate once the current request completes."""
-        from orleanspy.runtime.activation import DeactivationReason
-
         self._orleanspy_activation.deactivate(DeactivationReason.REQUESTED)
 
     def delay_deactivation(self, seconds: float) -> None:
@@ -107,8 +110,6 @@ class Grain:
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
         else:
-            from orleanspy.errors import StreamError
-
             raise StreamError(
                 f"{self.grain_id} has no handler for subscription {sub_id} on stream "
                 f"{namespace}/{key}: after a reactivation, resume it in on_activate "
@@ -135,7 +136,7 @@ class Grain:
         interleave: bool = False,
         keep_alive: bool = False,
         name: str | None = None,
-    ) -> GrainTimer:
+    ) -> TimerHandle:
         """Call ``callback`` after ``due`` seconds, then every ``period`` seconds.
 
         Ticks are turns like requests (they wait for a running request unless
@@ -143,23 +144,22 @@ class Grain:
         the previous finished), do not keep the grain alive unless ``keep_alive``, and stop
         when the activation deactivates.
         """
-        from orleanspy.runtime.timers import GrainTimer
-
-        timer = GrainTimer(
-            self._orleanspy_activation, callback, due, period, interleave=interleave,
-            keep_alive=keep_alive, name=name,
+        return self._orleanspy_activation.start_timer(
+            callback, due, period, interleave=interleave, keep_alive=keep_alive, name=name
         )
-        timer.start()
-        return timer
 
     async def register_reminder(self, name: str, due: float, period: float) -> ReminderEntry:
         """Create or replace a durable reminder: ``receive_reminder(name, status)`` runs
         after ``due`` seconds and then every ``period`` seconds, surviving restarts."""
-        return await self._orleanspy_activation.silo.reminders.register(self, name, due, period)
+        return await self._reminders().register(self, name, due, period)
 
     async def unregister_reminder(self, name: str) -> bool:
         """Delete a reminder of this grain; False if it did not exist."""
-        return await self._orleanspy_activation.silo.reminders.unregister(self.grain_id, name)
+        return await self._reminders().unregister(self.grain_id, name)
 
     async def get_reminders(self) -> list[ReminderEntry]:
-        return await self._orleanspy_activation.silo.reminders.list(self.grain_id)
+        return await self._reminders().list(self.grain_id)
+
+    def _reminders(self) -> ReminderRegistry:
+        registry: ReminderRegistry = self._orleanspy_activation.silo.reminders
+        return registry

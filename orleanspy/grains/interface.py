@@ -12,6 +12,9 @@ from enum import StrEnum
 from typing import Any, Final, TypeVar, cast
 
 from orleanspy.errors import ConfigurationError
+from orleanspy.grains.grain import Grain
+from orleanspy.grains.state import StateSpec
+from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
 
 __all__ = [
     "GrainClassInfo",
@@ -204,10 +207,6 @@ def type_name_of(cls: type) -> str:
 
 
 def _build(cls: type) -> GrainClassInfo:
-    from orleanspy.grains.grain import Grain
-    from orleanspy.grains.state import StateSpec
-    from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
-
     base_names = set(dir(Grain))
     methods: dict[str, MethodInfo] = {}
     for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
@@ -226,8 +225,6 @@ def _build(cls: type) -> GrainClassInfo:
         for name, value in vars(klass).items()
         if isinstance(value, StateSpec)
     }
-    from orleanspy.runtime.system_target import SystemTarget
-
     return GrainClassInfo(
         cls=cls,
         type_name=type_name_of(cls),
@@ -240,7 +237,7 @@ def _build(cls: type) -> GrainClassInfo:
         overflow=getattr(cls, "_orleanspy_overflow", OverflowPolicy.SUSPEND),
         collection_age=getattr(cls, "_orleanspy_collection_age", None),
         states=states,
-        is_system_target=issubclass(cls, SystemTarget),
+        is_system_target=bool(getattr(cls, "_orleanspy_system_target", False)),
         placement=getattr(cls, "_orleanspy_placement", PlacementStrategy.PREFER_LOCAL),
     )
 

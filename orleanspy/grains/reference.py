@@ -3,9 +3,8 @@
 A reference class is generated once per grain class with one real method per grain method,
 so a call costs an ordinary method call plus the runtime's ``call``.
 
-``GrainRef[G]`` is the static type of a reference to grain class ``G``: ``with_timeout()`` and
-the public async methods of ``G``. The method part is supplied by the mypy plugin
-``orleanspy.mypy_plugin``; without the plugin every other attribute of a ``GrainRef`` is ``Any``.
+``make_reference`` returns it typed as ``GrainRef[G]`` (``orleanspy.grains.ref``), the static
+type a type checker sees.
 """
 
 from __future__ import annotations
@@ -13,43 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info, type_name_of
+from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.messaging.codec import qualified_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GrainRef", "GrainReference", "RuntimeClient", "make_reference"]
+__all__ = ["GrainReference", "RuntimeClient", "make_reference"]
 
 G = TypeVar("G")
-G_co = TypeVar("G_co", covariant=True)
-
-
-class GrainRef(Protocol[G_co]):
-    """The static type of a reference to grain class ``G_co`` (``get_grain(G, key)``).
-
-    It offers ``with_timeout()``, the untyped by-name calls ``invoke()`` and
-    ``invoke_one_way()`` (for tools) and, through the mypy plugin, exactly the public
-    ``async def`` methods of ``G_co`` with their parameters and awaitable results; grain
-    attributes such as ``key``, ``state`` or ``on_activate`` are type errors on a reference.
-    At run time a reference is a ``GrainReference``; this protocol exists for type checkers.
-    """
-
-    def with_timeout(self, seconds: float) -> GrainRef[G_co]:
-        """A copy of this reference whose calls time out after ``seconds``."""
-        ...
-
-    async def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a method by name (untyped)."""
-        ...
-
-    async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Send a one-way call by name (untyped): returns once enqueued."""
-        ...
-
-    def __getattr__(self, name: str) -> Any:
-        """A grain method (typed by the mypy plugin from the grain class)."""
-        ...
 
 
 class RuntimeClient(Protocol):

@@ -4,18 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
 
 from orleanspy.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from orleanspy.ids import GrainId
     from orleanspy.messaging.codec import Codec
-    from orleanspy.storage.base import GrainStorage
 
-__all__ = ["PersistentState", "StateSpec", "persistent_state"]
+__all__ = ["PersistentState", "StateSpec", "StateStorage", "StoredState", "persistent_state"]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    """A state record as stored: msgpack bytes and the etag of that version."""
+
+    data: bytes
+    etag: str
+
+
+class StateStorage(Protocol):
+    """The etag-checked store a persistent state reads and writes (``storage.GrainStorage``
+    is the full contract of a provider)."""
+
+    async def read(self, grain_id: GrainId, state_name: str) -> StoredState | None: ...
+
+    async def write(
+        self, grain_id: GrainId, state_name: str, data: bytes, etag: str | None
+    ) -> str: ...
+
+    async def clear(self, grain_id: GrainId, state_name: str, etag: str | None) -> None: ...
 
 
 class PersistentState(Generic[T]):
@@ -44,7 +65,7 @@ class PersistentState(Generic[T]):
         self,
         factory: Callable[[], T],
         name: str,
-        storage: GrainStorage,
+        storage: StateStorage,
         grain_id: GrainId,
         codec: Codec,
     ) -> None:

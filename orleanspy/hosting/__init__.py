@@ -1,1 +1,8 @@
-"""Hosting: builds a silo from options (storage, reminders, cluster, streams, Spark)."""
+"""Hosting: builds a silo from options (storage, reminders, cluster, streams).
+
+``orleanspy.hosting.Silo`` is the public ``orleanspy.Silo``.
+"""
+
+from orleanspy.hosting.silo import Silo
+
+__all__ = ["Silo"]

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
+from orleanspy.grains.host import ReminderEntry
 from orleanspy.ids import GrainId
 
 __all__ = ["ReminderEntry", "ReminderTable"]
-
-
-@dataclass(frozen=True, slots=True)
-class ReminderEntry:
-    """One durable reminder: fire ``name`` on ``grain_id`` at start_at + k·period (epoch s)."""
-
-    grain_id: GrainId
-    name: str
-    start_at: float
-    period: float
-    etag: str = ""
 
 
 class ReminderTable(ABC):

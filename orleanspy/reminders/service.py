@@ -14,11 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orleanspy._util.tasks import TaskSet
 from orleanspy.errors import ConfigurationError
 from orleanspy.ids import GrainId
 from orleanspy.reminders.base import ReminderEntry, ReminderTable
 
 if TYPE_CHECKING:
+    from orleanspy._util.clock import TimerHandle
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["ReminderService", "TickStatus"]
@@ -39,9 +41,9 @@ class ReminderService:
     def __init__(self, silo: Silo, table: ReminderTable) -> None:
         self._silo = silo
         self.table = table
-        self._handles: dict[tuple[GrainId, str], asyncio.TimerHandle] = {}
+        self._handles: dict[tuple[GrainId, str], TimerHandle] = {}
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()  # reminder deliveries in flight
         self.fired = 0
 
     async def start(self) -> None:
@@ -54,10 +56,7 @@ class ReminderService:
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
 
     async def register(self, grain: Any, name: str, due: float, period: float) -> ReminderEntry:
         minimum = self._silo.options.minimum_reminder_period
@@ -91,34 +90,36 @@ class ReminderService:
     async def list(self, grain_id: GrainId) -> list[ReminderEntry]:
         return await self.table.read_rows(grain_id)
 
-    def _schedule(self, entry: ReminderEntry, first: bool = False) -> None:
+    def _schedule(self, entry: ReminderEntry, first: bool = False,
+                  after: float | None = None) -> None:
+        """Arm the next tick: at or after now, and later than ``after`` (the tick that just
+        fired, which must not fire again when the clock has not moved)."""
         key = (entry.grain_id, entry.name)
         old = self._handles.pop(key, None)
         if old is not None:
             old.cancel()
         self._entries[key] = entry
         now = self._silo.clock.time()
-        if now <= entry.start_at or first:
+        if first or (now <= entry.start_at and (after is None or after < entry.start_at)):
             at = entry.start_at  # a new reminder fires at its due time, even if just passed
         else:
-            k = math.ceil((now - entry.start_at) / entry.period)
+            ref = now if after is None else max(now, after)
+            k = math.ceil((ref - entry.start_at) / entry.period)
             at = entry.start_at + k * entry.period
-        loop = asyncio.get_running_loop()
-        # An empty context: a tick is not part of the turn that registered it (no call chain).
-        self._handles[key] = loop.call_later(
-            max(0.0, at - now), self._fire, key, at, context=contextvars.Context()
-        )
+            if after is not None and at <= after:
+                at += entry.period
+        self._handles[key] = self._silo.clock.call_later(max(0.0, at - now), self._fire, key, at)
 
     def _fire(self, key: tuple[GrainId, str], at: float) -> None:
         self._handles.pop(key, None)
         entry = self._entries.get(key)
         if entry is None:
             return
+        # An empty context: a tick is not part of the turn that registered it (no call chain).
         task = asyncio.get_running_loop().create_task(
             self._deliver(entry, at), context=contextvars.Context()
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _deliver(self, entry: ReminderEntry, at: float) -> None:
         status = TickStatus(entry.start_at, entry.period, at)
@@ -134,4 +135,4 @@ class ReminderService:
             )
         key = (entry.grain_id, entry.name)
         if self._entries.get(key) is entry and not self._silo.stopping:
-            self._schedule(entry)
+            self._schedule(entry, after=at)

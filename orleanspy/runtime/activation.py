@@ -1,58 +1,54 @@
-"""Activation: one live instance of a grain, its mailbox and its turns.
+"""Activation: one live instance of a grain — its life (activate, deactivate) and its turns.
 
-Rationale. Admission follows Orleans' ``MayInvokeRequest`` (see docs/architecture.md):
-nothing running → run; always-interleave → run; no blocking request → run; read-only
-with a read-only blocking request → run; a call chain that passes through a running request
-of this activation → run if call-chain reentrancy is allowed, else ``DeadlockError`` if that
-request is the blocking one; reentrant class → run; otherwise queue.
+What may start when is decided by ``admission``; where messages wait, and what happens
+when there is no room, by ``mailbox`` (both are bases of ``Activation``).
 
 A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
 suspension (``_util.eager``). A method that never suspends costs no task and no loop
 iteration; one that does continues in a Task that owns the rest of the turn.
-
-The mailbox (``waiting``) is bounded by the class's capacity. Requests that find it full
-wait in ``blocked`` (their callers stay suspended) and move in as room frees; one-way
-messages follow the class's overflow policy. Calls a grain makes to itself and timer ticks
-are never held back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
-from dataclasses import dataclass
-from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from orleanspy._util.eager import eager_start
+from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
     ActivationFailedError,
-    DeadlockError,
     InconsistentStateError,
     InternalError,
-    MailboxFullError,
     MessageRejectedError,
 )
 from orleanspy.grains.context import current_turn, reentrancy_scope
-from orleanspy.grains.interface import GrainClassInfo, OverflowPolicy
+from orleanspy.grains.host import DeactivationReason
+from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
     FLAG_READ_ONLY,
-    FLAG_SELF_CALL,
     FLAG_SUPPRESS_KEEP_ALIVE,
     Direction,
     Message,
 )
+from orleanspy.runtime.mailbox import Mailbox
+from orleanspy.runtime.states import (
+    NOT_NOW,
+    ActivationState,
+    ActivationStatistics,
+    TurnFuture,
+)
+from orleanspy.runtime.timers import GrainTimer
 
 if TYPE_CHECKING:
     from orleanspy.grains.state import PersistentState
-    from orleanspy.ids import GrainId
     from orleanspy.runtime.silo import Silo
-    from orleanspy.runtime.timers import GrainTimer
 
 __all__ = [
+    "NOT_NOW",
     "Activation",
     "ActivationState",
     "ActivationStatistics",
@@ -60,75 +56,14 @@ __all__ = [
     "TurnFuture",
 ]
 
-_INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY
-
-
-class ActivationState(IntEnum):
-    ACTIVATING = 1
-    VALID = 2
-    DEACTIVATING = 3
-    INVALID = 4
-
-
-class DeactivationReason(StrEnum):
-    IDLE = "idle"
-    REQUESTED = "requested"
-    SHUTTING_DOWN = "shutting_down"
-    ACTIVATION_FAILED = "activation_failed"
-    INCONSISTENT_STATE = "inconsistent_state"
-    DUPLICATE = "duplicate"
-
-
-@dataclass(frozen=True, slots=True)
-class ActivationStatistics:
-    grain_id: str
-    state: str
-    received: int
-    completed: int
-    failed: int
-    running: int
-    queued: int
-    max_queued: int
-    blocked_senders: int
-    suspended: int
-    rejected: int
-    dropped_newest: int
-    dropped_oldest: int
-    idle_seconds: float
-
-
-class TurnFuture(asyncio.Future[Any]):
-    """The future a caller awaits when its request could not finish inline."""
-
-    __slots__ = ()
-
-    def reply(self, ok: bool, value: Any) -> None:
-        if self.done():
-            return
-        if ok:
-            self.set_result(value)
-        else:
-            self.set_exception(value)
-
-
-# Returned by ``try_inline`` when the request must be queued instead.
-NOT_NOW: Final = object()
-
-
-class Activation:
+class Activation(Mailbox):
     """One live instance of a grain class for one grain id."""
 
     __slots__ = (
         "_deactivated",
         "_now",
-        "_pumping",
         "_teardown_started",
-        "blocked",
-        "blocking",
-        "capacity",
         "completed",
-        "dropped_newest",
-        "dropped_oldest",
         "error",
         "failed",
         "grain",
@@ -136,38 +71,25 @@ class Activation:
         "info",
         "keep_alive_until",
         "last_active",
-        "max_queued",
         "name",
-        "policy",
         "reason",
         "received",
-        "rejected",
-        "running",
         "silo",
-        "special_waiting",
         "state",
         "states",
-        "suspended",
         "tasks",
         "timers",
-        "waiting",
     )
 
     def __init__(self, silo: Silo, grain_id: GrainId, info: GrainClassInfo) -> None:
         self.silo = silo
         self.grain_id = grain_id
         self.name = str(grain_id)
+        cap = info.mailbox_capacity
+        super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow)
         self.info = info
         self.grain: Any = None
         self.state = ActivationState.ACTIVATING
-        self.waiting: deque[Message] = deque()
-        self.blocked: deque[tuple[Message, asyncio.Future[None] | None]] = deque()
-        self.running: dict[int, Message] = {}
-        self.blocking: Message | None = None
-        self.special_waiting = 0
-        cap = info.mailbox_capacity
-        self.capacity: int = silo.options.mailbox_capacity if cap is None else cap
-        self.policy: OverflowPolicy = info.overflow
         self._now = silo.clock.monotonic
         self.last_active = self._now()
         self.keep_alive_until = 0.0
@@ -177,11 +99,8 @@ class Activation:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
-        self._pumping = False
         self._teardown_started = False
         self.received = self.completed = self.failed = 0
-        self.max_queued = self.suspended = self.rejected = 0
-        self.dropped_newest = self.dropped_oldest = 0
 
     def __repr__(self) -> str:
         return f"<Activation {self.name} {self.state.name}>"
@@ -194,9 +113,9 @@ class Activation:
     async def _activate(self) -> None:
         info = self.info
         try:
-            cluster = self.silo.cluster
-            if cluster is not None and cluster.uses_directory(info):
-                winner = await cluster.register_activation(self)
+            locator = self.silo.locator
+            if locator.uses_directory(info):
+                winner = await locator.register_activation(self)
                 if winner is not None:
                     self._become_duplicate(winner)
                     return
@@ -223,6 +142,9 @@ class Activation:
             return
         if self.state is ActivationState.ACTIVATING:
             self.state = ActivationState.VALID
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(ActivationCreated(silo=self.silo.name, grain_id=self.grain_id))
         self.last_active = self.silo.clock.monotonic()
         if self.state is ActivationState.DEACTIVATING:
             self._maybe_teardown()
@@ -241,28 +163,38 @@ class Activation:
             self._deliver(msg, False, err)
         self._set_deactivated()
 
-    def _take_pending(self) -> list[Message]:
-        """Empty the mailbox (waiting and blocked messages, releasing blocked senders)."""
-        pending = list(self.waiting) + [m for m, _ in self.blocked]
-        for _, room in self.blocked:
-            if room is not None and not room.done():
-                room.set_result(None)
-        self.waiting.clear()
-        self.blocked.clear()
-        return pending
-
     def _become_duplicate(self, winner: Any) -> None:
         """Another silo's activation won the directory registration: this one never runs;
         its queued messages go to the winner (one more hop each)."""
-        cluster = self.silo.cluster
-        assert cluster is not None
+        locator = self.silo.locator
         self.state = ActivationState.INVALID
         self.reason = DeactivationReason.DUPLICATE
         self.silo.catalog.remove(self)
         pending = self._take_pending()
         for msg in pending:
-            cluster.forward(msg, winner)
+            locator.forward(msg, winner)
         self._set_deactivated()
+
+    @property
+    def closing(self) -> bool:
+        """Deactivating or gone: timers stop, nothing new is admitted."""
+        return self.state >= ActivationState.DEACTIVATING
+
+    def start_timer(
+        self,
+        callback: Callable[[], Awaitable[Any]],
+        due: float,
+        period: float | None,
+        *,
+        interleave: bool,
+        keep_alive: bool,
+        name: str | None,
+    ) -> GrainTimer:
+        """A timer of this activation, started (``Grain.register_timer``)."""
+        timer = GrainTimer(self, callback, due, period, interleave=interleave,
+                           keep_alive=keep_alive, name=name)
+        timer.start()
+        return timer
 
     def deactivate(self, reason: DeactivationReason) -> None:
         """Start deactivation: queued and new messages go to the next activation."""
@@ -284,6 +216,11 @@ class Activation:
         await asyncio.shield(self._deactivated)
 
     def _set_deactivated(self) -> None:
+        diag = self.silo.diagnostics
+        if diag.listening:
+            diag.emit(ActivationDeactivated(
+                silo=self.silo.name, grain_id=self.grain_id, reason=str(self.reason)
+            ))
         if self._deactivated is not None and not self._deactivated.done():
             self._deactivated.set_result(None)
 
@@ -337,59 +274,6 @@ class Activation:
                     "grain_state_flush_failed", grain=self.name, state=ps.name, error=repr(exc)
                 )
 
-    # -- admission ------------------------------------------------------------------------
-    def _may_invoke(self, msg: Message) -> bool:
-        """Orleans' admission rules, plus fail-fast deadlock detection on call chains."""
-        running = self.running
-        if not running or msg.flags & FLAG_ALWAYS_INTERLEAVE:
-            return True
-        blocking = self.blocking
-        if blocking is None or self.info.reentrant:
-            return True
-        if msg.flags & FLAG_READ_ONLY and blocking.flags & FLAG_READ_ONLY:
-            return True
-        if msg.chain:
-            ccr = self.info.call_chain_reentrant
-            for entry in msg.chain:
-                if entry[1] in running:
-                    if ccr or entry[2]:
-                        return True
-                    if entry[1] == blocking.id and msg.direction is Direction.REQUEST:
-                        chain = (*(e[0] for e in msg.chain), self.name)
-                        raise DeadlockError(
-                            "deadlock: call cycle " + " -> ".join(chain) + " would wait on "
-                            f"itself ({self.name} is busy with the request that made this "
-                            "call); mark the class @reentrant or @call_chain_reentrant, the "
-                            "method @always_interleave, or call inside "
-                            "allow_call_chain_reentrancy()",
-                            chain,
-                        )
-        return False
-
-    def _is_special(self, msg: Message) -> bool:
-        """May this message start (or be found deadlocked) while a blocking request runs?"""
-        return bool(msg.flags & _INTERLEAVE_MASK or msg.chain)
-
-    def _admissible_now(self, msg: Message) -> bool:
-        """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``.)"""
-        if self.state is not ActivationState.VALID:
-            # While deactivating, calls made by a running request (reentrant, always-
-            # interleave or call-chain) still get in; fresh requests wait for redispatch.
-            if (
-                self.state is ActivationState.DEACTIVATING
-                and self.running
-                and any(e[1] in self.running for e in msg.chain)
-            ):
-                return self._may_invoke(msg)
-            return False
-        if not self.waiting:
-            return self._may_invoke(msg)
-        # Others wait because a blocking request runs; only a message that may interleave
-        # with it passes them (and a chained request is checked for a cycle).
-        if self.running and self._is_special(msg):
-            return self._may_invoke(msg)
-        return False
-
     # -- receiving ------------------------------------------------------------------------
     def try_inline(self, msg: Message) -> Any:
         """Run a local request in the caller's frame if it may start now.
@@ -434,96 +318,6 @@ class Activation:
         if self._is_special(msg):
             self.special_waiting += 1
         return None
-
-    def _is_self_call(self, msg: Message) -> bool:
-        chain = msg.chain
-        return (
-            msg.invoke is not None
-            or bool(msg.flags & FLAG_SELF_CALL)
-            or (bool(chain) and chain[-1][1] in self.running)
-        )
-
-    def _overflow(self, msg: Message, wait: bool) -> asyncio.Future[None] | None:
-        """Apply the overflow policy to a message that finds the mailbox full."""
-        if msg.direction is Direction.ONE_WAY:
-            policy = self.policy
-            if policy is OverflowPolicy.REJECT:
-                self.rejected += 1
-                raise MailboxFullError(
-                    f"mailbox of {self.name} is full ({self.capacity} messages); "
-                    "one-way message rejected (policy 'reject')"
-                )
-            if policy is OverflowPolicy.DROP_NEWEST:
-                self.dropped_newest += 1
-                return None
-            if policy is OverflowPolicy.DROP_OLDEST:
-                old = self.waiting.popleft()
-                if self._is_special(old):
-                    self.special_waiting -= 1
-                self.dropped_oldest += 1
-                self._deliver(
-                    old,
-                    False,
-                    MailboxFullError(
-                        f"mailbox of {self.name} is full ({self.capacity} messages); the "
-                        "oldest message was dropped (policy 'drop_oldest')"
-                    ),
-                )
-                self.waiting.append(msg)
-                if self._is_special(msg):
-                    self.special_waiting += 1
-                return None
-        self.suspended += 1
-        room = asyncio.get_running_loop().create_future() if wait else None
-        self.blocked.append((msg, room))
-        return room
-
-    def _refill(self) -> None:
-        blocked = self.blocked
-        waiting = self.waiting
-        while blocked and len(waiting) < self.capacity:
-            msg, room = blocked.popleft()
-            waiting.append(msg)
-            if self._is_special(msg):
-                self.special_waiting += 1
-            if room is not None and not room.done():
-                room.set_result(None)
-
-    def _pump(self) -> None:
-        """Start every queued message that may run now, in order."""
-        if self._pumping:
-            return
-        self._pumping = True
-        try:
-            waiting = self.waiting
-            while waiting and self.state is ActivationState.VALID:
-                if self.blocking is not None and not self.special_waiting and self.running:
-                    break
-                msg = None
-                for i, candidate in enumerate(waiting):
-                    try:
-                        ok = self._may_invoke(candidate)
-                    except DeadlockError as exc:
-                        del waiting[i]
-                        self.special_waiting -= 1  # only chained messages get here
-                        self._deliver(candidate, False, exc)
-                        msg = _SKIP
-                        break
-                    if ok:
-                        msg = candidate
-                        del waiting[i]
-                        break
-                if msg is None:
-                    break
-                if self.blocked:
-                    self._refill()
-                if msg is _SKIP:
-                    continue
-                if self._is_special(msg):
-                    self.special_waiting -= 1
-                self._start(msg, inline=False)
-        finally:
-            self._pumping = False
 
     # -- turns ----------------------------------------------------------------------------
     def _start(self, msg: Message, inline: bool) -> Any:
@@ -609,6 +403,10 @@ class Activation:
             self.completed += 1
         else:
             self.failed += 1
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(CallFailed(silo=self.silo.name, grain_id=self.grain_id,
+                                     method=msg.method, error=repr(exc)))
             if isinstance(exc, InconsistentStateError):
                 self.deactivate(DeactivationReason.INCONSISTENT_STATE)
         if not msg.flags & FLAG_SUPPRESS_KEEP_ALIVE:
@@ -617,24 +415,6 @@ class Activation:
             self._pump()
         if self.state is ActivationState.DEACTIVATING and not running:
             self._maybe_teardown()
-
-    def _recompute_blocking(self) -> None:
-        best: Message | None = None
-        for m in self.running.values():
-            if m.flags & FLAG_ALWAYS_INTERLEAVE:
-                continue
-            if best is None or (best.flags & FLAG_READ_ONLY and not m.flags & FLAG_READ_ONLY):
-                best = m
-        self.blocking = best
-
-    def _deliver(self, msg: Message, ok: bool, value: Any) -> None:
-        reply = msg.reply
-        if reply is not None:
-            reply(ok, value)
-        elif not ok and msg.invoke is None:
-            self.silo.log.warning(
-                "one_way_call_failed", grain=self.name, method=msg.method, error=repr(value)
-            )
 
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
@@ -695,11 +475,8 @@ def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:
 
 
 def _marker(name: str) -> Message:
-    from orleanspy.ids import GrainId
-
     return Message(Direction.ONE_WAY, GrainId("orleanspy.runtime", name), name, (), None)
 
 
 _ACTIVATE: Final = _marker("activate")
 _TEARDOWN: Final = _marker("deactivate")
-_SKIP: Final = _marker("skip")

@@ -1,8 +1,8 @@
 """Catalog: the silo's activations by grain id; get-or-activate; stateless worker groups.
 
 Everything here is synchronous: within one event loop, get-or-create cannot race, so there
-is exactly one activation per grain id on the silo. (The cluster issue adds the directory
-registration that extends that guarantee across silos.)
+is exactly one activation per grain id on the silo. Across silos, the silo's locator (the
+cluster's directory registration) extends that guarantee.
 """
 
 from __future__ import annotations
@@ -122,9 +122,7 @@ class Catalog:
         if self.activations.get(gid) is act:
             del self.activations[gid]
             self._count -= 1
-            cluster = self.silo.cluster
-            if cluster is not None:
-                cluster.activation_removed(act)
+            self.silo.locator.activation_removed(act)
             return
         group = self._workers.get(gid)
         if group is not None and act in group.workers:

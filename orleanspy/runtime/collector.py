@@ -40,7 +40,7 @@ class ActivationCollector:
     async def _run(self) -> None:
         silo = self._silo
         while True:
-            await asyncio.sleep(silo.options.collection_quantum)
+            await silo.clock.sleep(silo.options.collection_quantum)
             try:
                 self.collect_once()
             except Exception as exc:  # loop boundary: log and go on

@@ -8,9 +8,9 @@ call site, exactly as it would across processes.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     GrainCallTimeoutError,
     MessageRejectedError,
@@ -42,28 +42,44 @@ def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
         )
 
 
+def _drop_reason(exc: Exception) -> str:
+    if isinstance(exc, SiloUnavailableError):
+        return "shutting_down"
+    if isinstance(exc, MessageRejectedError):
+        return f"rejected: {exc.kind}"
+    return f"failed: {type(exc).__name__}"
+
+
 class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
-    __slots__ = ("_activations", "_catalog", "_cluster", "_codec", "_default_timeout", "silo")
+    __slots__ = (
+        "_activations", "_call_later", "_catalog", "_codec", "_default_timeout", "_local_only",
+        "_locator", "silo",
+    )
 
     def __init__(self, silo: Silo) -> None:
         self.silo = silo
-        self._cluster = silo.cluster
+        self._locator = silo.locator
+        self._local_only = silo.locator.local_only
+        self._call_later = silo.clock.call_later  # bound once: the per-call expiry timer
         self._catalog = silo.catalog
         self._activations = silo.catalog.activations
         self._codec = silo.codec
         self._default_timeout = silo.options.response_timeout
 
     # -- values ---------------------------------------------------------------------------
-    def _copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The arguments as the callee gets them: immutable scalars as they are, anything
+        else (or an int msgpack cannot carry) through a msgpack round trip."""
         for a in args:
             if not is_immutable(a) or (type(a) is int and not _MIN_INT <= a <= _MAX_INT):
                 codec = self._codec
                 return tuple(codec.unpackb(codec.packb(list(args))))
         return args
 
-    def _copy(self, value: Any) -> Any:
+    def copy_value(self, value: Any) -> Any:
+        """``value`` as another grain gets it (see ``copy_args``)."""
         if is_immutable(value) and not (
             type(value) is int and not _MIN_INT <= value <= _MAX_INT
         ):
@@ -98,12 +114,12 @@ class Dispatcher:
         """A call from this process. ``owned``: the caller hands the arguments over (runtime
         components only), so they are not copied."""
         act = self._activations.get(grain_id)
-        if act is None and self._cluster is not None:
-            return await self._cluster_call(grain_id, method, args, kwargs, timeout)
+        if act is None and not self._local_only:
+            return await self._routed_call(grain_id, method, args, kwargs, timeout)
         if args and not owned:
-            args = self._copy_args(args)
+            args = self.copy_args(args)
         if kwargs:
-            kwargs = self._copy(kwargs)
+            kwargs = self.copy_value(kwargs)
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
         msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
@@ -121,7 +137,7 @@ class Dispatcher:
         if type(result) is TurnFuture:
             if not result.done():
                 t = timeout or self._default_timeout
-                handle = asyncio.get_running_loop().call_later(t, _expire, result, msg, t)
+                handle = self._call_later(t, _expire, result, msg, t)
                 try:
                     result = await result
                 finally:
@@ -131,9 +147,9 @@ class Dispatcher:
         kind = type(result)
         if kind in IMMUTABLE_TYPES and (kind is not int or _MIN_INT <= result <= _MAX_INT):
             return result
-        return self._copy(result)
+        return self.copy_value(result)
 
-    async def _cluster_call(
+    async def _routed_call(
         self,
         grain_id: GrainId,
         method: str,
@@ -141,9 +157,7 @@ class Dispatcher:
         kwargs: dict[str, Any] | None,
         timeout: float | None,
     ) -> Any:
-        """A call to a grain not active here: the cluster routes it (possibly back here)."""
-        cluster = self._cluster
-        assert cluster is not None
+        """A call to a grain not active here: the locator routes it (possibly back here)."""
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
         msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
@@ -151,9 +165,9 @@ class Dispatcher:
         msg.timeout = t
         fut = TurnFuture()
         msg.reply = fut.reply
-        cluster.route(msg, local_origin=True)
+        self._locator.route(msg, local_origin=True)
         if not fut.done():
-            handle = asyncio.get_running_loop().call_later(t, _expire, fut, msg, t)
+            handle = self._call_later(t, _expire, fut, msg, t)
             try:
                 return await fut
             finally:
@@ -168,17 +182,17 @@ class Dispatcher:
         kwargs: dict[str, Any] | None,
     ) -> None:
         if args:
-            args = self._copy_args(args)
+            args = self.copy_args(args)
         if kwargs:
-            kwargs = self._copy(kwargs)
+            kwargs = self.copy_value(kwargs)
         # The sender does not wait for a one-way call: its chain must not make the receiver's
         # calls back look like a cycle. Only "to myself" is kept (never held back).
         msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, ())
         turn = current_turn.get()
         if turn is not None and turn[0].grain_id == grain_id:
             msg.flags |= FLAG_SELF_CALL
-        if self._cluster is not None and grain_id not in self._activations:
-            self._cluster.route(msg)
+        if not self._local_only and grain_id not in self._activations:
+            self._locator.route(msg)
             return
         act = self._locate(grain_id, method, msg)
         room = act.enqueue(msg, wait=True)
@@ -189,8 +203,8 @@ class Dispatcher:
     def deliver(self, msg: Message) -> None:
         """Hand a decoded message (from a client connection) to its activation, wherever it
         lives in the cluster; errors go to reply."""
-        if self._cluster is not None and msg.target not in self._activations:
-            self._cluster.route(msg)
+        if not self._local_only and msg.target not in self._activations:
+            self._locator.route(msg)
             return
         self.deliver_here(msg)
 
@@ -202,6 +216,12 @@ class Dispatcher:
             act = self._locate(msg.target, msg.method, msg)
             act.enqueue(msg)
         except Exception as exc:
+            diag = self.silo.diagnostics
+            if diag.listening:
+                diag.emit(RequestDropped(
+                    silo=self.silo.name, grain_id=msg.target, method=msg.method,
+                    reason=_drop_reason(exc),
+                ))
             if msg.reply is not None:
                 msg.reply(False, exc)
             else:
@@ -212,18 +232,4 @@ class Dispatcher:
 
     def redispatch(self, msg: Message) -> None:
         """Send a message queued on a deactivated activation to the next activation."""
-        if self._cluster is not None:
-            self._cluster.route(msg, forwarded=True)
-            return
-        if self.silo.stopping:
-            exc: Exception = SiloUnavailableError(
-                f"silo {self.silo.name} is shutting down; {msg.target} was deactivated"
-            )
-            if msg.reply is not None:
-                msg.reply(False, exc)
-            return
-        try:
-            self._catalog.get_or_create(msg.target).enqueue(msg)
-        except Exception as exc:
-            if msg.reply is not None:
-                msg.reply(False, exc)
+        self._locator.route(msg, forwarded=True)

@@ -1,10 +1,15 @@
-"""Silo: the composition root. Hosts activations, system targets, gateway and services.
+"""Silo core: hosts activations and system targets, routes calls, runs the lifecycle.
 
-Start order: storage → reminder table → gateway (accepting) → cluster (transport listens,
-membership joins) → reminder service → streams → collector. Stop order (graceful): stop
-accepting → membership SHUTTING_DOWN → finish running requests → deactivate every activation
-(each runs on_deactivate, writes changed state and leaves the directory) → services →
-membership DEAD, transport closed → storage.
+This is the runtime layer's silo. It knows nothing of storage back ends, reminder tables,
+membership or streams: ``orleanspy.hosting.Silo`` (the public ``orleanspy.Silo``) builds
+those from the options and joins them to ``lifecycle``. What the core joins itself: the
+idle collector (ACTIVE) and the drain and deactivation of every activation (GRAINS, on stop).
+
+Start runs the lifecycle's stages upwards; the graceful stop runs them downwards: stop
+accepting and tell the cluster SHUTTING_DOWN (ACTIVE) → application → streams → services →
+finish running requests and deactivate every activation (GRAINS; each runs on_deactivate,
+writes changed state and leaves the directory) → gateway closes → the cluster is left →
+storage closes.
 """
 
 from __future__ import annotations
@@ -12,40 +17,46 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import os
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
-from orleanspy._util.lifecycle import Lifecycle
-from orleanspy.diagnostics import Diagnostics
+from orleanspy._util.lifecycle import Lifecycle, SiloStage
+from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import GrainClassInfo, class_info
-from orleanspy.grains.reference import GrainRef, make_reference
-from orleanspy.grains.state import PersistentState, StateSpec
+from orleanspy.grains.ref import GrainRef
+from orleanspy.grains.reference import make_reference
+from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec, resolve_name
-from orleanspy.reminders.base import ReminderTable
-from orleanspy.reminders.service import ReminderService
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
+from orleanspy.runtime.locator import GrainLocator, LocalLocator
+from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.system_target import SystemTarget
-from orleanspy.storage.base import GrainStorage
 
 if TYPE_CHECKING:
-    from orleanspy.cluster.runtime import ClusterRuntime
+    from types import TracebackType
 
-__all__ = ["Silo", "SiloStatistics"]
+__all__ = ["COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloStatistics"]
 
 G = TypeVar("G")
+
+#: Lifecycle participants whose statistics are ``SiloStatistics`` fields (the rest are its
+#: ``extensions``): the collector (collected), the gateway (connections), the reminder
+#: service (fired) and each stream provider (``streams.<name>``).
+COLLECTOR = "collector"
+GATEWAY = "gateway"
+REMINDERS = "reminders"
+STREAMS_PREFIX = "streams."
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,31 +77,6 @@ class SiloStatistics:
 def _new_generation() -> int:
     """Milliseconds since 2022-01-01: a restart on the same host and port is a new silo."""
     return int(time.time() * 1000) - 1_640_995_200_000
-
-
-def _open_storage(url: str, data_dir: str) -> GrainStorage:
-    from orleanspy.storage.memory import MemoryGrainStorage
-    from orleanspy.storage.sqlite import SqliteGrainStorage
-
-    if url == "memory":
-        return MemoryGrainStorage()
-    return SqliteGrainStorage(_sqlite_path(url, data_dir))
-
-
-def _open_reminders(url: str, data_dir: str) -> ReminderTable:
-    from orleanspy.reminders.memory import MemoryReminderTable
-    from orleanspy.reminders.sqlite import SqliteReminderTable
-
-    if url == "memory":
-        return MemoryReminderTable()
-    return SqliteReminderTable(_sqlite_path(url, data_dir))
-
-
-def _sqlite_path(url: str, data_dir: str) -> str:
-    path = url.removeprefix("sqlite:").removeprefix("//")
-    if not path:
-        raise ConfigurationError(f"storage URL {url!r}: give a file, e.g. sqlite:state.db")
-    return path if os.path.isabs(path) else str(Path(data_dir) / path)
 
 
 def grain_classes_in(module: ModuleType | str) -> list[type]:
@@ -127,19 +113,14 @@ class Silo:
 
     def __init__(
         self,
-        options: Any = None,
+        options: SiloOptions | None = None,
         *,
         grains: Iterable[type] = (),
         modules: Iterable[ModuleType | str] = (),
-        storage: dict[str, GrainStorage] | None = None,
-        reminder_table: ReminderTable | None = None,
+        storage: dict[str, StateStorage] | None = None,
         clock: Clock | None = None,
         stream_providers: dict[str, Any] | None = None,
-        membership_table: Any = None,
-        membership_options: Any = None,
     ) -> None:
-        from orleanspy.options import SiloOptions
-
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
         self.codec = Codec(self._reference_factory, allow_import=False)
@@ -152,31 +133,23 @@ class Silo:
         for module in modules:
             for cls in grain_classes_in(module):
                 self.register_grain_class(cls)
-        self.storage: dict[str, GrainStorage] = dict(storage or {})
-        self._reminder_table = reminder_table
+        self.storage: dict[str, StateStorage] = dict(storage or {})
         self.stream_providers: dict[str, Any] = dict(stream_providers or {})
         #: Components join the silo's start and stop here (``orleanspy._util.lifecycle``).
         self.lifecycle = Lifecycle(self.log)
         #: Runtime events (``orleanspy.diagnostics``); free while nobody listens.
         self.diagnostics = Diagnostics()
-        if self.stream_providers:
-            from orleanspy.streams.pubsub import PubSubRendezvous
-
-            self.register_grain_class(PubSubRendezvous)
-        for name, provider in self.stream_providers.items():
-            provider.bind(name, self)
-        self.cluster: ClusterRuntime | None = None
-        if self.options.membership is not None or membership_table is not None:
-            from orleanspy.cluster.runtime import ClusterRuntime
-
-            self.cluster = ClusterRuntime(self, membership_table, membership_options)
+        #: The cluster side (``orleanspy.cluster.runtime.ClusterRuntime``), or None for a
+        #: lone silo; the hosting layer supplies it through ``_build_cluster``.
+        self.cluster: Any = self._build_cluster()
+        #: Where grains live: the cluster runtime, or every grain here.
+        self.locator: GrainLocator = self.cluster or LocalLocator(self)
         self.catalog = Catalog(self)
         self.dispatcher = Dispatcher(self)
-        # References call the dispatcher directly (one coroutine layer fewer per call).
-        self.call = self.dispatcher.call  # type: ignore[method-assign]
-        self.send_one_way = self.dispatcher.send_one_way  # type: ignore[method-assign]
         self.collector = ActivationCollector(self)
-        self.reminders: ReminderService = None  # type: ignore[assignment]
+        #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
+        self.reminders: Any = None
+        #: The client gateway (``orleanspy.runtime.gateway.Gateway``), set by hosting.
         self.gateway: Any = None
         self.stopping = False
         self.started = False
@@ -184,6 +157,19 @@ class Silo:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
+        self.lifecycle.subscribe("grains", SiloStage.GRAINS, on_stop=self._deactivate_all)
+        self.lifecycle.subscribe(
+            COLLECTOR, SiloStage.ACTIVE, on_start=self._start_collector,
+            on_stop=self.collector.stop, statistics=lambda: self.collector.collected,
+        )
+
+    def _build_cluster(self) -> Any:
+        """The cluster runtime of this silo (None: a lone silo). Runs inside ``__init__``
+        before the catalog and dispatcher exist, which take it."""
+        return None
+
+    async def _start_collector(self) -> None:
+        self.collector.start()
 
     # -- registration ---------------------------------------------------------------------
     def register_grain_class(self, cls: type) -> None:
@@ -223,13 +209,16 @@ class Silo:
         """A reference to a grain, callable from this process."""
         return make_reference(self, grain_class, key)
 
-    async def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
-                   kwargs: dict[str, Any] | None, timeout: float | None) -> Any:
-        return await self.dispatcher.call(grain_id, method, args, kwargs, timeout)
+    # Plain functions returning the dispatcher's coroutine: one coroutine per call, not two.
+    def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any] | None, timeout: float | None) -> Coroutine[Any, Any, Any]:
+        """Call a grain (what references use)."""
+        return self.dispatcher.call(grain_id, method, args, kwargs, timeout)
 
-    async def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
-                           kwargs: dict[str, Any] | None) -> None:
-        await self.dispatcher.send_one_way(grain_id, method, args, kwargs)
+    def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                     kwargs: dict[str, Any] | None) -> Coroutine[Any, Any, None]:
+        """Send a one-way call (what references use)."""
+        return self.dispatcher.send_one_way(grain_id, method, args, kwargs)
 
     def get_stream_provider(self, name: str) -> Any:
         """The stream provider ``name`` of this silo (``.get_stream(namespace, key)``)."""
@@ -282,48 +271,32 @@ class Silo:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        """Run the lifecycle's stages upwards; a failed start stops what had started."""
         if self.started:
             raise RuntimeError(f"silo {self.name} was already started")
         self.started = True
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        opts = self.options
-        if "default" not in self.storage:
-            self.storage["default"] = _open_storage(opts.storage, opts.data_dir)
-        for store in self.storage.values():
-            await store.open()
-        table = self._reminder_table or _open_reminders(opts.reminders, opts.data_dir)
-        await table.open()
-        self.reminders = ReminderService(self, table)
-        if opts.gateway_port is not None:
-            from orleanspy.runtime.gateway import Gateway
-
-            self.gateway = Gateway(self)
-            await self.gateway.start()
-        if self.cluster is not None:
-            try:
-                await self.cluster.start()
-            except BaseException:
-                if self.gateway is not None:
-                    await self.gateway.stop_accepting()
-                    await self.gateway.close()
-                raise
-        await self.reminders.start()
-        for provider in self.stream_providers.values():
-            await provider.start()
-        await self.lifecycle.start()
-        self.collector.start()
+        self._status("joining")
+        try:
+            await self.lifecycle.start()
+        except BaseException:
+            self.stopping = True
+            self._stopped.set()
+            self._status("stopped")
+            raise
         self._started_at = self.clock.monotonic()
+        self._status("active")
         self.log.info(
             "silo_started",
             gateway=self.gateway.address if self.gateway else None,
             grain_types=sorted(self.registry),
-            storage=opts.storage,
+            storage=self.options.storage,
             cluster=str(self.address) if self.cluster is not None else None,
         )
 
     async def stop(self) -> None:
-        """Graceful shutdown; idempotent."""
+        """Graceful shutdown (the lifecycle's stages downwards); idempotent."""
         if self.stopping or not self.started:
             if self._stopped is not None:
                 await self._stopped.wait()
@@ -331,40 +304,39 @@ class Silo:
         self.stopping = True
         assert self._stopped is not None
         self.log.info("silo_stopping", activations=len(self.catalog))
+        self._status("shutting_down")
         try:
-            if self.gateway is not None:
-                await self.gateway.stop_accepting()
-            if self.cluster is not None:
-                await self.cluster.begin_shutdown()
-            await self.collector.stop()
-            await self.reminders.stop()
-            for provider in self.stream_providers.values():
-                try:
-                    await provider.stop()
-                except Exception as exc:
-                    self.log.error("stream_provider_stop_failed", error=repr(exc))
-            await self._deactivate_all()
             await self.lifecycle.stop()
-            if self.cluster is not None:
-                try:
-                    await self.cluster.stop()
-                except Exception as exc:
-                    self.log.error("cluster_stop_failed", error=repr(exc))
-            if self.gateway is not None:
-                await self.gateway.close()
-            for store in self.storage.values():
-                await store.close()
-            await self.reminders.table.close()
         finally:
             self._stopped.set()
             self.log.info("silo_stopped")
+            self._status("stopped")
+
+    def _status(self, status: str) -> None:
+        """Tell listeners this silo's own status: joining, active, shutting_down, stopped
+        (before ``start`` it is created, and nobody can listen yet)."""
+        diag = self.diagnostics
+        if diag.listening:
+            diag.emit(SiloStatusChanged(silo=self.name, subject=self.name, status=status))
 
     async def _drain(self, deadline: float) -> None:
-        """Let running and queued requests finish (the gateway no longer accepts)."""
+        """Let running and queued requests finish (the gateway no longer accepts): wait for
+        the running turns, turn by turn, until nothing runs or waits, or the deadline."""
+        me = asyncio.current_task()
         while self.clock.monotonic() < deadline:
-            if not any(a.running or a.waiting or a.blocked for a in self.catalog):
+            busy = [a for a in self.catalog if a.running or a.waiting or a.blocked]
+            if not busy:
                 return
-            await asyncio.sleep(0.01)
+            pending = [t for a in busy for t in a.tasks]
+            pending.extend(t for t in self._tasks if t is not me)
+            try:
+                async with self.clock.timeout_at(deadline):
+                    if pending:
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    else:  # a turn between tasks (being admitted): let the loop move it on
+                        await self.clock.sleep(0.01)
+            except TimeoutError:
+                return
 
     async def _deactivate_all(self) -> None:
         await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)
@@ -372,8 +344,10 @@ class Silo:
         for act in acts:
             act.deactivate(DeactivationReason.SHUTTING_DOWN)
         waits = [act.wait_deactivated() for act in acts]
+        # The stop may itself run in a tracked task (``request_stop``): never wait for it.
+        me = asyncio.current_task()
         try:
-            async with asyncio.timeout(self.options.shutdown_timeout):
+            async with self.clock.timeout(self.options.shutdown_timeout):
                 await asyncio.gather(*waits)
         except TimeoutError:
             stuck = [a.name for a in acts if a.state is not ActivationState.INVALID]
@@ -382,32 +356,40 @@ class Silo:
                 for task in list(act.tasks):
                     task.cancel()
             for task in list(self._tasks):  # hanging on_activate / on_deactivate
-                task.cancel()
+                if task is not me:
+                    task.cancel()
         # Cancelled turns start their teardowns (on_deactivate, state flush) from their done
         # callbacks: wait for those too, bounded, before storage closes.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.shutdown_timeout
+        deadline = self.clock.monotonic() + self.options.shutdown_timeout
         while True:
             turns = [t for act in acts for t in act.tasks]
-            pending = [*turns, *self._tasks]
+            pending = [*turns, *(t for t in self._tasks if t is not me)]
             if not pending:
                 break
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if self.clock.monotonic() >= deadline:
                 self.log.error("silo_shutdown_tasks_abandoned", count=len(pending))
                 break
-            await asyncio.wait(pending, timeout=remaining)
+            try:
+                async with self.clock.timeout_at(deadline):
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            except TimeoutError:
+                pass
 
     async def wait_stopped(self) -> None:
         if self._stopped is None:
             raise RuntimeError("the silo was never started")
         await self._stopped.wait()
 
-    async def __aenter__(self) -> Silo:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.stop()
 
     # -- observability --------------------------------------------------------------------
@@ -415,6 +397,14 @@ class Silo:
         by_type: dict[str, int] = {}
         for act in self.catalog:
             by_type[act.grain_id.type_name] = by_type.get(act.grain_id.type_name, 0) + 1
+        # Components report through the lifecycle; the ones with a field of their own are
+        # taken out, the rest (Spark, application services) are the extensions.
+        figures = self.lifecycle.statistics()
+        streams = {
+            name: figures.pop(key)
+            for name in self.stream_providers
+            if (key := f"{STREAMS_PREFIX}{name}") in figures
+        }
         return SiloStatistics(
             name=self.name,
             cluster_id=self.options.cluster_id,
@@ -422,9 +412,9 @@ class Silo:
             uptime=self.clock.monotonic() - self._started_at if self.started else 0.0,
             activations=len(self.catalog),
             activations_by_type=by_type,
-            gateway_connections=self.gateway.connection_count if self.gateway else 0,
-            collected=self.collector.collected,
-            reminders_fired=self.reminders.fired if self.reminders else 0,
-            streams={name: p.statistics() for name, p in self.stream_providers.items()},
-            extensions=self.lifecycle.statistics(),
+            gateway_connections=figures.pop(GATEWAY, 0),
+            collected=figures.pop(COLLECTOR, 0),
+            reminders_fired=figures.pop(REMINDERS, 0),
+            streams=streams,
+            extensions=figures,
         )

@@ -3,7 +3,7 @@
 System targets are not virtual: the runtime (or an application) creates them with
 ``silo.add_system_target(obj, key)``; they live on that silo until it stops, are never
 placed, moved or collected, and run one request at a time like a grain. Address one with
-``silo.get_system_target(Class, key)`` (the cluster issue adds the silo to the address).
+``silo.get_system_target(Class, key)``; a key that ends with a silo's address routes to that silo.
 """
 
 from __future__ import annotations
@@ -15,3 +15,6 @@ __all__ = ["SystemTarget"]
 
 class SystemTarget(Grain):
     """Base class of system targets (pulling agents, managers, …)."""
+
+    #: Marks the class for ``grains.interface.class_info`` (which sits below the runtime).
+    _orleanspy_system_target = True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -13,9 +12,9 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
-from orleanspy.runtime.activation import ActivationState
 
 if TYPE_CHECKING:
+    from orleanspy._util.clock import TimerHandle
     from orleanspy.runtime.activation import Activation
 
 __all__ = ["GrainTimer"]
@@ -61,7 +60,7 @@ class GrainTimer:
         self._flags = (FLAG_ALWAYS_INTERLEAVE if interleave else 0) | (
             0 if keep_alive else FLAG_SUPPRESS_KEEP_ALIVE
         )
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: TimerHandle | None = None
         self._disposed = False
         self.ticks = 0
 
@@ -70,14 +69,14 @@ class GrainTimer:
         self._schedule(self.due)
 
     def _schedule(self, delay: float) -> None:
-        self._handle = asyncio.get_running_loop().call_later(delay, self._tick)
+        self._handle = self._activation.silo.clock.call_later(delay, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
         if self._disposed:
             return
         act = self._activation
-        if act.state >= ActivationState.DEACTIVATING:
+        if act.closing:
             self.dispose()
             return
         msg = Message(Direction.ONE_WAY, act.grain_id, self.name, (), None, flags=self._flags)

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
+from orleanspy.grains.state import StoredState
 from orleanspy.ids import GrainId
 
 __all__ = ["GrainStorage", "StoredState"]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredState:
-    """A state record as stored: msgpack bytes and the etag of that version."""
-
-    data: bytes
-    etag: str
 
 
 class GrainStorage(ABC):

@@ -14,9 +14,9 @@ from typing import Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock
 from orleanspy.client import ClusterClient
-from orleanspy.grains.reference import GrainRef
-from orleanspy.options import SiloOptions
-from orleanspy.runtime.silo import Silo
+from orleanspy.grains.ref import GrainRef
+from orleanspy.hosting.silo import Silo
+from orleanspy.runtime.options import SiloOptions
 
 __all__ = ["TestCluster"]
 

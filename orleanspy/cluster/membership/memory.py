@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import final
+from typing import Any, final
 
 from orleanspy.cluster.membership.entry import (
     MembershipEntry,
@@ -30,9 +30,12 @@ class MemoryMembershipTable(MembershipTable):
     Entries are immutable, so readers get the stored objects themselves.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_rows", "_version")
+    __slots__ = ("__weakref__", "_closed", "_rows", "_version", "shared")
 
     def __init__(self) -> None:
+        #: Objects the silos sharing this table share with it, by kind (the stream lease
+        #: store of an in-memory cluster); they live as long as the table.
+        self.shared: dict[str, Any] = {}
         self._rows: dict[SiloAddress, tuple[MembershipEntry, str]] = {}
         self._version = TableVersion(0, _etag())
         self._closed = False

@@ -29,6 +29,7 @@ from orleanspy.cluster.directory import (
     DirectoryRing,
 )
 from orleanspy.cluster.membership import MemoryMembershipTable, SiloStatus
+from orleanspy.cluster.runtime import membership_options_of
 from orleanspy.cluster.transport import query_silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Direction, Message
@@ -161,7 +162,7 @@ def test_silo_options_probe_timeout_above_period_is_rejected():
     from orleanspy import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="probe_timeout"):
-        SiloOptions(probe_period=1.0, probe_timeout=2.0).membership_options()
+        membership_options_of(SiloOptions(probe_period=1.0, probe_timeout=2.0))
     with pytest.raises(ConfigurationError, match="membership"):
         SiloOptions(membership="redis://x")
 

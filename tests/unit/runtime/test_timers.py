@@ -1,4 +1,7 @@
-"""Grain timers: repeat, never overlap themselves, respect turns, die with the activation."""
+"""Grain timers: repeat, never overlap themselves, respect turns, die with the activation.
+
+Timers run on the silo's clock: every test drives a ``FakeClock`` period by period.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class Ticker(Grain):
         if self.gated:
             await probe.gate(f"tick-{self.key}").wait()
         if self.slow:
-            await asyncio.sleep(self.slow)  # the tick's own work outlasts the period
+            await self.silo.clock.sleep(self.slow)  # the tick's own work outlasts the period
         probe.record(("tick-end", self.key, self.ticks))
         if self.fail:
             raise RuntimeError("tick failed")
@@ -86,57 +89,68 @@ def ticks_of(log: list, key: str, kind: str = "tick-end") -> list[int]:
     return [e[2] for e in log if e[0] == kind and e[1] == key]
 
 
-async def let_time_pass(silo, probe, ticks: int = 5) -> None:
-    """Let at least ``ticks`` timer periods pass, measured by an unrelated grain's timer."""
-    ref = silo.get_grain(Ticker, "metronome")
-    await ref.start()
-    await probe.wait_for(lambda log: len(ticks_of(log, "metronome")) >= ticks)
-    await ref.stop()
+async def let_time_pass(clock: FakeClock, periods: int = 5) -> None:
+    """Let ``periods`` timer periods pass on the silo's clock."""
+    await clock.run_for(periods * PERIOD)
+
+
+async def run_until(clock: FakeClock, condition, limit: int = 1000) -> None:
+    """Advance the clock period by period until ``condition()`` holds."""
+    for _ in range(limit):
+        if condition():
+            return
+        await clock.run_for(PERIOD)
+    raise AssertionError(f"condition not met within {limit} timer periods")
+
+
+async def fake_silo(make_silo, *grains, **options):
+    clock = FakeClock()
+    return await make_silo(*grains, clock=clock, **options), clock
 
 
 async def test_timer_fires_repeatedly(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
 
     await ref.start()
-    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 3)
+    await run_until(clock, lambda: len(ticks_of(probe.log, "t")) >= 3)
     await ref.stop()
 
     assert ticks_of(probe.log, "t")[:3] == [1, 2, 3]
 
 
 async def test_timer_without_period_fires_once(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "once")
 
     await ref.start(period=None)
-    await probe.wait_logged("tick-end", "once", 1)
-    await let_time_pass(silo, probe)
+    await run_until(clock, lambda: ("tick-end", "once", 1) in probe.log)
+    await let_time_pass(clock)
 
     assert ticks_of(probe.log, "once") == [1]
     assert await ref.timer_disposed() is True
 
 
 async def test_timer_stops_after_dispose(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
     await ref.start()
-    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+    await run_until(clock, lambda: len(ticks_of(probe.log, "t")) >= 2)
 
     await ref.stop()
     fired = len(ticks_of(probe.log, "t"))
-    await let_time_pass(silo, probe)
+    await let_time_pass(clock)
 
     assert len(ticks_of(probe.log, "t")) == fired
 
 
 async def test_timer_ticks_never_overlap_when_callback_outlasts_period(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "slow")
 
     # interleave=True: only the timer itself can keep its ticks apart
     await ref.start(interleave=True, slow=5 * PERIOD)
-    await probe.wait_for(lambda log: len(ticks_of(log, "slow")) >= 3)
+    await run_until(clock, lambda: len(ticks_of(probe.log, "slow")) >= 3)
     await ref.stop()
 
     events = [e for e in probe.log if e[1] == "slow"]
@@ -146,39 +160,39 @@ async def test_timer_ticks_never_overlap_when_callback_outlasts_period(make_silo
 
 
 async def test_timer_keeps_firing_after_callback_raises(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "failing")
 
     await ref.start(fail=True)
-    await probe.wait_for(lambda log: len(ticks_of(log, "failing")) >= 3)
+    await run_until(clock, lambda: len(ticks_of(probe.log, "failing")) >= 3)
     await ref.stop()
 
     assert ticks_of(probe.log, "failing")[:3] == [1, 2, 3]
 
 
 async def test_timer_tick_waits_for_running_request(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
     request = asyncio.create_task(ref.start_then_block(False))
     await probe.wait_logged("request-start", "t")
     act = silo.catalog.get(ref.grain_id)
 
-    await probe.until(lambda: act.statistics().queued == 1)  # the tick is due and waits
+    await run_until(clock, lambda: act.statistics().queued == 1)  # the tick is due and waits
     assert ticks_of(probe.log, "t", "tick-start") == []
     probe.open("request")
     async with asyncio.timeout(WAIT):
         await request
-    await probe.wait_logged("tick-end", "t", 1)
+    await run_until(clock, lambda: ("tick-end", "t", 1) in probe.log)
 
     assert probe.log.index(("request-end", "t")) < probe.log.index(("tick-start", "t", 1))
 
 
 async def test_timer_interleave_tick_runs_during_running_request(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
     request = asyncio.create_task(ref.start_then_block(True))
 
-    await probe.wait_logged("tick-end", "t", 1)
+    await run_until(clock, lambda: ("tick-end", "t", 1) in probe.log)
 
     assert not request.done()
     assert ("request-end", "t") not in probe.log
@@ -188,14 +202,14 @@ async def test_timer_interleave_tick_runs_during_running_request(make_silo, prob
 
 
 async def test_timer_request_waits_for_running_tick(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
     await ref.start(due=0.0, period=None, gated=True)
-    await probe.wait_logged("tick-start", "t", 1)
+    await run_until(clock, lambda: ("tick-start", "t", 1) in probe.log)
 
     request = asyncio.create_task(ref.request())
     act = silo.catalog.get(ref.grain_id)
-    await probe.until(lambda: act.statistics().queued == 1)
+    await run_until(clock, lambda: act.statistics().queued == 1)
     assert ("request", "t") not in probe.log
 
     probe.open("tick-t")
@@ -205,10 +219,10 @@ async def test_timer_request_waits_for_running_tick(make_silo, probe):
 
 
 async def test_timer_stops_on_deactivation(make_silo, probe):
-    silo = await make_silo(Ticker)
+    silo, clock = await fake_silo(make_silo, Ticker)
     ref = silo.get_grain(Ticker, "t")
     await ref.start()
-    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+    await run_until(clock, lambda: len(ticks_of(probe.log, "t")) >= 2)
     act = silo.catalog.get(ref.grain_id)
     timer = act.grain.timer
 
@@ -216,7 +230,7 @@ async def test_timer_stops_on_deactivation(make_silo, probe):
     async with asyncio.timeout(WAIT):
         await act.wait_deactivated()
     fired = len(ticks_of(probe.log, "t", "tick-start"))
-    await let_time_pass(silo, probe)
+    await let_time_pass(clock)
 
     assert timer.disposed
     assert len(ticks_of(probe.log, "t", "tick-start")) == fired
@@ -226,14 +240,18 @@ async def test_timer_stops_on_deactivation(make_silo, probe):
 @pytest.mark.parametrize("keep_alive", [False, True])
 async def test_timer_keeps_grain_alive_only_when_asked(make_silo, probe, keep_alive):
     clock = FakeClock()
-    silo = await make_silo(Ticker, clock=clock, collection_age=60.0)
+    # The collector's own round (same clock) stays out of the way: the test collects.
+    silo = await make_silo(Ticker, clock=clock, collection_age=60.0,
+                           collection_quantum=1_000_000.0)
     ref = silo.get_grain(Ticker, "t")
     await ref.start(keep_alive=keep_alive)
-    await probe.wait_for(lambda log: len(ticks_of(log, "t")) >= 2)
+    await clock.run_for(3 * PERIOD)  # timers run on the silo's clock
+    await run_until(clock, lambda: len(ticks_of(probe.log, "t")) >= 2)
     act = silo.catalog.get(ref.grain_id)
 
     clock.advance(61.0)
     seen = len(ticks_of(probe.log, "t"))
+    await clock.run_for(2 * PERIOD)
     await probe.wait_for(lambda log: len(ticks_of(log, "t")) > seen)  # a tick after the jump
     collected = silo.collector.collect_once()
 
@@ -249,12 +267,12 @@ async def test_timer_keeps_grain_alive_only_when_asked(make_silo, probe, keep_al
 
 
 async def test_timer_registered_in_failed_activation_is_disposed(make_silo, probe):
-    silo = await make_silo(Ticker, DoomedTicker)
+    silo, clock = await fake_silo(make_silo, Ticker, DoomedTicker)
     with pytest.raises(ActivationFailedError):
         await silo.get_grain(DoomedTicker, "d").ping()
     (timer,) = [e[1] for e in probe.log if e[0] == "timer"]
 
-    await let_time_pass(silo, probe)
+    await let_time_pass(clock)
 
     assert timer.disposed
     assert timer.ticks == 0

@@ -1,0 +1,102 @@
+"""What a grain asks of the runtime that hosts it: the contracts, not the implementations.
+
+The grains layer sits below the runtime, reminders and storage. A ``Grain`` talks to its
+activation, its timers and the silo's reminder registry through the protocols here; the
+runtime's ``Activation`` and ``GrainTimer`` and the reminder service implement them and are
+handed to the grain when it is activated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orleanspy.ids import GrainId
+
+if TYPE_CHECKING:
+    from orleanspy.grains.grain import Grain
+
+__all__ = [
+    "ActivationHandle",
+    "DeactivationReason",
+    "ReminderEntry",
+    "ReminderRegistry",
+    "TimerHandle",
+]
+
+
+class DeactivationReason(StrEnum):
+    """Why an activation goes away (passed to ``Grain.on_deactivate``)."""
+
+    IDLE = "idle"
+    REQUESTED = "requested"
+    SHUTTING_DOWN = "shutting_down"
+    ACTIVATION_FAILED = "activation_failed"
+    INCONSISTENT_STATE = "inconsistent_state"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderEntry:
+    """One durable reminder: fire ``name`` on ``grain_id`` at start_at + k·period (epoch s)."""
+
+    grain_id: GrainId
+    name: str
+    start_at: float
+    period: float
+    etag: str = ""
+
+
+class TimerHandle(Protocol):
+    """A grain timer: ``dispose()`` stops it; ``ticks`` counts the callbacks run."""
+
+    name: str
+    ticks: int
+
+    def dispose(self) -> None: ...
+
+
+class ReminderRegistry(Protocol):
+    """The silo's durable reminders, as a grain sees them."""
+
+    async def register(self, grain: Grain, name: str, due: float,
+                       period: float) -> ReminderEntry: ...
+
+    async def unregister(self, grain_id: GrainId, name: str) -> bool: ...
+
+    async def list(self, grain_id: GrainId) -> list[ReminderEntry]: ...
+
+
+class ActivationHandle(Protocol):
+    """The live activation behind a grain instance."""
+
+    grain_id: GrainId
+    keep_alive_until: float
+
+    @property
+    def silo(self) -> Any: ...
+
+    @property
+    def state(self) -> int:
+        """Activating 1, valid 2, deactivating 3, gone 4 (``runtime.ActivationState``)."""
+        ...
+
+    @property
+    def closing(self) -> bool:
+        """Deactivating or gone."""
+        ...
+
+    def deactivate(self, reason: DeactivationReason) -> None: ...
+
+    def start_timer(
+        self,
+        callback: Callable[[], Awaitable[Any]],
+        due: float,
+        period: float | None,
+        *,
+        interleave: bool,
+        keep_alive: bool,
+        name: str | None,
+    ) -> TimerHandle: ...

@@ -1,0 +1,88 @@
+"""GrainLocator: where a grain lives and how a message reaches it.
+
+The dispatcher and the catalog ask the silo's locator; they never look for a cluster. A
+lone silo uses ``LocalLocator`` (every grain lives here). A clustered silo uses the cluster
+runtime (``orleanspy.cluster.runtime.ClusterRuntime``: directory, placement, transport),
+which the hosting layer hands to the silo.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from orleanspy.errors import SiloUnavailableError
+
+if TYPE_CHECKING:
+    from orleanspy.grains.interface import GrainClassInfo
+    from orleanspy.ids import SiloAddress
+    from orleanspy.messaging.message import Message
+    from orleanspy.runtime.activation import Activation
+    from orleanspy.runtime.silo import Silo
+
+__all__ = ["GrainLocator", "LocalLocator"]
+
+
+class GrainLocator(Protocol):
+    """Routing decisions of one silo."""
+
+    #: True when a grain not active here may only be created here (no other silos): the
+    #: dispatcher then creates it inline instead of routing the message.
+    local_only: bool
+
+    def route(self, msg: Message, *, forwarded: bool = False,
+              local_origin: bool = False) -> None:
+        """Deliver ``msg`` for a grain not active here (or, ``forwarded``, one whose
+        activation went away with the message queued); errors go to ``msg.reply``."""
+
+    def uses_directory(self, info: GrainClassInfo) -> bool:
+        """Must activations of this class register in a directory before they run?"""
+
+    async def register_activation(self, act: Activation) -> SiloAddress | None:
+        """Register ``act``; the silo of the activation that won instead, else None."""
+
+    def activation_removed(self, act: Activation) -> None:
+        """``act`` left the catalog (its directory entry goes)."""
+
+    def forward(self, msg: Message, silo: SiloAddress) -> None:
+        """Send a message that reached a duplicate activation to the winner's silo."""
+
+
+class LocalLocator:
+    """The locator of a lone silo: every grain is activated here."""
+
+    __slots__ = ("_silo",)
+
+    local_only = True
+
+    def __init__(self, silo: Silo) -> None:
+        self._silo = silo
+
+    def route(self, msg: Message, *, forwarded: bool = False,
+              local_origin: bool = False) -> None:
+        silo = self._silo
+        if not forwarded:
+            silo.dispatcher.deliver_here(msg)
+            return
+        if silo.stopping:
+            if msg.reply is not None:
+                msg.reply(False, SiloUnavailableError(
+                    f"silo {silo.name} is shutting down; {msg.target} was deactivated"
+                ))
+            return
+        try:
+            silo.catalog.get_or_create(msg.target).enqueue(msg)
+        except Exception as exc:
+            if msg.reply is not None:
+                msg.reply(False, exc)
+
+    def uses_directory(self, info: GrainClassInfo) -> bool:
+        return False
+
+    async def register_activation(self, act: Activation) -> SiloAddress | None:
+        return None
+
+    def activation_removed(self, act: Activation) -> None:
+        pass
+
+    def forward(self, msg: Message, silo: SiloAddress) -> None:
+        raise RuntimeError(f"a lone silo has no other silo to forward {msg.target} to ({silo})")

@@ -1,0 +1,97 @@
+"""Options of the silo and the client: frozen dataclasses, validated on creation."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+from orleanspy.errors import ConfigurationError
+
+__all__ = ["SiloOptions"]
+
+
+def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None:
+    if not ok:
+        raise ConfigurationError(f"{cls_name}.{name} = {value!r}: {rule}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiloOptions:
+    """Everything a silo needs to start. Durations are float seconds.
+
+    ``storage`` and ``reminders`` are URLs: ``memory`` or ``sqlite:PATH`` (relative paths
+    resolve against ``data_dir``).
+
+    ``membership`` makes the silo a member of a cluster: ``memory`` (a cluster of silos in one
+    process sharing the table object, see ``Silo(membership_table=...)``) or ``sqlite:PATH``
+    (silo processes of one machine); None (the default) is a lone silo without a silo-to-silo
+    port. In a cluster the silo listens on ``port`` (0 picks one) for the other silos.
+    ``probe_period``, ``probe_timeout`` (None: the probe period), ``i_am_alive_period`` and
+    ``table_refresh_period`` are the main failure-detection settings
+    (``orleanspy.cluster.runtime.membership_options_of`` turns them into
+    ``orleanspy.cluster.membership.MembershipOptions``).
+    """
+
+    cluster_id: str = "dev"
+    host: str = "127.0.0.1"
+    port: int = 11111
+    gateway_port: int | None = 30000
+    secret: str | None = None
+    storage: str = "memory"
+    reminders: str = "memory"
+    data_dir: str = ".orleanspy"
+    response_timeout: float = 30.0
+    collection_age: float = 900.0
+    collection_quantum: float = 60.0
+    mailbox_capacity: int = 10_000
+    max_frame_size: int = 16 * 1024 * 1024
+    max_local_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    shutdown_timeout: float = 30.0
+    minimum_reminder_period: float = 60.0
+    log_format: str = "console"
+    log_level: str = "info"
+    membership: str | None = None
+    probe_period: float = 5.0
+    probe_timeout: float | None = None
+    i_am_alive_period: float = 30.0
+    table_refresh_period: float = 10.0
+
+    def __post_init__(self) -> None:
+        n = "SiloOptions"
+        _check(n, "cluster_id", bool(self.cluster_id), self.cluster_id, "must be non-empty")
+        _check(n, "port", 0 <= self.port < 65536, self.port, "must be 0..65535")
+        if self.gateway_port is not None:
+            _check(
+                n, "gateway_port", 0 <= self.gateway_port < 65536, self.gateway_port,
+                "must be 0..65535 (0 picks a free port; None disables the gateway)",
+            )
+        for name in ("response_timeout", "collection_age", "collection_quantum",
+                     "shutdown_timeout", "minimum_reminder_period", "probe_period",
+                     "i_am_alive_period", "table_refresh_period"):
+            value = getattr(self, name)
+            _check(n, name, value > 0, value, "must be > 0 seconds")
+        _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,
+               "must be >= 1")
+        _check(n, "max_frame_size", self.max_frame_size >= 1024, self.max_frame_size,
+               "must be >= 1024 bytes")
+        _check(n, "max_local_workers", self.max_local_workers >= 1, self.max_local_workers,
+               "must be >= 1")
+        _check(n, "log_format", self.log_format in ("console", "json"), self.log_format,
+               "must be 'console' or 'json'")
+        _check(n, "log_level", self.log_level in ("debug", "info", "warning", "error"),
+               self.log_level, "must be debug, info, warning or error")
+        for name in ("storage", "reminders"):
+            url = getattr(self, name)
+            _check(n, name, url == "memory" or url.startswith("sqlite:"), url,
+                   "must be 'memory' or 'sqlite:PATH'")
+        if self.membership is not None:
+            url = self.membership
+            _check(n, "membership", url == "memory" or url.startswith("sqlite:"), url,
+                   "must be 'memory' or 'sqlite:PATH' (or None for a lone silo)")
+        if self.probe_timeout is not None:
+            _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
+                   "must be > 0 seconds (or None: the probe period)")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))

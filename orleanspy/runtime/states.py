@@ -1,0 +1,53 @@
+"""The activation's states and the values its callers handle (turn futures, statistics)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Final
+
+__all__ = ["NOT_NOW", "ActivationState", "ActivationStatistics", "TurnFuture"]
+
+
+class ActivationState(IntEnum):
+    ACTIVATING = 1
+    VALID = 2
+    DEACTIVATING = 3
+    INVALID = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationStatistics:
+    grain_id: str
+    state: str
+    received: int
+    completed: int
+    failed: int
+    running: int
+    queued: int
+    max_queued: int
+    blocked_senders: int
+    suspended: int
+    rejected: int
+    dropped_newest: int
+    dropped_oldest: int
+    idle_seconds: float
+
+
+class TurnFuture(asyncio.Future[Any]):
+    """The future a caller awaits when its request could not finish inline."""
+
+    __slots__ = ()
+
+    def reply(self, ok: bool, value: Any) -> None:
+        if self.done():
+            return
+        if ok:
+            self.set_result(value)
+        else:
+            self.set_exception(value)
+
+
+# Returned by ``try_inline`` when the request must be queued instead.
+NOT_NOW: Final = object()

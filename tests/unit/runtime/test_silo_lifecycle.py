@@ -1,0 +1,61 @@
+"""The composed silo's lifecycle: components start upwards and stop downwards, in stages."""
+
+from __future__ import annotations
+
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy._util.lifecycle import SiloStage
+from orleanspy.cluster.membership import MemoryMembershipTable
+
+
+class Counter(Grain):
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def add(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def _names(silo: Silo) -> list[str]:
+    return [o.name for o in silo.lifecycle.observers]
+
+
+async def test_components_join_in_start_order():
+    silo = Silo(SiloOptions(gateway_port=0, port=0, shutdown_timeout=5.0),
+                grains=[Counter], membership_table=MemoryMembershipTable())
+    names = _names(silo)
+    order = ["storage", "gateway", "cluster", "gateway.connections", "grains", "reminders",
+             "collector"]
+    assert [n for n in names if n in order] == order
+
+
+async def test_stop_deactivates_grains_after_services_and_before_storage_closes():
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Counter])
+    seen: list[tuple[str, int]] = []
+
+    async def at_services() -> None:
+        seen.append(("services", len(silo.catalog)))
+
+    async def at_storage() -> None:
+        seen.append(("storage", len(silo.catalog)))
+
+    silo.lifecycle.subscribe("probe.services", SiloStage.SERVICES, on_stop=at_services)
+    silo.lifecycle.subscribe("probe.storage", SiloStage.STORAGE, on_stop=at_storage)
+    async with silo:
+        assert await silo.get_grain(Counter, "a").add() == 1
+    assert seen == [("services", 1), ("storage", 0)]
+
+
+async def test_failed_start_stops_what_had_started():
+    table = MemoryMembershipTable()
+    await table.close()  # joining fails on a closed table
+    silo = Silo(SiloOptions(gateway_port=0, port=0, membership="memory",
+                            shutdown_timeout=5.0), grains=[Counter], membership_table=table)
+    try:
+        await silo.start()
+    except Exception:
+        pass
+    else:  # pragma: no cover - the start must fail
+        raise AssertionError("the silo started on a closed membership table")
+    assert silo.gateway is not None and not silo.gateway.accepting
+    await silo.wait_stopped()
