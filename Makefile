@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine with Python 3.11+:
 #   make run    installs into .venv and runs the bank demo on embedded defaults
-#   make test   installs into .venv, then runs ruff, mypy --strict (the packages and the typing
-#               test's correct module, with orleanspy.mypy_plugin) and the whole test suite
+#   make test   installs into .venv, then runs ruff, import-linter (packages import downward
+#               only), mypy --strict (the packages and the typing test's correct module, with
+#               orleanspy.mypy_plugin) and the whole test suite
 #   make layers checks that packages import downward only (import-linter contracts)
 #   make clickstream  runs the Spark pipeline example (streams -> Parquet -> Spark grain)
 PYTHON ?= python3
@@ -28,6 +29,7 @@ clickstream: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 	$(PY) -m pytest -q
@@ -40,6 +42,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 

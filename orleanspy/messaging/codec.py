@@ -46,7 +46,7 @@ _IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
 
 _name_cache: dict[type, str] = {}
 _type_cache: dict[str, type] = {}
-_dc_fields: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_dc_fields_cache: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
 def is_immutable(value: Any) -> bool:
@@ -89,14 +89,14 @@ def resolve_name(name: str, allow_import: bool = True) -> type | None:
 
 
 def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    cached = _dc_fields.get(cls)
+    cached = _dc_fields_cache.get(cls)
     if cached is None:
         fields = dataclasses.fields(cls)
         cached = (
             tuple(f.name for f in fields if f.init),
             tuple(f.name for f in fields if not f.init),
         )
-        _dc_fields[cls] = cached
+        _dc_fields_cache[cls] = cached
     return cached
 
 
