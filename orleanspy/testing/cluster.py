@@ -2,7 +2,8 @@
 
 The silo listens on a free loopback port, so calls through ``cluster.client`` cross a real
 socket and the msgpack wire format; calls through ``cluster.silo.get_grain`` stay in-process.
-(Several silos per TestCluster come with the cluster issue.)
+A TestCluster runs one silo. Several silos in one process form a cluster by sharing one
+``MemoryMembershipTable`` (``Silo(SiloOptions(membership="memory"), membership_table=table)``).
 """
 
 from __future__ import annotations
