@@ -280,7 +280,7 @@ def test_progress_bar_final_line_keeps_the_task_counts() -> None:
     # The last line said "100.0%  0/0 tasks  done" for every job: finish() rendered no jobs.
     import io
 
-    from silo.spark_cli import ProgressBar
+    from silo.spark_progress import ProgressBar
 
     out = io.StringIO()
     bar = ProgressBar(out, tty=False)

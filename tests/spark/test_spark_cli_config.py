@@ -14,8 +14,8 @@ from orleanspy.spark.session import _create_session
 from orleanspy.testing import TestCluster
 from silo.cli import main
 from silo.config import load_config
-from silo.spark_cli import ProgressBar, run_spark_job
 from silo.spark_config import apply_spark_overrides, parse_spark
+from silo.spark_progress import ProgressBar, run_spark_job
 from tests.integration.silo_process import SiloLauncher, run_cli_to_end
 
 

@@ -1,4 +1,5 @@
-"""``orleanspy spark run``: call a Spark grain's method and show its job's progress bar.
+"""The progress bar of ``orleanspy spark run``: call a Spark grain's method and draw its job's
+progress.
 
 The method is called through a gateway like ``orleanspy call``; while it runs, the command
 polls the grain's ``spark_progress()`` (an always-interleaved ``SparkGrain`` method) every
@@ -9,46 +10,15 @@ Spark jobs (``cancel_spark``) before exiting.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sys
 import time
 from typing import Any, Final, TextIO
 
-__all__ = ["ProgressBar", "add_spark_arguments", "run_spark_job"]
+__all__ = ["ProgressBar", "run_spark_job"]
 
-EXIT_OK: Final = 0
-EXIT_CALL_FAILED: Final = 1
-EXIT_USAGE: Final = 2
 _WIDTH: Final = 30
-
-SPARK_RUN_EPILOG: Final = """\
-Example:
-  orleanspy spark run --gateway 127.0.0.1:30000 ClickAnalytics daily report '"lake"'
-
-The grain must derive from orleanspy.spark.SparkGrain. ARGS are JSON when they parse as
-JSON, else plain strings. Exit codes as for 'orleanspy call'.
-"""
-
-
-def add_spark_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gateway", metavar="HOST:PORT",
-                   help="gateway to connect to (default: from the config file, else "
-                   "127.0.0.1:30000)")
-    p.add_argument("--config", metavar="FILE", help="TOML config file (cluster_id, secret)")
-    p.add_argument("--cluster-id", help="cluster id (default: dev)")
-    p.add_argument("--secret", help="shared secret of the silo, if it has one")
-    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                   help="response timeout of the call (default: 3600)")
-    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS",
-                   help="progress poll period (default: 0.5)")
-    p.add_argument("--key-type", choices=("auto", "str", "int", "uuid"), default="auto",
-                   help="type of KEY (default: auto)")
-    p.add_argument("grain_type", metavar="GRAIN_TYPE", help="Spark grain type name")
-    p.add_argument("key", metavar="KEY", help="grain key")
-    p.add_argument("method", metavar="METHOD", help="method that runs the Spark job")
-    p.add_argument("args", nargs="*", metavar="ARGS", help="arguments (JSON or plain strings)")
 
 
 class ProgressBar:
