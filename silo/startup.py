@@ -18,6 +18,7 @@ import structlog
 
 from orleanspy import ConfigurationError, Silo, SiloOptions
 from orleanspy.logging import get_logger
+from orleanspy.spark.session import install_spark
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -168,8 +169,6 @@ async def run_silo(
             )
 
     if spark is not None:
-        from orleanspy.spark.session import install_spark
-
         install_spark(silo, spark)
 
     loop = asyncio.get_running_loop()
@@ -202,12 +201,7 @@ async def run_silo(
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in waits:
                 task.cancel()
-        code = await _stop(silo, forced, log)
-        if code == 0:
-            from orleanspy.spark.session import stop_spark
-
-            await stop_spark(silo)
-        return code
+        return await _stop(silo, forced, log)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -8,7 +8,7 @@ returns (Spark cancels only jobs that exist at that moment). Nothing that touche
 on the event loop.
 
 Binding to a silo: ``install_spark(silo, options_or_manager)``. A manager created from
-options belongs to that silo and is stopped when the silo stops; a manager passed in is
+options belongs to that silo and is stopped by the silo's lifecycle; a manager passed in is
 shared (tests share one session per test run) and its creator stops it. A silo without one
 gets a manager with ``SparkOptions()`` on its first Spark call.
 """
@@ -25,13 +25,13 @@ import sys
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy.logging import get_logger
 from orleanspy.spark._backend import Backend, ClassicBackend, ConnectBackend
 from orleanspy.spark.convert import to_plain
@@ -48,8 +48,8 @@ __all__ = [
     "SparkSessionManager",
     "SparkStatistics",
     "install_spark",
+    "installed_spark",
     "spark_for",
-    "stop_spark",
 ]
 
 T = TypeVar("T")
@@ -573,14 +573,22 @@ def _java() -> str | None:
 
 
 # -- binding to silos ----------------------------------------------------------------------
-@dataclass(slots=True)
-class _Binding:
-    manager: SparkSessionManager
-    owned: bool
-    watch: asyncio.Task[None] | None = None
+class _SparkSlot:
+    """The silo's Spark manager, kept on its lifecycle; the lifecycle's "spark" participant
+    stops it (if the silo owns it) and reports its statistics."""
 
+    __slots__ = ("manager", "owned")
 
-_BINDINGS: weakref.WeakKeyDictionary[Any, _Binding] = weakref.WeakKeyDictionary()
+    def __init__(self, manager: SparkSessionManager, owned: bool) -> None:
+        self.manager = manager
+        self.owned = owned
+
+    async def stop(self) -> None:
+        if self.owned:
+            await self.manager.stop()
+
+    def statistics(self) -> SparkStatistics:
+        return self.manager.statistics()
 
 
 def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = None) -> (
@@ -595,58 +603,39 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
 
     Returns:
         The manager.
+
+    Raises:
+        RuntimeError: the silo already runs another Spark session, or it is stopping.
     """
     if isinstance(spark, SparkSessionManager):
-        binding = _Binding(spark, owned=False)
+        manager, owned = spark, False
     else:
-        binding = _Binding(SparkSessionManager(spark), owned=True)
-    old = _BINDINGS.get(silo)
-    if old is not None and old.manager is not binding.manager and old.manager.started:
-        raise RuntimeError("this silo already runs a Spark session; install before first use")
-    _BINDINGS[silo] = binding
-    sources = getattr(silo, "statistics_sources", None)
-    if sources is not None:  # silo.statistics().extensions["spark"]
-        sources["spark"] = binding.manager.statistics
-    return binding.manager
+        manager, owned = SparkSessionManager(spark), True
+    lifecycle: Lifecycle = silo.lifecycle
+    slot = lifecycle.component(_SparkSlot)
+    if slot is not None:
+        if slot.manager is not manager and slot.manager.started:
+            raise RuntimeError("this silo already runs a Spark session; install before first use")
+        slot.manager, slot.owned = manager, owned
+        return manager
+    slot = _SparkSlot(manager, owned)
+    # Stops run by descending stage, and a SparkGrain's deactivation (stage GRAINS) cancels
+    # its jobs through this manager: the session stops at STORAGE, below GRAINS, so that it
+    # outlives every grain. The statistics are silo.statistics().extensions["spark"].
+    lifecycle.subscribe("spark", SiloStage.STORAGE, on_stop=slot.stop,
+                        statistics=slot.statistics)
+    lifecycle.set_component(_SparkSlot, slot)
+    return manager
 
 
 def spark_for(silo: Any) -> SparkSessionManager:
     """The silo's manager (installing one with default options on first use)."""
-    binding = _BINDINGS.get(silo)
-    if binding is None:
-        install_spark(silo, None)
-        binding = _BINDINGS[silo]
-    if binding.owned and binding.watch is None:
-        binding.watch = _watch(silo, binding.manager)
-    return binding.manager
+    manager = installed_spark(silo)
+    return manager if manager is not None else install_spark(silo, None)
 
 
-async def stop_spark(silo: Any) -> None:
-    """Stop the silo's own Spark session (a shared manager is left running)."""
-    binding = _BINDINGS.get(silo)
-    if binding is not None and binding.owned:
-        await binding.manager.stop()
-        watch, binding.watch = binding.watch, None
-        if watch is not None:
-            if not watch.done():
-                watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
-
-
-def _watch(silo: Any, manager: SparkSessionManager) -> asyncio.Task[None] | None:
-    """Stop an owned manager once its silo has stopped (after every grain deactivated).
-
-    The task belongs to the silo's binding; ``stop_spark`` cancels and awaits it.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    if not getattr(silo, "started", False):
-        return None
-
-    async def watch() -> None:
-        await silo.wait_stopped()
-        await manager.stop()
-
-    return loop.create_task(watch(), name="orleanspy-spark-stop-with-silo")
+def installed_spark(silo: Any) -> SparkSessionManager | None:
+    """The silo's manager if it has one (creates nothing: usable while the silo stops)."""
+    lifecycle: Lifecycle = silo.lifecycle
+    slot = lifecycle.component(_SparkSlot)
+    return None if slot is None else slot.manager
