@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, SiloOptions
+from orleanspy._util.urls import parse_backend_url
 
 __all__ = [
     "APP_KEY",
@@ -53,6 +54,10 @@ _CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 _FIELDS: Final = SiloOptions.field_names()
+_BACKENDS: Final = frozenset({"memory", "sqlite"})
+# back-end URL fields -> a valid value quoted in their errors
+_URL_FIELDS: Final = {"storage": "sqlite:orleanspy.db", "reminders": "sqlite:orleanspy.db",
+                      "membership": "sqlite:cluster.db"}
 _TYPES: Final[dict[str, Any]] = typing.get_type_hints(SiloOptions)
 
 
@@ -137,7 +142,11 @@ def _convert_text(name: str, text: str, source: str) -> object:
 
 
 def _validate(name: str, setting: _Setting) -> None:
-    """Check one value with SiloOptions' own rules, naming the source on failure."""
+    """Check one value with SiloOptions' own rules, naming the source on failure; a back-end
+    URL is parsed by the one URL parser first, so its error names the accepted forms."""
+    if name in _URL_FIELDS and isinstance(setting.value, str):
+        parse_backend_url(setting.value, key=setting.source, allow=_BACKENDS,
+                          example=_URL_FIELDS[name])
     try:
         SiloOptions(**{name: setting.value})
     except (ConfigurationError, TypeError) as exc:
