@@ -19,7 +19,6 @@ what ``enter`` set.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from orleanspy.spark.job import JobProgress, _Op
@@ -124,7 +123,7 @@ class ClassicBackend(Backend):
         return JobProgress(
             op.id, op.description, "running", jobs=jobs, stage=stage, tasks_done=done,
             tasks_total=total, fraction=fraction,
-            elapsed=time.monotonic() - op.started_at,
+            elapsed=op.elapsed(),
         )
 
     def set_log_level(self, level: str) -> None:
@@ -175,6 +174,6 @@ class ConnectBackend(Backend):
             op.id, op.description, "running", jobs=1, stage=None,
             tasks_done=finished, tasks_total=total,
             fraction=finished / total if total else 0.0,
-            elapsed=time.monotonic() - op.started_at,
+            elapsed=op.elapsed(),
         )
         op.pushed = snapshot  # published by the loop's next poll

@@ -1,6 +1,6 @@
 """A Spark job's timeout and cancel: a queued job times out without running, a thread that
-ignores the cancel still ends in the timeout, and a cancel that comes before the timeout is
-reported as a cancel."""
+ignores the cancel still ends in the timeout, a cancel that comes before the timeout is
+reported as a cancel, and the timeout runs on the manager's clock."""
 
 from __future__ import annotations
 
@@ -16,10 +16,14 @@ from orleanspy.spark import (
     JobProgress,
     SparkJobCancelledError,
     SparkJobTimeoutError,
+    SparkOptions,
     SparkSessionManager,
 )
+from orleanspy.spark import session as session_module
+from orleanspy.testing import FakeClock
 
 from .conftest import WAIT
+from .fakes import FakeBackend, FakeSession
 from .grains import _long
 
 
@@ -126,3 +130,60 @@ async def test_cancel_requested_before_the_timeout_is_a_cancel(
     after = spark_manager.statistics()
     assert after.jobs_timed_out == before.jobs_timed_out
     assert after.jobs_cancelled == before.jobs_cancelled + 1
+
+
+class _CancellableBackend(FakeBackend):
+    """A backend whose cancel releases the running job's function."""
+
+    def __init__(self, spark: Any) -> None:
+        super().__init__(spark)
+        self.release = threading.Event()
+        self.cancels = 0
+
+    def enter(self, op: Any) -> None:
+        pass
+
+    def exit(self, op: Any) -> None:
+        pass
+
+    def cancel(self, op: Any, first: bool) -> None:
+        self.cancels += 1
+        self.release.set()
+
+
+async def test_a_job_timeout_runs_on_the_managers_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The timeout, the progress polls and the cancel re-tries wait on the manager's clock:
+    # with a FakeClock, an hour-long timeout passes when the test advances the clock.
+    backends: list[_CancellableBackend] = []
+
+    def make_backend(spark: Any) -> _CancellableBackend:
+        backends.append(_CancellableBackend(spark))
+        return backends[-1]
+
+    monkeypatch.setattr(session_module, "_create_session", lambda options: (FakeSession(), True))
+    monkeypatch.setattr(session_module, "ClassicBackend", make_backend)
+    clock = FakeClock()
+    manager = SparkSessionManager(SparkOptions(master="local[1]"), clock=clock)
+    entered = threading.Event()
+
+    def waits_for_cancel(spark: Any) -> int:
+        entered.set()
+        backends[0].release.wait(WAIT)
+        return 1
+
+    try:
+        job = manager.submit(waits_for_cancel, tag="edge-clock", timeout=3600.0)
+        await asyncio.to_thread(entered.wait, WAIT)
+        assert not job.done()
+        async with asyncio.timeout(WAIT):
+            while not job.done():
+                await clock.run_for(600.0)
+                await asyncio.sleep(0)  # the worker thread's return reaches the loop
+        with pytest.raises(SparkJobTimeoutError):
+            await job
+        assert backends[0].cancels >= 1
+        assert job.progress.elapsed >= 3600.0
+    finally:
+        await manager.stop()
