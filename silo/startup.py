@@ -9,6 +9,7 @@ exit with code 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
@@ -213,13 +214,13 @@ async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:
     stopping = asyncio.ensure_future(silo.stop())
     forcing = asyncio.ensure_future(forced.wait())
     try:
-        done, _ = await asyncio.wait(
-            [stopping, forcing], timeout=limit, return_when=asyncio.FIRST_COMPLETED
-        )
+        with contextlib.suppress(TimeoutError):
+            async with silo.clock.timeout(limit):
+                await asyncio.wait([stopping, forcing], return_when=asyncio.FIRST_COMPLETED)
     finally:
         forcing.cancel()
         await asyncio.gather(forcing, return_exceptions=True)
-    if stopping in done:
+    if stopping.done():
         exc = stopping.exception()
         if exc is None:
             log.info("silo_exited", code=0)
@@ -232,7 +233,9 @@ async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:
         log.error("silo_stop_timeout", seconds=limit, code=1)
     stopping.cancel()
     # Give the interrupted shutdown a moment to unwind; asyncio.wait never raises for it.
-    await asyncio.wait([stopping], timeout=FORCED_EXIT_GRACE)
+    with contextlib.suppress(TimeoutError):
+        async with silo.clock.timeout(FORCED_EXIT_GRACE):
+            await asyncio.wait([stopping])
     if stopping.done() and not stopping.cancelled():
         stopping.exception()  # retrieved: already reported by the exit code
     return 1
