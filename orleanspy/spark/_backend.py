@@ -1,7 +1,6 @@
 """Spark back ends: per-call scoping, cancellation and progress, classic and Connect.
 
-Classic (embedded driver, py4j) and Spark Connect need different mechanisms, measured in
-shared/reference/pyspark-asyncio.md:
+Classic (embedded driver, py4j) and Spark Connect need different mechanisms:
 
 * Classic: ``SparkSession.addTag``/``interruptTag`` only work within one thread, so a call is
   scoped with SparkContext *job groups* (one per call, cancelled from any thread) and *job
