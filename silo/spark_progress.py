@@ -13,21 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from typing import Any, Final, TextIO
+
+from orleanspy import ClusterClient
+from orleanspy._util.clock import Clock, SystemClock
 
 __all__ = ["ProgressBar", "run_spark_job"]
 
 _WIDTH: Final = 30
+_CANCEL_TIMEOUT: Final = 5.0  # seconds the grain gets to answer cancel_spark on Ctrl-C
 
 
 class ProgressBar:
     """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  stage``."""
 
-    def __init__(self, stream: TextIO, *, tty: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO, *, tty: bool | None = None, clock: Clock | None = None
+    ) -> None:
         self.stream = stream
         self.tty = _isatty(stream) if tty is None else tty
-        self.started = time.monotonic()
+        self.clock = clock if clock is not None else SystemClock()
+        self.started = self.clock.monotonic()
         self.last = ""
         self.fraction = 0.0
         self.lines = 0
@@ -48,7 +54,7 @@ class ProgressBar:
         filled = int(self.fraction * _WIDTH)
         stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
         text = (f"[{'#' * filled}{'.' * (_WIDTH - filled)}] {self.fraction * 100:5.1f}%  "
-                f"{done}/{total} tasks  {time.monotonic() - self.started:6.1f}s")
+                f"{done}/{total} tasks  {self.clock.monotonic() - self.started:6.1f}s")
         return text + (f"  {stage[:40]}" if stage else "")
 
     def update(self, jobs: list[dict[str, Any]]) -> None:
@@ -78,7 +84,7 @@ def _isatty(stream: TextIO) -> bool:
 
 
 async def run_spark_job(
-    client: Any,
+    client: ClusterClient,
     grain_type: str,
     key: Any,
     method: str,
@@ -92,13 +98,16 @@ async def run_spark_job(
     Returns the method's result; re-raises its error. Cancelling this coroutine asks the
     grain to cancel its Spark jobs.
     """
-    bar = ProgressBar(stream or sys.stderr)
+    clock = client.clock
+    bar = ProgressBar(stream or sys.stderr, clock=clock)
     ref: Any = client.get_grain(grain_type, key)
     call = asyncio.ensure_future(ref.invoke(method, *args))
     ok = False
     try:
         while not call.done():
-            await asyncio.wait([call], timeout=interval)
+            with contextlib.suppress(TimeoutError):
+                async with clock.timeout(interval):
+                    await asyncio.wait([call])
             if call.done():
                 break
             try:
@@ -113,7 +122,7 @@ async def run_spark_job(
     except asyncio.CancelledError:
         if not call.done():
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
+                async with clock.timeout(_CANCEL_TIMEOUT):
                     await ref.invoke("cancel_spark")
             call.cancel()
             await asyncio.gather(call, return_exceptions=True)
