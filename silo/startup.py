@@ -19,7 +19,8 @@ import structlog
 
 from orleanspy import ConfigurationError, Silo, SiloOptions
 from orleanspy.logging import get_logger
-from orleanspy.spark.session import install_spark
+from orleanspy.spark.options import SparkOptions
+from orleanspy.spark.session import SparkSessionManager, install_spark
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -140,7 +141,7 @@ async def run_silo(
     on_ready: Callable[[Silo], None] | None = None,
     signals: Iterable[signal.Signals] = _STOP_SIGNALS,
     stream_providers: Mapping[str, Any] | None = None,
-    spark: Any = None,
+    spark: SparkOptions | SparkSessionManager | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -150,7 +151,8 @@ async def run_silo(
         on_ready: called once the silo serves requests (the CLI prints a ready line).
         signals: the signals that stop the silo (the first gracefully, the next forcibly).
         spark: ``SparkOptions`` of the silo's SparkSession (created on the first Spark job,
-            stopped after the silo); None uses the defaults.
+            stopped by the silo's lifecycle once every grain has deactivated), or a shared
+            ``SparkSessionManager`` its creator stops; None uses the defaults.
 
     Returns:
         0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
