@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, SiloOptions
+from orleanspy._util.urls import parse_backend_url
+from orleanspy.spark.options import SparkOptions
+from silo.spark_config import parse_spark
+from silo.streams_config import parse_streams
 
 __all__ = [
     "APP_KEY",
@@ -53,6 +57,10 @@ _CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 _FIELDS: Final = SiloOptions.field_names()
+_BACKENDS: Final = frozenset({"memory", "sqlite"})
+# back-end URL fields -> a valid value quoted in their errors
+_URL_FIELDS: Final = {"storage": "sqlite:orleanspy.db", "reminders": "sqlite:orleanspy.db",
+                      "membership": "sqlite:cluster.db"}
 _TYPES: Final[dict[str, Any]] = typing.get_type_hints(SiloOptions)
 
 
@@ -74,7 +82,7 @@ class SiloConfig:
     options: SiloOptions
     app: tuple[str, ...] = ()
     streams: Mapping[str, Any] = field(default_factory=dict)
-    spark: Any = None  # SparkOptions from the [spark] table (silo/spark_config.py), or None
+    spark: SparkOptions | None = None  # the [spark] table (silo/spark_config.py)
     config_file: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -137,7 +145,11 @@ def _convert_text(name: str, text: str, source: str) -> object:
 
 
 def _validate(name: str, setting: _Setting) -> None:
-    """Check one value with SiloOptions' own rules, naming the source on failure."""
+    """Check one value with SiloOptions' own rules, naming the source on failure; a back-end
+    URL is parsed by the one URL parser first, so its error names the accepted forms."""
+    if name in _URL_FIELDS and isinstance(setting.value, str):
+        parse_backend_url(setting.value, key=setting.source, allow=_BACKENDS,
+                          example=_URL_FIELDS[name])
     try:
         SiloOptions(**{name: setting.value})
     except (ConfigurationError, TypeError) as exc:
@@ -312,22 +324,18 @@ def load_config(
             merged[name] = setting
     app_setting = merged.pop(APP_KEY, None)
     streams: dict[str, Any] = {}
-    spark: Any = None
+    spark: SparkOptions | None = None
     try:
         options = SiloOptions(**{name: s.value for name, s in merged.items()})
     except ConfigurationError as exc:  # pragma: no cover - every field was checked alone
         raise ConfigurationError(f"invalid configuration: {exc}") from None
     if path is not None:
-        from silo.streams_config import parse_streams
-
         with path.open("rb") as f:
             document = tomllib.load(f)
         tables = document.get(_STREAMS)
         if tables is not None:
             streams = parse_streams(tables, options.data_dir, str(path))
         if _SPARK in document:
-            from silo.spark_config import parse_spark
-
             spark = parse_spark(document[_SPARK], str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}
     if app_setting is not None:

@@ -9,6 +9,7 @@ exit with code 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
@@ -18,6 +19,8 @@ import structlog
 
 from orleanspy import ConfigurationError, Silo, SiloOptions
 from orleanspy.logging import get_logger
+from orleanspy.spark.options import SparkOptions
+from orleanspy.spark.session import SparkSessionManager, install_spark
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -138,7 +141,7 @@ async def run_silo(
     on_ready: Callable[[Silo], None] | None = None,
     signals: Iterable[signal.Signals] = _STOP_SIGNALS,
     stream_providers: Mapping[str, Any] | None = None,
-    spark: Any = None,
+    spark: SparkOptions | SparkSessionManager | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -148,7 +151,8 @@ async def run_silo(
         on_ready: called once the silo serves requests (the CLI prints a ready line).
         signals: the signals that stop the silo (the first gracefully, the next forcibly).
         spark: ``SparkOptions`` of the silo's SparkSession (created on the first Spark job,
-            stopped after the silo); None uses the defaults.
+            stopped by the silo's lifecycle once every grain has deactivated), or a shared
+            ``SparkSessionManager`` its creator stops; None uses the defaults.
 
     Returns:
         0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
@@ -168,8 +172,6 @@ async def run_silo(
             )
 
     if spark is not None:
-        from orleanspy.spark.session import install_spark
-
         install_spark(silo, spark)
 
     loop = asyncio.get_running_loop()
@@ -202,12 +204,7 @@ async def run_silo(
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in waits:
                 task.cancel()
-        code = await _stop(silo, forced, log)
-        if code == 0:
-            from orleanspy.spark.session import stop_spark
-
-            await stop_spark(silo)
-        return code
+        return await _stop(silo, forced, log)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
@@ -219,13 +216,13 @@ async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:
     stopping = asyncio.ensure_future(silo.stop())
     forcing = asyncio.ensure_future(forced.wait())
     try:
-        done, _ = await asyncio.wait(
-            [stopping, forcing], timeout=limit, return_when=asyncio.FIRST_COMPLETED
-        )
+        with contextlib.suppress(TimeoutError):
+            async with silo.clock.timeout(limit):
+                await asyncio.wait([stopping, forcing], return_when=asyncio.FIRST_COMPLETED)
     finally:
         forcing.cancel()
         await asyncio.gather(forcing, return_exceptions=True)
-    if stopping in done:
+    if stopping.done():
         exc = stopping.exception()
         if exc is None:
             log.info("silo_exited", code=0)
@@ -238,7 +235,9 @@ async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:
         log.error("silo_stop_timeout", seconds=limit, code=1)
     stopping.cancel()
     # Give the interrupted shutdown a moment to unwind; asyncio.wait never raises for it.
-    await asyncio.wait([stopping], timeout=FORCED_EXIT_GRACE)
+    with contextlib.suppress(TimeoutError):
+        async with silo.clock.timeout(FORCED_EXIT_GRACE):
+            await asyncio.wait([stopping])
     if stopping.done() and not stopping.cancelled():
         stopping.exception()  # retrieved: already reported by the exit code
     return 1

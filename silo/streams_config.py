@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
-from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError
+from orleanspy._util.urls import parse_backend_url
 from orleanspy.streams.adapters import (
     GeneratorAdapterFactory,
     GeneratorOptions,
@@ -46,6 +45,8 @@ _OPTION_FIELDS: Final = tuple(
 )
 _GENERATOR_FIELDS: Final = ("namespace", "streams_per_queue", "events_per_stream")
 _KNOWN: Final = (*_OPTION_FIELDS, "adapter", "namespaces", "generator")
+_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite"})
+_ADAPTER_WORDS: Final = frozenset({"generator"})
 
 
 def _unknown(where: str, key: str, known: tuple[str, ...]) -> ConfigurationError:
@@ -55,11 +56,12 @@ def _unknown(where: str, key: str, known: tuple[str, ...]) -> ConfigurationError
 
 
 def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> QueueAdapterFactory:
-    if not isinstance(url, str):
-        raise ConfigurationError(f"{where}.adapter must be a string such as \"sqlite:streams.db\"")
-    if url == "memory":
+    parsed = parse_backend_url(url, key=f"{where}.adapter", data_dir=data_dir,
+                               allow=_ADAPTER_BACKENDS, words=_ADAPTER_WORDS,
+                               example="sqlite:streams.db")
+    if parsed.scheme == "memory":
         return MemoryAdapterFactory()
-    if url == "generator":
+    if parsed.scheme == "word":  # generator
         gen = table.get("generator", {})
         if not isinstance(gen, dict):
             raise ConfigurationError(f"{where}.generator must be a table")
@@ -70,16 +72,7 @@ def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> Queu
             return GeneratorAdapterFactory(GeneratorOptions(**gen))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{where}.generator: {exc}") from None
-    if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:").removeprefix("//")
-        if not path:
-            raise ConfigurationError(
-                f"{where}.adapter = {url!r}: name a file, e.g. sqlite:streams.db"
-            )
-        return SqliteAdapterFactory(path if os.path.isabs(path) else str(Path(data_dir) / path))
-    raise ConfigurationError(
-        f"{where}.adapter = {url!r}: use memory, generator or sqlite:PATH"
-    )
+    return SqliteAdapterFactory(parsed.path)
 
 
 def parse_streams(

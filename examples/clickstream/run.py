@@ -27,7 +27,7 @@ from examples.clickstream.grains import (
     visitor_key,
 )
 from orleanspy import Silo, SiloOptions
-from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark, stop_spark
+from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
 from orleanspy.streams import (
     GeneratorAdapterFactory,
     GeneratorOptions,
@@ -77,7 +77,6 @@ async def run_pipeline(
         report: dict[str, Any] = await silo.get_grain(ClickAnalytics, "daily").with_timeout(
             timeout).report(str(lake), 5)
         analysed = time.monotonic() - started
-    await stop_spark(silo)  # the silo's own session (a shared manager is left running)
     files = sorted(lake.glob("date=*/*.parquet"))
     report.update(expected=expected, counters=counters, progress=progress,
                   files=len(files), dates=sorted({f.parent.name for f in files}),

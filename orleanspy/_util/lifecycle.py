@@ -3,8 +3,11 @@
 A component subscribes a start and a stop at a stage; ``start()`` runs the stages in
 ascending order and ``stop()`` in descending order, so what started first stops last. A
 component that must act at two moments (a gateway that stops accepting early and closes its
-connections late) subscribes twice. A start that fails stops, in reverse, everything that
-had started, then raises; a stop that fails is logged and the remaining stops still run.
+connections late) subscribes twice. A component created lazily keeps itself on the
+lifecycle under its type (``set_component``/``component``) so that its users find the one
+instance of their silo without a module-level registry. A start that fails stops, in
+reverse, everything that had started, then raises; a stop that fails is logged and the
+remaining stops still run.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["Lifecycle", "LifecycleObserver", "SiloStage"]
 
 Step = Callable[[], Awaitable[None]]
+C = TypeVar("C")
 
 
 class SiloStage(IntEnum):
@@ -60,7 +64,7 @@ class Lifecycle:
         log: a structlog logger; stop failures are logged on it as ``lifecycle_stop_failed``.
     """
 
-    __slots__ = ("_log", "_observers", "_running", "_started", "_stopping")
+    __slots__ = ("_components", "_log", "_observers", "_running", "_started", "_stopping")
 
     def __init__(self, log: Any) -> None:
         self._log = log
@@ -68,6 +72,7 @@ class Lifecycle:
         self._started: list[LifecycleObserver] = []
         self._stopping = False
         self._running = False
+        self._components: dict[type[Any], Any] = {}
 
     def subscribe(
         self,
@@ -95,6 +100,15 @@ class Lifecycle:
         self._observers.append(obs)
         if self._running:
             self._started.append(obs)
+
+    def component(self, key: type[C]) -> C | None:
+        """The component kept under ``key`` (its type), or None."""
+        found: C | None = self._components.get(key)
+        return found
+
+    def set_component(self, key: type[C], value: C) -> None:
+        """Keep ``value`` under ``key`` for ``component(key)``; replaces an earlier one."""
+        self._components[key] = value
 
     @property
     def observers(self) -> tuple[LifecycleObserver, ...]:

@@ -24,8 +24,8 @@ from orleanspy.spark.session import (
     SparkSessionManager,
     SparkStatistics,
     install_spark,
+    installed_spark,
     spark_for,
-    stop_spark,
 )
 from orleanspy.spark.sink import ParquetSink, ParquetSinkWriter, SinkStatistics
 
@@ -46,7 +46,7 @@ __all__ = [
     "SparkStatistics",
     "SparkUnavailableError",
     "install_spark",
+    "installed_spark",
     "spark_for",
-    "stop_spark",
     "to_plain",
 ]

@@ -1,7 +1,6 @@
 """Spark back ends: per-call scoping, cancellation and progress, classic and Connect.
 
-Classic (embedded driver, py4j) and Spark Connect need different mechanisms, measured in
-shared/reference/pyspark-asyncio.md:
+Classic (embedded driver, py4j) and Spark Connect need different mechanisms:
 
 * Classic: ``SparkSession.addTag``/``interruptTag`` only work within one thread, so a call is
   scoped with SparkContext *job groups* (one per call, cancelled from any thread) and *job
@@ -19,7 +18,6 @@ what ``enter`` set.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from orleanspy.spark.job import JobProgress, _Op
@@ -124,7 +122,7 @@ class ClassicBackend(Backend):
         return JobProgress(
             op.id, op.description, "running", jobs=jobs, stage=stage, tasks_done=done,
             tasks_total=total, fraction=fraction,
-            elapsed=time.monotonic() - op.started_at,
+            elapsed=op.elapsed(),
         )
 
     def set_log_level(self, level: str) -> None:
@@ -175,6 +173,6 @@ class ConnectBackend(Backend):
             op.id, op.description, "running", jobs=1, stage=None,
             tasks_done=finished, tasks_total=total,
             fraction=finished / total if total else 0.0,
-            elapsed=time.monotonic() - op.started_at,
+            elapsed=op.elapsed(),
         )
         op.pushed = snapshot  # published by the loop's next poll

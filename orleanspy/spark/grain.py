@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import always_interleave
 from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob
-from orleanspy.spark.session import SparkSessionManager, spark_for
+from orleanspy.spark.session import SparkSessionManager, installed_spark, spark_for
 
 __all__ = ["SparkGrain"]
 
@@ -122,7 +122,8 @@ class SparkGrain(Grain):
 
     def cancel_spark_jobs(self, reason: str = "cancelled by the grain") -> int:
         """Cancel every Spark job this grain has in flight; returns how many."""
-        return self.spark.cancel_tag(self.spark_tag, reason)
+        manager = installed_spark(self.silo)
+        return 0 if manager is None else manager.cancel_tag(self.spark_tag, reason)
 
     @always_interleave
     async def spark_progress(self) -> list[dict[str, Any]]:
@@ -136,7 +137,8 @@ class SparkGrain(Grain):
         return self.cancel_spark_jobs("cancelled by a caller")
 
     def _spark_jobs(self) -> list[JobProgress]:
-        return self.spark.jobs(self.spark_tag)
+        manager = installed_spark(self.silo)
+        return [] if manager is None else manager.jobs(self.spark_tag)
 
     async def on_deactivate(self, reason: Any) -> None:
         """Cancel whatever this grain still runs. Subclasses overriding it call super()."""

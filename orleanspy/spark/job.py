@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from orleanspy._util.clock import Clock
 from orleanspy.logging import get_logger
 
 __all__ = ["JobProgress", "SparkJob"]
@@ -55,15 +56,29 @@ class _Op:
     """The shared state of one call: written by the loop and read by the worker thread."""
 
     __slots__ = (
-        "args", "cancel_reason", "convert", "description", "error_class", "fn", "guard",
-        "id", "listeners", "progress", "pushed", "spark_error", "started", "started_at", "tag",
+        "args",
+        "cancel_reason",
+        "clock",
+        "convert",
+        "description",
+        "error_class",
+        "fn",
+        "guard",
+        "id",
+        "listeners",
+        "progress",
+        "pushed",
+        "spark_error",
+        "started",
+        "started_at",
+        "tag",
         "thread_done",
     )
 
     def __init__(
         self, op_id: str, tag: str, description: str, fn: Callable[..., Any],
         args: tuple[Any, ...], guard: Callable[[], str | None] | None, convert: bool,
-        started_at: float,
+        clock: Clock,
     ) -> None:
         self.id = op_id
         self.tag = tag
@@ -77,10 +92,15 @@ class _Op:
         self.cancel_reason: str | None = None
         self.error_class: str | None = None
         self.spark_error: str | None = None  # Spark's own words on how the op ended
-        self.started_at = started_at
+        self.clock = clock
+        self.started_at = clock.monotonic()
         self.progress = JobProgress(op_id, description, "queued")
         self.pushed: JobProgress | None = None  # written by a worker thread (Connect)
         self.listeners: list[Callable[[JobProgress], None]] = []
+
+    def elapsed(self) -> float:
+        """Seconds since the call was submitted, on the manager's clock (any thread)."""
+        return self.clock.monotonic() - self.started_at
 
     def publish(self, progress: JobProgress) -> None:
         """Record a new snapshot (monotonic fraction) and tell the listeners (on the loop;

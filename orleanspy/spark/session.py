@@ -8,7 +8,7 @@ returns (Spark cancels only jobs that exist at that moment). Nothing that touche
 on the event loop.
 
 Binding to a silo: ``install_spark(silo, options_or_manager)``. A manager created from
-options belongs to that silo and is stopped when the silo stops; a manager passed in is
+options belongs to that silo and is stopped by the silo's lifecycle; a manager passed in is
 shared (tests share one session per test run) and its creator stops it. A silo without one
 gets a manager with ``SparkOptions()`` on its first Spark call.
 """
@@ -17,21 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import itertools
 import os
 import shutil
 import sys
 import threading
-import time
 import uuid
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy.logging import get_logger
 from orleanspy.spark._backend import Backend, ClassicBackend, ConnectBackend
 from orleanspy.spark.convert import to_plain
@@ -48,8 +49,8 @@ __all__ = [
     "SparkSessionManager",
     "SparkStatistics",
     "install_spark",
+    "installed_spark",
     "spark_for",
-    "stop_spark",
 ]
 
 T = TypeVar("T")
@@ -85,8 +86,11 @@ class SparkSessionManager:
         await manager.stop()
     """
 
-    def __init__(self, options: SparkOptions | None = None) -> None:
+    def __init__(self, options: SparkOptions | None = None, *, clock: Clock | None = None) -> None:
         self.options = options if options is not None else SparkOptions()
+        #: Every wait on the loop (progress polls, cancel re-tries, the stop's deadline) and
+        #: every job's elapsed time; a silo's own manager takes the silo's clock.
+        self.clock = clock if clock is not None else SystemClock()
         self.log = get_logger(__name__, master=self.options.connect_url or self.options.master)
         self._pool = ThreadPoolExecutor(
             max_workers=self.options.max_concurrent_jobs, thread_name_prefix="orleanspy-spark"
@@ -145,7 +149,7 @@ class SparkSessionManager:
             if self._backend is not None:
                 return self._backend
             self._state = "starting"
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 session, owned = _create_session(self.options)
                 backend: Backend = (
@@ -157,7 +161,8 @@ class SparkSessionManager:
                 raise
             self._session, self._backend, self._owns_session = session, backend, owned
             self._state = "running"
-            self.log.info("spark_session_started", seconds=round(time.monotonic() - started, 2),
+            self.log.info("spark_session_started",
+                          seconds=round(self.clock.monotonic() - started, 2),
                           connect=self.is_connect, reused=not owned)
             return backend
 
@@ -176,21 +181,22 @@ class SparkSessionManager:
             return
         self._stop_done = loop.create_future()
         try:
-            await self._stop(loop)
+            await self._stop()
         finally:
             self._stop_done.set_result(None)
 
-    async def _stop(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _stop(self) -> None:
+        clock = self.clock
         self._stopping = True
         self._state = "stopping"
-        deadline = loop.time() + self.options.stop_timeout
+        deadline = clock.monotonic() + self.options.stop_timeout
         for op in self._ops.values():
             op.cancel_reason = op.cancel_reason or "the Spark session is stopping"
         # A session being created (the lazy start takes seconds) must exist before it is
         # stopped, or it would come up after stop() and run unowned: wait for its creator.
         await asyncio.to_thread(self._wait_for_start)
         backend = self._backend
-        while loop.time() < deadline:
+        while clock.monotonic() < deadline:
             running = [op for op in self._ops.values()
                        if op.started and not op.thread_done.is_set()]
             if not running:
@@ -241,7 +247,7 @@ class SparkSessionManager:
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         op_id = f"{tag}#{next(self._ids)}-{uuid.uuid4().hex[:8]}"
-        op = _Op(op_id, tag, description, fn, args, guard, convert, time.monotonic())
+        op = _Op(op_id, tag, description, fn, args, guard, convert, self.clock)
         if on_progress is not None:
             op.listeners.append(on_progress)
         self._ops[op_id] = op
@@ -323,9 +329,9 @@ class SparkSessionManager:
             op.thread_done.set()
 
     async def _drive(self, op: _Op, timeout: float | None) -> Any:
-        loop = asyncio.get_running_loop()
+        clock = self.clock
         interval = self.options.progress_interval
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else clock.monotonic() + timeout
         ctx = contextvars.copy_context()
         queued = self._pool.submit(ctx.run, self._body, op)
         fut = asyncio.wrap_future(queued)
@@ -333,12 +339,12 @@ class SparkSessionManager:
         timed_out = False
         try:
             while not fut.done():
-                wait = interval if deadline is None else min(interval, deadline - loop.time())
+                wait = interval if deadline is None else min(interval, deadline - clock.monotonic())
                 if wait > 0:
-                    await asyncio.wait([fut], timeout=wait)
+                    await self._wait_done(fut, wait)
                     if fut.done():
                         break
-                if (deadline is not None and loop.time() >= deadline
+                if (deadline is not None and clock.monotonic() >= deadline
                         and op.cancel_reason is None):  # a cancel that came first wins
                     timed_out = True
                     op.cancel_reason = f"timed out after {timeout:g} s"
@@ -349,7 +355,7 @@ class SparkSessionManager:
                 if op.cancel_reason is not None:
                     await self._cancel_until_returned(op, fut, queued)
                     break
-                await self._poll(op, loop)
+                await self._poll(op)
         except asyncio.CancelledError:
             op.cancel_reason = op.cancel_reason or "the caller was cancelled"
             await self._cancel_until_returned(op, fut, queued)
@@ -360,13 +366,20 @@ class SparkSessionManager:
             raise
         return self._outcome(op, fut, timed_out)
 
-    async def _poll(self, op: _Op, loop: asyncio.AbstractEventLoop) -> None:
+    async def _wait_done(self, fut: asyncio.Future[Any], seconds: float) -> None:
+        """Wait until ``fut`` is done or ``seconds`` of the clock pass (``fut`` is neither
+        cancelled nor its error raised here)."""
+        with contextlib.suppress(TimeoutError):
+            async with self.clock.timeout(seconds):
+                await asyncio.wait([fut])
+
+    async def _poll(self, op: _Op) -> None:
         backend = self._backend
         if backend is None or not op.started:
             return
         if backend.polls_progress:
             try:
-                snapshot = await loop.run_in_executor(None, backend.progress, op)
+                snapshot = await asyncio.to_thread(backend.progress, op)
             except Exception as exc:  # a poll is best effort: the job goes on
                 self.log.debug("spark_progress_poll_failed", job_group=op.id, error=repr(exc))
                 return
@@ -382,8 +395,8 @@ class SparkSessionManager:
         returns (a cancel misses jobs submitted after it). A call still waiting for a worker
         is taken off the queue (it never runs). A second cancellation of the waiting task
         does not stop this loop; it is re-raised at the end."""
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        clock = self.clock
+        start = clock.monotonic()
         first = True
         interrupted: asyncio.CancelledError | None = None
         self.log.info("spark_job_cancelling", job_group=op.id, reason=op.cancel_reason)
@@ -395,19 +408,19 @@ class SparkSessionManager:
                 if backend is not None and (op.started or first):
                     await asyncio.to_thread(_quietly, backend.cancel, op, first)
                     first = False
-                await asyncio.wait([fut], timeout=self.options.cancel_interval)
+                await self._wait_done(fut, self.options.cancel_interval)
             except asyncio.CancelledError as exc:
                 interrupted = exc
-            if loop.time() - start > self.options.stop_timeout and not fut.done():
+            if clock.monotonic() - start > self.options.stop_timeout and not fut.done():
                 self.log.error("spark_job_cancel_overrun", job_group=op.id,
-                               seconds=round(loop.time() - start, 1))
+                               seconds=round(clock.monotonic() - start, 1))
                 break
         if fut.done() and not fut.cancelled():
             error = fut.exception()  # retrieved: the op's outcome is the cancellation
             if error is not None and _is_spark_error(error):
                 op.spark_error = _head(error)
         self.log.info("spark_job_cancelled", job_group=op.id,
-                      seconds=round(loop.time() - start, 3))
+                      seconds=round(clock.monotonic() - start, 3))
         if interrupted is not None:
             self._finish(op, "cancelled")
             raise interrupted
@@ -448,7 +461,7 @@ class SparkSessionManager:
         self._counts[outcome] += 1
         state = {"succeeded": "succeeded", "failed": "failed"}.get(outcome, "cancelled")
         prev = op.progress
-        final = replace(prev, state=state, elapsed=time.monotonic() - op.started_at,
+        final = replace(prev, state=state, elapsed=op.elapsed(),
                         fraction=1.0 if state == "succeeded" else prev.fraction,
                         tasks_done=prev.tasks_total if state == "succeeded" else
                         prev.tasks_done)
@@ -573,14 +586,22 @@ def _java() -> str | None:
 
 
 # -- binding to silos ----------------------------------------------------------------------
-@dataclass(slots=True)
-class _Binding:
-    manager: SparkSessionManager
-    owned: bool
-    watch: asyncio.Task[None] | None = None
+class _SparkSlot:
+    """The silo's Spark manager, kept on its lifecycle; the lifecycle's "spark" participant
+    stops it (if the silo owns it) and reports its statistics."""
 
+    __slots__ = ("manager", "owned")
 
-_BINDINGS: weakref.WeakKeyDictionary[Any, _Binding] = weakref.WeakKeyDictionary()
+    def __init__(self, manager: SparkSessionManager, owned: bool) -> None:
+        self.manager = manager
+        self.owned = owned
+
+    async def stop(self) -> None:
+        if self.owned:
+            await self.manager.stop()
+
+    def statistics(self) -> SparkStatistics:
+        return self.manager.statistics()
 
 
 def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = None) -> (
@@ -595,58 +616,39 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
 
     Returns:
         The manager.
+
+    Raises:
+        RuntimeError: the silo already runs another Spark session, or it is stopping.
     """
     if isinstance(spark, SparkSessionManager):
-        binding = _Binding(spark, owned=False)
+        manager, owned = spark, False
     else:
-        binding = _Binding(SparkSessionManager(spark), owned=True)
-    old = _BINDINGS.get(silo)
-    if old is not None and old.manager is not binding.manager and old.manager.started:
-        raise RuntimeError("this silo already runs a Spark session; install before first use")
-    _BINDINGS[silo] = binding
-    sources = getattr(silo, "statistics_sources", None)
-    if sources is not None:  # silo.statistics().extensions["spark"]
-        sources["spark"] = binding.manager.statistics
-    return binding.manager
+        manager, owned = SparkSessionManager(spark, clock=silo.clock), True
+    lifecycle: Lifecycle = silo.lifecycle
+    slot = lifecycle.component(_SparkSlot)
+    if slot is not None:
+        if slot.manager is not manager and slot.manager.started:
+            raise RuntimeError("this silo already runs a Spark session; install before first use")
+        slot.manager, slot.owned = manager, owned
+        return manager
+    slot = _SparkSlot(manager, owned)
+    # Stops run by descending stage, and a SparkGrain's deactivation (stage GRAINS) cancels
+    # its jobs through this manager: the session stops at STORAGE, below GRAINS, so that it
+    # outlives every grain. The statistics are silo.statistics().extensions["spark"].
+    lifecycle.subscribe("spark", SiloStage.STORAGE, on_stop=slot.stop,
+                        statistics=slot.statistics)
+    lifecycle.set_component(_SparkSlot, slot)
+    return manager
 
 
 def spark_for(silo: Any) -> SparkSessionManager:
     """The silo's manager (installing one with default options on first use)."""
-    binding = _BINDINGS.get(silo)
-    if binding is None:
-        install_spark(silo, None)
-        binding = _BINDINGS[silo]
-    if binding.owned and binding.watch is None:
-        binding.watch = _watch(silo, binding.manager)
-    return binding.manager
+    manager = installed_spark(silo)
+    return manager if manager is not None else install_spark(silo, None)
 
 
-async def stop_spark(silo: Any) -> None:
-    """Stop the silo's own Spark session (a shared manager is left running)."""
-    binding = _BINDINGS.get(silo)
-    if binding is not None and binding.owned:
-        await binding.manager.stop()
-        watch, binding.watch = binding.watch, None
-        if watch is not None:
-            if not watch.done():
-                watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
-
-
-def _watch(silo: Any, manager: SparkSessionManager) -> asyncio.Task[None] | None:
-    """Stop an owned manager once its silo has stopped (after every grain deactivated).
-
-    The task belongs to the silo's binding; ``stop_spark`` cancels and awaits it.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    if not getattr(silo, "started", False):
-        return None
-
-    async def watch() -> None:
-        await silo.wait_stopped()
-        await manager.stop()
-
-    return loop.create_task(watch(), name="orleanspy-spark-stop-with-silo")
+def installed_spark(silo: Any) -> SparkSessionManager | None:
+    """The silo's manager if it has one (creates nothing: usable while the silo stops)."""
+    lifecycle: Lifecycle = silo.lifecycle
+    slot = lifecycle.component(_SparkSlot)
+    return None if slot is None else slot.manager

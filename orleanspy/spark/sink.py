@@ -291,7 +291,8 @@ class ParquetSink(Grain):
             fresh.append((item, tok))
         if not fresh:
             return []
-        files = await asyncio.to_thread(writer.write, slug, str(key), fresh)
+        files = await asyncio.to_thread(writer.write, slug, str(key), fresh,
+                                        self.silo.clock.time())
         marks[slug] = fresh[-1][1]
         stats[0] += len(files)
         stats[1] += len(fresh)

@@ -14,8 +14,8 @@ from orleanspy.spark.session import _create_session
 from orleanspy.testing import TestCluster
 from silo.cli import main
 from silo.config import load_config
-from silo.spark_cli import ProgressBar, run_spark_job
 from silo.spark_config import apply_spark_overrides, parse_spark
+from silo.spark_progress import ProgressBar, run_spark_job
 from tests.integration.silo_process import SiloLauncher, run_cli_to_end
 
 
@@ -43,6 +43,17 @@ def test_progress_bar_renders_tasks_and_never_goes_back() -> None:
 
     assert "50.0%" in first and "3/6 tasks" in first and first.endswith("s")
     assert "50.0%" in second and "3/12 tasks" in second
+
+
+def test_progress_bar_final_line_keeps_the_task_counts() -> None:
+    # finish() renders no jobs: the final line keeps the last task counts seen.
+    out = io.StringIO()
+    bar = ProgressBar(out, tty=False)
+    bar.update([{"tasks_done": 3, "tasks_total": 8, "fraction": 0.375}])
+    bar.finish(True)
+
+    last = out.getvalue().splitlines()[-1]
+    assert "100.0%" in last and "8/8 tasks" in last and last.endswith("done"), last
 
 
 def test_spark_config_from_toml_table(tmp_path: Path) -> None:

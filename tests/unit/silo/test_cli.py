@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from silo.cli import _render as render
 from silo.cli import main, parse_arg, parse_key
+from silo.commands.common import render
 
 
 @pytest.mark.parametrize(

@@ -196,3 +196,37 @@ def test_find_config_file_order(tmp_path: Path) -> None:
     assert find_config_file(None, {}, tmp_path) == local
     assert find_config_file(None, {"ORLEANSPY_CONFIG": "/e.toml"}, tmp_path) == Path("/e.toml")
     assert find_config_file("x.toml", {"ORLEANSPY_CONFIG": "/e.toml"}, tmp_path) == Path("x.toml")
+
+
+def test_load_config_bad_backend_url_names_the_key_and_the_forms(tmp_path: Path) -> None:
+    path = write(tmp_path, '[silo]\nstorage = "postgres:db"\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: key silo.storage = 'postgres:db': unknown back end")
+    assert "memory | sqlite:PATH" in message
+    with pytest.raises(ConfigurationError, match=r"environment variable ORLEANSPY_MEMBERSHIP "
+                       r"= 'sqlite:': no file named; use memory \| sqlite:PATH"):
+        load_config(environ={"ORLEANSPY_MEMBERSHIP": "sqlite:"})
+    with pytest.raises(ConfigurationError, match=r"flag --reminders = 'redis://h': unknown"):
+        load_config(None, {"reminders": "redis://h"}, environ={})
+
+
+def test_stream_adapter_urls_resolve_against_the_data_dir(tmp_path: Path) -> None:
+    path = write(tmp_path, '[silo]\ndata_dir = "d"\n[streams.a]\nadapter = "sqlite:s.db"\n'
+                 '[streams.b]\nadapter = "memory"\n[streams.c]\nadapter = "generator"\n')
+    streams = load_config(path, environ={}).streams
+    assert set(streams) == {"a", "b", "c"}
+    factories = {name: type(p.adapter_factory).__name__ for name, p in streams.items()}
+    assert factories == {"a": "SqliteAdapterFactory", "b": "MemoryAdapterFactory",
+                         "c": "GeneratorAdapterFactory"}
+    assert streams["a"].adapter_factory._path == str(tmp_path / "d" / "s.db")
+
+
+def test_bad_stream_adapter_names_the_key_and_the_forms(tmp_path: Path) -> None:
+    path = write(tmp_path, '[streams.events]\nadapter = "kafka://x"\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: streams.events.adapter = 'kafka://x': unknown back end")
+    assert "generator | memory | sqlite:PATH" in message

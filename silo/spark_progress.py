@@ -1,4 +1,5 @@
-"""``orleanspy spark run``: call a Spark grain's method and show its job's progress bar.
+"""The progress bar of ``orleanspy spark run``: call a Spark grain's method and draw its job's
+progress.
 
 The method is called through a gateway like ``orleanspy call``; while it runs, the command
 polls the grain's ``spark_progress()`` (an always-interleaved ``SparkGrain`` method) every
@@ -9,55 +10,30 @@ Spark jobs (``cancel_spark``) before exiting.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sys
-import time
 from typing import Any, Final, TextIO
 
-__all__ = ["ProgressBar", "add_spark_arguments", "run_spark_job"]
+from orleanspy import ClusterClient
+from orleanspy._util.clock import Clock, SystemClock
 
-EXIT_OK: Final = 0
-EXIT_CALL_FAILED: Final = 1
-EXIT_USAGE: Final = 2
+__all__ = ["ProgressBar", "run_spark_job"]
+
 _WIDTH: Final = 30
-
-SPARK_RUN_EPILOG: Final = """\
-Example:
-  orleanspy spark run --gateway 127.0.0.1:30000 ClickAnalytics daily report '"lake"'
-
-The grain must derive from orleanspy.spark.SparkGrain. ARGS are JSON when they parse as
-JSON, else plain strings. Exit codes as for 'orleanspy call'.
-"""
-
-
-def add_spark_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gateway", metavar="HOST:PORT",
-                   help="gateway to connect to (default: from the config file, else "
-                   "127.0.0.1:30000)")
-    p.add_argument("--config", metavar="FILE", help="TOML config file (cluster_id, secret)")
-    p.add_argument("--cluster-id", help="cluster id (default: dev)")
-    p.add_argument("--secret", help="shared secret of the silo, if it has one")
-    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                   help="response timeout of the call (default: 3600)")
-    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS",
-                   help="progress poll period (default: 0.5)")
-    p.add_argument("--key-type", choices=("auto", "str", "int", "uuid"), default="auto",
-                   help="type of KEY (default: auto)")
-    p.add_argument("grain_type", metavar="GRAIN_TYPE", help="Spark grain type name")
-    p.add_argument("key", metavar="KEY", help="grain key")
-    p.add_argument("method", metavar="METHOD", help="method that runs the Spark job")
-    p.add_argument("args", nargs="*", metavar="ARGS", help="arguments (JSON or plain strings)")
+_CANCEL_TIMEOUT: Final = 5.0  # seconds the grain gets to answer cancel_spark on Ctrl-C
 
 
 class ProgressBar:
     """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  stage``."""
 
-    def __init__(self, stream: TextIO, *, tty: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO, *, tty: bool | None = None, clock: Clock | None = None
+    ) -> None:
         self.stream = stream
         self.tty = _isatty(stream) if tty is None else tty
-        self.started = time.monotonic()
+        self.clock = clock if clock is not None else SystemClock()
+        self.started = self.clock.monotonic()
         self.last = ""
         self.fraction = 0.0
         self.lines = 0
@@ -78,7 +54,7 @@ class ProgressBar:
         filled = int(self.fraction * _WIDTH)
         stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
         text = (f"[{'#' * filled}{'.' * (_WIDTH - filled)}] {self.fraction * 100:5.1f}%  "
-                f"{done}/{total} tasks  {time.monotonic() - self.started:6.1f}s")
+                f"{done}/{total} tasks  {self.clock.monotonic() - self.started:6.1f}s")
         return text + (f"  {stage[:40]}" if stage else "")
 
     def update(self, jobs: list[dict[str, Any]]) -> None:
@@ -108,7 +84,7 @@ def _isatty(stream: TextIO) -> bool:
 
 
 async def run_spark_job(
-    client: Any,
+    client: ClusterClient,
     grain_type: str,
     key: Any,
     method: str,
@@ -122,13 +98,16 @@ async def run_spark_job(
     Returns the method's result; re-raises its error. Cancelling this coroutine asks the
     grain to cancel its Spark jobs.
     """
-    bar = ProgressBar(stream or sys.stderr)
+    clock = client.clock
+    bar = ProgressBar(stream or sys.stderr, clock=clock)
     ref: Any = client.get_grain(grain_type, key)
     call = asyncio.ensure_future(ref.invoke(method, *args))
     ok = False
     try:
         while not call.done():
-            await asyncio.wait([call], timeout=interval)
+            with contextlib.suppress(TimeoutError):
+                async with clock.timeout(interval):
+                    await asyncio.wait([call])
             if call.done():
                 break
             try:
@@ -143,7 +122,7 @@ async def run_spark_job(
     except asyncio.CancelledError:
         if not call.done():
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
+                async with clock.timeout(_CANCEL_TIMEOUT):
                     await ref.invoke("cancel_spark")
             call.cancel()
             await asyncio.gather(call, return_exceptions=True)

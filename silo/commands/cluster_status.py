@@ -1,0 +1,146 @@
+"""``orleanspy cluster status``: list the silos of a cluster from its membership table,
+with what each live silo reports about itself."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from orleanspy import ConfigurationError, SiloOptions
+from orleanspy.cluster.membership import SiloStatus
+from orleanspy.cluster.runtime import open_membership_table
+from orleanspy.cluster.transport import query_silo
+from orleanspy.errors import MembershipError
+from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
+from silo.config import find_config_file, load_config
+from silo.startup import configure_logging
+
+__all__ = ["add_parser"]
+
+_EPILOG = """\
+Columns: SILO (host:port@generation), STATUS (joining, active, shutting_down, dead), UPTIME
+(now minus the start time in the table), ACTIVATIONS and QUEUES (asked of the silo itself;
+"-" if it does not answer), GATEWAY (client port). --json prints one JSON list instead.
+Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
+
+Example:
+  orleanspy cluster status --membership sqlite:cluster.db --cluster-id prod
+"""
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``cluster`` and its ``status`` subcommand on the top-level subparsers."""
+    cluster = commands.add_parser(
+        "cluster", help="inspect a cluster", description="Inspect a cluster of silos.",
+    )
+    cluster.set_defaults(handler=lambda _: usage(cluster))
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+    status = cluster_commands.add_parser(
+        "status", help="list the silos of a cluster",
+        description="Read the membership table and list every silo: status, address, "
+        "uptime (from the table), and, for each silo that answers on its silo port, its "
+        "activation count and the stream queues it owns.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(status)
+    status.set_defaults(handler=run)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--membership", metavar="URL",
+                   help="membership table: sqlite:PATH, relative to --data-dir (default: "
+                   "from the config file)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file to take membership, cluster_id, secret from")
+    p.add_argument("--cluster-id", help="cluster id (default: dev)")
+    p.add_argument("--secret", help="shared secret of the silos, if they have one")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder of relative SQLite paths (default: .orleanspy)")
+    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
+                   help="how long to wait for each silo's answer (default: 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``orleanspy cluster status``."""
+    flags = {"membership": args.membership, "cluster_id": args.cluster_id,
+             "secret": args.secret, "data_dir": args.data_dir}
+    options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
+    if options.membership is None:
+        raise ConfigurationError(
+            "cluster status needs the membership table: pass --membership sqlite:PATH "
+            "(the silos' --membership), or set membership in orleanspy.toml"
+        )
+    configure_logging("console", "error")
+    return asyncio.run(_cluster_status(options, args.timeout, args.json))
+
+
+async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -> int:
+    assert options.membership is not None
+    table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
+    try:
+        data = await table.read_all()
+    except MembershipError as exc:
+        error(f"cannot read the membership table {options.membership}: {exc}")
+        return EXIT_USAGE
+    finally:
+        await table.close()
+    now = time.time()
+    entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
+                                                     e.silo.generation))
+
+    async def ask(entry: Any) -> Any:
+        if entry.status is SiloStatus.DEAD:
+            return None
+        try:
+            return await query_silo(entry.silo.host, entry.silo.port, "status", [],
+                                    cluster_id=options.cluster_id, secret=options.secret,
+                                    timeout=timeout)
+        except (Exception, TimeoutError):
+            return None
+
+    answers = await asyncio.gather(*(ask(e) for e in entries))
+    rows: list[dict[str, Any]] = []
+    for entry, answer in zip(entries, answers, strict=True):
+        live = entry.status is not SiloStatus.DEAD
+        rows.append({
+            "silo": str(entry.silo),
+            "status": entry.status.value,
+            "uptime": round(now - entry.start_time, 1) if live else None,
+            "activations": answer["activations"] if answer else None,
+            "queues": answer["queues"] if answer else None,
+            "gateway": (f"{entry.silo.host}:{entry.gateway_port}"
+                        if entry.gateway_port else None),
+            "reachable": answer is not None,
+        })
+    if as_json:
+        print(json.dumps(rows), flush=True)
+        return EXIT_OK
+    print(f"cluster {options.cluster_id}: {sum(r['status'] == 'active' for r in rows)} active, "
+          f"{len(rows)} in the table (version {data.version.version})")
+    _print_table(rows)
+    return EXIT_OK
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    header = ("SILO", "STATUS", "UPTIME", "ACTIVATIONS", "QUEUES", "GATEWAY")
+    lines: list[tuple[str, ...]] = [header]
+    for r in rows:
+        queues = r["queues"]
+        queue_text = "-" if queues is None else (
+            "; ".join(f"{name}: {len(qs)} ({', '.join(qs)})" for name, qs in queues.items())
+            or "none"
+        )
+        lines.append((
+            r["silo"], r["status"],
+            "-" if r["uptime"] is None else f"{r['uptime']:.0f}s",
+            "-" if r["activations"] is None else str(r["activations"]),
+            queue_text, r["gateway"] or "-",
+        ))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    for line in lines:
+        cells = [cell.ljust(w) for cell, w in zip(line, widths, strict=False)]
+        print("  ".join([*cells, line[-1]]).rstrip(), flush=True)

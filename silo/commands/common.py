@@ -1,0 +1,226 @@
+"""What the ``orleanspy`` commands share: exit codes, the client argument block of ``call``
+and ``spark run``, grain key and argument parsing, JSON rendering of results, the gateway
+connection."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import decimal
+import enum
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+from orleanspy import (
+    ClientOptions,
+    ClusterClient,
+    ConfigurationError,
+    GrainReference,
+    RemoteGrainError,
+    SiloUnavailableError,
+)
+from silo.config import find_config_file, load_config
+
+__all__ = [
+    "CLI_DEFAULTS",
+    "EXIT_CALL_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "ClientSettings",
+    "GatewayUnreachable",
+    "add_client_arguments",
+    "client_settings",
+    "connect",
+    "error",
+    "error_text",
+    "parse_arg",
+    "parse_key",
+    "put_cwd_on_path",
+    "render",
+    "usage",
+]
+
+EXIT_OK: Final = 0
+EXIT_CALL_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+CLI_DEFAULTS: Final = {
+    "storage": "sqlite:orleanspy.db",
+    "reminders": "sqlite:orleanspy.db",
+    "data_dir": ".orleanspy",
+}
+"""Host defaults of ``silo start``: durable, embedded SQLite in the data dir (``Silo`` itself
+defaults to memory)."""
+
+_INT = re.compile(r"[+-]?\d+")
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    """Print ``parser``'s help on stderr; the exit code of a command given without its
+    subcommand."""
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def error(message: str) -> None:
+    """One ``error: ...`` line on stderr."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def put_cwd_on_path() -> None:
+    """Put the working directory on ``sys.path`` so application modules import."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def add_client_arguments(
+    p: argparse.ArgumentParser, *, timeout: float, grain_help: str, method_help: str
+) -> None:
+    """The arguments of a command that calls one grain method through a gateway."""
+    p.add_argument("--gateway", metavar="HOST:PORT", action="append",
+                   help="gateway to connect to; repeat it to name several gateways of a "
+                   "cluster: the call goes through one that answers (default: host and "
+                   "gateway_port from the config file and environment, else 127.0.0.1:30000)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file to take cluster_id, secret and gateway from")
+    p.add_argument("--cluster-id", help="cluster id (default: dev)")
+    p.add_argument("--secret", help="shared secret of the silo, if it has one")
+    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                   help=f"response timeout of the call (default: {timeout:g})")
+    p.add_argument("--key-type", choices=("auto", "str", "int", "uuid"), default="auto",
+                   help="type of KEY (default: auto, an int if it looks like one, else a str)")
+    p.add_argument("grain_type", metavar="GRAIN_TYPE", help=grain_help)
+    p.add_argument("key", metavar="KEY", help="grain key")
+    p.add_argument("method", metavar="METHOD", help=method_help)
+    p.add_argument("args", nargs="*", metavar="ARGS", help="arguments (JSON or plain strings)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """The parsed client argument block: where to connect and what to call."""
+
+    gateways: tuple[str, ...]
+    cluster_id: str
+    secret: str | None
+    timeout: float
+    grain_type: str
+    key: str | int | uuid.UUID
+    method: str
+    args: list[Any]
+
+
+def client_settings(args: argparse.Namespace) -> ClientSettings:
+    """The client block of ``args``, with the config file filling what no flag gives.
+
+    Raises:
+        ConfigurationError: KEY does not parse as ``--key-type``, or the config is invalid.
+    """
+    options = load_config(find_config_file(args.config)).options
+    gateways: list[str] = args.gateway or []
+    if not gateways:
+        host = options.host if options.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        gateways = [f"{host}:{options.gateway_port or 30000}"]
+    try:
+        key = parse_key(args.key, args.key_type)
+    except ValueError:
+        raise ConfigurationError(f"KEY {args.key!r} is not a valid {args.key_type}") from None
+    return ClientSettings(
+        gateways=tuple(gateways),
+        cluster_id=args.cluster_id or options.cluster_id,
+        secret=args.secret if args.secret is not None else options.secret,
+        timeout=args.timeout,
+        grain_type=args.grain_type,
+        key=key,
+        method=args.method,
+        args=[parse_arg(a) for a in args.args],
+    )
+
+
+class GatewayUnreachable(Exception):
+    """No gateway of the settings answered; the message says which were tried."""
+
+
+@asynccontextmanager
+async def connect(settings: ClientSettings) -> AsyncIterator[ClusterClient]:
+    """A client connected to the first gateway of ``settings`` that answers.
+
+    Raises:
+        GatewayUnreachable: none answered (the command prints it and exits with 2).
+    """
+    # One call needs one gateway: connect to the first that answers, not to all of them.
+    client = ClusterClient(ClientOptions(
+        gateways=settings.gateways, cluster_id=settings.cluster_id, secret=settings.secret,
+        response_timeout=settings.timeout, gateway_count=1,
+    ))
+    try:
+        try:
+            await client.connect()
+        except SiloUnavailableError as exc:
+            raise GatewayUnreachable(
+                f"cannot reach the silo gateway at {', '.join(settings.gateways)}: {exc}"
+            ) from None
+        yield client
+    finally:
+        await client.close()
+
+
+def parse_arg(text: str) -> Any:
+    """A command-line argument: its JSON value if it is valid JSON, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_key(text: str, key_type: str = "auto") -> str | int | uuid.UUID:
+    """A grain key from the command line (raises ValueError for a bad int or UUID)."""
+    if key_type == "int" or (key_type == "auto" and _INT.fullmatch(text)):
+        return int(text)
+    if key_type == "uuid":
+        return uuid.UUID(text)
+    return text
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        items = list(value)
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, GrainReference):
+        return str(value.grain_id)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def render(value: Any) -> str:
+    """A call result as JSON, or its repr if it is not JSON-compatible."""
+    try:
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of a grain call's error."""
+    if isinstance(exc, RemoteGrainError):  # a type not importable here: its remote name
+        return f"{exc.type_name.rpartition('.')[2]}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,173 @@
+"""``orleanspy silo start``: host the grains of the ``--app`` modules until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any, Final
+
+from orleanspy import ConfigurationError, Silo
+from silo.commands.common import CLI_DEFAULTS, EXIT_OK, put_cwd_on_path, usage
+from silo.config import find_config_file, load_config
+from silo.spark_config import apply_spark_overrides
+from silo.startup import configure_logging, run_silo
+
+__all__ = ["add_parser"]
+
+# option field -> flag, for the flags not spelled --<field-name>
+_FLAG_NAMES: Final = {"collection_age": "--idle-age", "minimum_reminder_period":
+                      "--min-reminder-period", "app": "--app"}
+
+_EPILOG = """\
+Configuration precedence: defaults < TOML file < ORLEANSPY_<FIELD> environment variables
+< flags. The TOML file (--config, $ORLEANSPY_CONFIG, or ./orleanspy.toml if present) holds
+SiloOptions field names at the top level or in a [silo] table, and app = ["module", ...];
+its relative data_dir resolves against the file's folder. Example:
+
+  app = ["myapp.grains"]
+  [silo]
+  cluster_id = "prod"
+  gateway_port = 30000
+  secret = "change-me"
+
+Cluster: silos started with the same --cluster-id and --membership form one cluster
+(--membership sqlite:PATH for processes of one machine; give each a free --port, or 0).
+Without --membership the silo runs alone and opens no silo-to-silo port.
+
+Once serving, the silo prints one line to stdout:
+  orleanspy silo ready gateway=HOST:PORT
+(a clustered silo first prints "orleanspy silo cluster silo=HOST:PORT@GENERATION").
+Logs go to stderr. SIGINT/SIGTERM stop it gracefully (changed grain state is written);
+a second signal exits at once with code 1.
+"""
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``silo`` and its ``start`` subcommand on the top-level subparsers."""
+    silo = commands.add_parser(
+        "silo", help="run and manage silos", description="Run and manage silo processes.",
+    )
+    silo.set_defaults(handler=lambda _: usage(silo))
+    silo_commands = silo.add_subparsers(dest="silo_command", metavar="SUBCOMMAND")
+    start = silo_commands.add_parser(
+        "start", help="start a silo hosting the grains of --app modules",
+        description="Start a silo that hosts the Grain subclasses defined in the --app "
+        "modules, with embedded SQLite storage and reminders in --data-dir.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(start)
+    start.set_defaults(handler=run)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app", action="append", metavar="MODULE",
+                   help="module whose Grain subclasses to host (repeatable); imported with "
+                   "the working directory on sys.path")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML config file (default: $ORLEANSPY_CONFIG or ./orleanspy.toml)")
+    p.add_argument("--cluster-id", help="cluster id clients must name (default: dev)")
+    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="silo-to-silo port (default: 11111)")
+    p.add_argument("--gateway-port", type=int,
+                   help="client gateway port; 0 picks a free one (default: 30000)")
+    p.add_argument("--secret", help="shared secret clients must present (default: none)")
+    p.add_argument("--storage", metavar="URL",
+                   help="grain storage: memory or sqlite:PATH, relative to --data-dir "
+                   "(default: sqlite:orleanspy.db)")
+    p.add_argument("--reminders", metavar="URL",
+                   help="reminder table: memory or sqlite:PATH (default: sqlite:orleanspy.db)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder of the SQLite files (default: .orleanspy)")
+    p.add_argument("--idle-age", type=float, metavar="SECONDS",
+                   help="deactivate grains idle this long (collection_age; default: 900)")
+    p.add_argument("--min-reminder-period", type=float, metavar="SECONDS",
+                   help="smallest reminder period allowed (default: 60)")
+    p.add_argument("--shutdown-timeout", type=float, metavar="SECONDS",
+                   help="time a graceful stop may take per phase (default: 30)")
+    p.add_argument("--log-format", choices=("console", "json"),
+                   help="console (human; key=value when not a terminal) or json "
+                   "(default: console)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="lowest level logged (default: info)")
+    p.add_argument("--membership", metavar="URL",
+                   help="membership table of the cluster to join: sqlite:PATH (relative to "
+                   "--data-dir) or memory; omit to run a lone silo (default: none)")
+    p.add_argument("--probe-period", type=float, metavar="SECONDS",
+                   help="time between failure-detection probes (default: 5)")
+    p.add_argument("--probe-timeout", type=float, metavar="SECONDS",
+                   help="a probe not answered by then failed (default: the probe period)")
+    p.add_argument("--i-am-alive-period", type=float, metavar="SECONDS",
+                   help="how often the silo writes its I-am-alive time (default: 30)")
+    p.add_argument("--table-refresh-period", type=float, metavar="SECONDS",
+                   help="how often the membership table is read (default: 10)")
+    p.add_argument("--spark-master", metavar="URL",
+                   help="Spark master of the silo's SparkSession: local[*] (default), "
+                   "local[N], spark://HOST:PORT, yarn, k8s://...")
+    p.add_argument("--spark-remote", metavar="URL",
+                   help="Spark Connect server instead of an embedded driver: sc://HOST:PORT")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="any spark.* setting (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``orleanspy silo start``: returns once the silo has stopped."""
+    flags = {
+        "app": args.app,
+        "cluster_id": args.cluster_id,
+        "host": args.host,
+        "port": args.port,
+        "gateway_port": args.gateway_port,
+        "secret": args.secret,
+        "storage": args.storage,
+        "reminders": args.reminders,
+        "data_dir": args.data_dir,
+        "collection_age": args.idle_age,
+        "minimum_reminder_period": args.min_reminder_period,
+        "shutdown_timeout": args.shutdown_timeout,
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+        "membership": args.membership,
+        "probe_period": args.probe_period,
+        "probe_timeout": args.probe_timeout,
+        "i_am_alive_period": args.i_am_alive_period,
+        "table_refresh_period": args.table_refresh_period,
+    }
+    config = load_config(
+        find_config_file(args.config), flags, defaults=CLI_DEFAULTS, flag_names=_FLAG_NAMES
+    )
+    if not config.app:
+        raise ConfigurationError(
+            "no grain modules to host: pass --app MODULE, or set app = [\"module\"] in "
+            "orleanspy.toml or ORLEANSPY_APP"
+        )
+    options = config.options
+    spark = apply_spark_overrides(
+        config.spark, master=args.spark_master, remote=args.spark_remote, conf=args.spark_conf
+    )
+    configure_logging(options.log_format, options.log_level)
+    put_cwd_on_path()
+
+    def ready(silo: Silo) -> None:
+        if silo.cluster is not None:
+            print(f"orleanspy silo cluster silo={silo.address}", flush=True)
+        gateway = silo.gateway.address if silo.gateway is not None else "none"
+        print(f"orleanspy silo ready gateway={gateway}", flush=True)
+
+    runner = asyncio.Runner()
+    try:
+        code = runner.run(
+            run_silo(options, config.app, on_ready=ready, stream_providers=config.streams,
+                     spark=spark)
+        )
+    except BaseException:
+        runner.close()
+        raise
+    if code != EXIT_OK:
+        # Forced or failed shutdown: do not wait for leftover tasks or storage threads.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    runner.close()
+    return code
