@@ -144,9 +144,9 @@ class Silo:
         self.cluster: Any = self._build_cluster()
         #: Where grains live: the cluster runtime, or every grain here.
         self.locator: GrainLocator = self.cluster or LocalLocator(self)
-        self.catalog = Catalog(self)
-        self.dispatcher = Dispatcher(self)
-        self.collector = ActivationCollector(self)
+        self.catalog = Catalog(self, self.registry)
+        self.dispatcher = Dispatcher(self, self.catalog, self.locator, self.codec)
+        self.collector = ActivationCollector(self, self.catalog)
         #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
         self.reminders: Any = None
         #: The client gateway (``orleanspy.runtime.gateway.Gateway``), set by hosting.
