@@ -116,19 +116,17 @@ def _one_way_method(name: str) -> Callable[..., Any]:
     return method
 
 
-_reference_classes: dict[type, type[GrainReference]] = {}
-
-
 def reference_class(cls: type) -> type[GrainReference]:
-    ref_cls = _reference_classes.get(cls)
+    """The reference class of a grain class: one real method per grain method, generated on
+    first use and kept with the class's metadata (``GrainClassInfo.reference``)."""
+    info = class_info(cls)
+    ref_cls = info.reference
     if ref_cls is None:
-        info = class_info(cls)
         ns: dict[str, Any] = {"__slots__": ()}
         for name, m in info.methods.items():
             ns[name] = _one_way_method(name) if m.one_way else _call_method(name)
-        ref_cls = type(f"{cls.__name__}Reference", (GrainReference,), ns)
-        _reference_classes[cls] = ref_cls
-    return ref_cls
+        ref_cls = info.reference = type(f"{cls.__name__}Reference", (GrainReference,), ns)
+    return cast("type[GrainReference]", ref_cls)
 
 
 class _DynamicReference(GrainReference):
