@@ -5,6 +5,11 @@ membership or streams: ``orleanspy.hosting.Silo`` (the public ``orleanspy.Silo``
 those from the options and joins them to ``lifecycle``. What the core joins itself: the
 idle collector (ACTIVE) and the drain and deactivation of every activation (GRAINS, on stop).
 
+The silo is the composition root of the runtime: it builds the locator, the catalog, the
+dispatcher and the collector and hands each the objects it uses. None of them imports this
+module: they see the silo as ``runtime.host.SiloHost`` (its name, options, clock, logger,
+loop and status), and activations as ``runtime.activation.ActivationHost``.
+
 Start runs the lifecycle's stages upwards; the graceful stop runs them downwards: stop
 accepting and tell the cluster SHUTTING_DOWN (ACTIVE) → application → streams → services →
 finish running requests and deactivate every activation (GRAINS; each runs on_deactivate,
