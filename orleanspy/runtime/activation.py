@@ -56,6 +56,7 @@ __all__ = [
     "TurnFuture",
 ]
 
+
 class _Catalog(Protocol):
     def remove(self, act: Activation) -> None: ...
 
