@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
 
-from orleanspy.grains.interface import class_info, type_name_of
+from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.messaging.codec import qualified_name
@@ -161,8 +161,12 @@ def make_reference(
         gid = grain_id or GrainId(grain_class, normalize_key(key))
         ref = _DynamicReference(runtime, gid, "")
     elif isinstance(grain_class, type):
-        gid = grain_id or GrainId(type_name_of(grain_class), normalize_key(key))
-        ref = reference_class(grain_class)(runtime, gid, qualified_name(grain_class))
+        info = class_info(grain_class)
+        gid = grain_id or GrainId(info.type_name, normalize_key(key))
+        ref_cls = info.reference
+        if ref_cls is None:
+            ref_cls = reference_class(grain_class)
+        ref = ref_cls(runtime, gid, qualified_name(grain_class))
     else:
         raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
     return cast("GrainRef[Any]", ref)  # a string: no subscription per call
