@@ -32,7 +32,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
@@ -45,14 +45,11 @@ from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
 from orleanspy.errors import MessageRejectedError, SiloUnavailableError
-from orleanspy.grains.host import DeactivationReason
+from orleanspy.grains.host import ActivationHandle, DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
-
-if TYPE_CHECKING:
-    from orleanspy.runtime.activation import Activation
-    from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
 
@@ -109,7 +106,7 @@ class ClusterRuntime:
         self.placement = PlacementDirector(silo.address)
         self.membership: MembershipService | None = None
         self.snapshot = MembershipSnapshot.empty()
-        self._registered: dict[GrainId, tuple[Activation, DirectoryEntry]] = {}
+        self._registered: dict[GrainId, tuple[ActivationHandle, DirectoryEntry]] = {}
         self._addressing: dict[GrainId, asyncio.Future[SiloAddress]] = {}
         self._activation_ids = itertools.count(1)
         self._tasks = TaskSet()  # load publishing, hand-overs, lookups, unregistrations
@@ -281,7 +278,9 @@ class ClusterRuntime:
         if changed:
             self._spawn(self._reregister(changed))
 
-    async def _reregister(self, items: list[tuple[GrainId, Activation, DirectoryEntry]]) -> None:
+    async def _reregister(
+        self, items: list[tuple[GrainId, ActivationHandle, DirectoryEntry]]
+    ) -> None:
         for gid, act, entry in items:
             if self._stopping:
                 return
@@ -305,7 +304,7 @@ class ClusterRuntime:
     def uses_directory(info: GrainClassInfo) -> bool:
         return not info.stateless_worker and not info.is_system_target
 
-    async def register_activation(self, act: Activation) -> SiloAddress | None:
+    async def register_activation(self, act: ActivationHandle) -> SiloAddress | None:
         """Register a new activation; None if it is the grain's one activation, else the
         silo of the activation that won (this one must not run)."""
         gid = act.grain_id
@@ -325,7 +324,7 @@ class ClusterRuntime:
         self.directory.cache.put(gid, winner.silo)
         return winner.silo
 
-    def activation_removed(self, act: Activation) -> None:
+    def activation_removed(self, act: ActivationHandle) -> None:
         """The catalog dropped ``act``: remove its directory entry (in the background)."""
         gid = act.grain_id
         item = self._registered.get(gid)

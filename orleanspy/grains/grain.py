@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from orleanspy.errors import StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
-from orleanspy.grains.host import DeactivationReason
+from orleanspy.grains.host import (
+    ActivationHandle,
+    DeactivationReason,
+    ReminderEntry,
+    ReminderRegistry,
+    TimerHandle,
+)
 from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey
-
-if TYPE_CHECKING:
-    from orleanspy.grains.host import (
-        ActivationHandle,
-        ReminderEntry,
-        ReminderRegistry,
-        TimerHandle,
-    )
 
 __all__ = ["Grain"]
 

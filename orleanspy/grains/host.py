@@ -11,17 +11,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from orleanspy.ids import GrainId
-
-if TYPE_CHECKING:
-    from orleanspy.grains.grain import Grain
 
 __all__ = [
     "ActivationHandle",
     "DeactivationReason",
     "ReminderEntry",
+    "ReminderOwner",
     "ReminderRegistry",
     "TimerHandle",
 ]
@@ -58,10 +56,18 @@ class TimerHandle(Protocol):
     def dispose(self) -> None: ...
 
 
+class ReminderOwner(Protocol):
+    """The grain registering a reminder (a ``Grain``; its class must define
+    ``receive_reminder``)."""
+
+    @property
+    def grain_id(self) -> GrainId: ...
+
+
 class ReminderRegistry(Protocol):
     """The silo's durable reminders, as a grain sees them."""
 
-    async def register(self, grain: Grain, name: str, due: float,
+    async def register(self, grain: ReminderOwner, name: str, due: float,
                        period: float) -> ReminderEntry: ...
 
     async def unregister(self, grain_id: GrainId, name: str) -> bool: ...

@@ -88,6 +88,8 @@ class GrainClassInfo:
     states: dict[str, Any] = field(default_factory=dict)
     is_system_target: bool = False
     placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
+    #: The generated reference class (``grains.reference.reference_class``), made on first use.
+    reference: type | None = field(default=None, compare=False, repr=False)
 
 
 def _mark(fn: F, attr: str) -> F:

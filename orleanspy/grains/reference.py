@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
 
-from orleanspy.grains.interface import class_info, type_name_of
+from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.messaging.codec import qualified_name
@@ -116,19 +116,17 @@ def _one_way_method(name: str) -> Callable[..., Any]:
     return method
 
 
-_reference_classes: dict[type, type[GrainReference]] = {}
-
-
 def reference_class(cls: type) -> type[GrainReference]:
-    ref_cls = _reference_classes.get(cls)
+    """The reference class of a grain class: one real method per grain method, generated on
+    first use and kept with the class's metadata (``GrainClassInfo.reference``)."""
+    info = class_info(cls)
+    ref_cls = info.reference
     if ref_cls is None:
-        info = class_info(cls)
         ns: dict[str, Any] = {"__slots__": ()}
         for name, m in info.methods.items():
             ns[name] = _one_way_method(name) if m.one_way else _call_method(name)
-        ref_cls = type(f"{cls.__name__}Reference", (GrainReference,), ns)
-        _reference_classes[cls] = ref_cls
-    return ref_cls
+        ref_cls = info.reference = type(f"{cls.__name__}Reference", (GrainReference,), ns)
+    return cast("type[GrainReference]", ref_cls)
 
 
 class _DynamicReference(GrainReference):
@@ -163,8 +161,12 @@ def make_reference(
         gid = grain_id or GrainId(grain_class, normalize_key(key))
         ref = _DynamicReference(runtime, gid, "")
     elif isinstance(grain_class, type):
-        gid = grain_id or GrainId(type_name_of(grain_class), normalize_key(key))
-        ref = reference_class(grain_class)(runtime, gid, qualified_name(grain_class))
+        info = class_info(grain_class)
+        gid = grain_id or GrainId(info.type_name, normalize_key(key))
+        ref_cls = info.reference
+        if ref_cls is None:
+            ref_cls = reference_class(grain_class)
+        ref = ref_cls(runtime, gid, qualified_name(grain_class))
     else:
         raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
     return cast("GrainRef[Any]", ref)  # a string: no subscription per call

@@ -117,7 +117,7 @@ class Silo(SiloCore):
         super().__init__(opts, grains=grains, modules=modules, storage=dict(stores),
                          clock=clock, stream_providers=stream_providers)
         table = reminder_table or open_reminder_table(opts.reminders, opts.data_dir)
-        self.reminders = ReminderService(self, table)
+        self.reminders = ReminderService(self, self.dispatcher, table)
         lc = self.lifecycle
 
         async def open_storage() -> None:

@@ -12,16 +12,15 @@ import asyncio
 import contextvars
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from orleanspy._util.clock import TimerHandle
 from orleanspy._util.tasks import TaskSet
 from orleanspy.errors import ConfigurationError
+from orleanspy.grains.host import ReminderOwner
 from orleanspy.ids import GrainId
 from orleanspy.reminders.base import ReminderEntry, ReminderTable
-
-if TYPE_CHECKING:
-    from orleanspy._util.clock import TimerHandle
-    from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.dispatcher import Dispatcher
+from orleanspy.runtime.host import SiloHost
 
 __all__ = ["ReminderService", "TickStatus"]
 
@@ -38,8 +37,11 @@ class TickStatus:
 class ReminderService:
     """Owns the timers of durable reminders on one silo."""
 
-    def __init__(self, silo: Silo, table: ReminderTable) -> None:
+    def __init__(self, silo: SiloHost, dispatcher: Dispatcher, table: ReminderTable) -> None:
+        """``silo``: its clock, options, logger and status; ``dispatcher``: delivers the
+        ticks through the ordinary call path; ``table``: where reminders are kept."""
         self._silo = silo
+        self._dispatcher = dispatcher
         self.table = table
         self._handles: dict[tuple[GrainId, str], TimerHandle] = {}
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
@@ -58,7 +60,9 @@ class ReminderService:
         self._handles.clear()
         await self._tasks.close()
 
-    async def register(self, grain: Any, name: str, due: float, period: float) -> ReminderEntry:
+    async def register(
+        self, grain: ReminderOwner, name: str, due: float, period: float
+    ) -> ReminderEntry:
         minimum = self._silo.options.minimum_reminder_period
         if period < minimum:
             raise ConfigurationError(
@@ -124,7 +128,7 @@ class ReminderService:
     async def _deliver(self, entry: ReminderEntry, at: float) -> None:
         status = TickStatus(entry.start_at, entry.period, at)
         try:
-            await self._silo.dispatcher.call(
+            await self._dispatcher.call(
                 entry.grain_id, "receive_reminder", (entry.name, status), None, None
             )
             self.fired += 1

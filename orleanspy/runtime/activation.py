@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
@@ -26,6 +26,7 @@ from orleanspy.errors import (
 from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
@@ -34,6 +35,8 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
+from orleanspy.runtime.host import SiloHost
+from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.mailbox import Mailbox
 from orleanspy.runtime.states import (
     NOT_NOW,
@@ -43,18 +46,43 @@ from orleanspy.runtime.states import (
 )
 from orleanspy.runtime.timers import GrainTimer
 
-if TYPE_CHECKING:
-    from orleanspy.grains.state import PersistentState
-    from orleanspy.runtime.silo import Silo
-
 __all__ = [
     "NOT_NOW",
     "Activation",
+    "ActivationHost",
     "ActivationState",
     "ActivationStatistics",
     "DeactivationReason",
     "TurnFuture",
 ]
+
+
+class _Catalog(Protocol):
+    def remove(self, act: Activation) -> None: ...
+
+
+class _Redispatcher(Protocol):
+    def redispatch(self, msg: Message) -> None: ...
+
+
+class ActivationHost(SiloHost, Protocol):
+    """What an activation needs from the silo hosting it (the silo implements it; grains
+    see it as ``Grain.silo``). The catalog, dispatcher and locator are read on use: an
+    activation reaches them only when it registers, fails or goes away."""
+
+    @property
+    def locator(self) -> GrainLocator: ...
+
+    @property
+    def catalog(self) -> _Catalog: ...
+
+    @property
+    def dispatcher(self) -> _Redispatcher: ...
+
+    def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
+        """The persistent state ``spec`` of a grain, bound to its storage."""
+        ...
+
 
 class Activation(Mailbox):
     """One live instance of a grain class for one grain id."""
@@ -81,7 +109,9 @@ class Activation(Mailbox):
         "timers",
     )
 
-    def __init__(self, silo: Silo, grain_id: GrainId, info: GrainClassInfo) -> None:
+    silo: ActivationHost
+
+    def __init__(self, silo: ActivationHost, grain_id: GrainId, info: GrainClassInfo) -> None:
         self.silo = silo
         self.grain_id = grain_id
         self.name = str(grain_id)

@@ -13,17 +13,18 @@ the blocking one, and decides; the activation starts the turns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections import deque
+from typing import Final
 
 from orleanspy.errors import DeadlockError
-from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY, Direction
+from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.messaging.message import (
+    FLAG_ALWAYS_INTERLEAVE,
+    FLAG_READ_ONLY,
+    Direction,
+    Message,
+)
 from orleanspy.runtime.states import ActivationState
-
-if TYPE_CHECKING:
-    from collections import deque
-
-    from orleanspy.grains.interface import GrainClassInfo
-    from orleanspy.messaging.message import Message
 
 __all__ = ["Admission"]
 

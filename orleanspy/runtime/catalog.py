@@ -7,16 +7,12 @@ cluster's directory registration) extends that guarantee.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
 
 from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId
-from orleanspy.runtime.activation import Activation, ActivationState
-
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.activation import Activation, ActivationHost, ActivationState
 
 __all__ = ["Catalog", "WorkerGroup"]
 
@@ -54,10 +50,13 @@ class WorkerGroup:
 class Catalog:
     """Activations of one silo, keyed by grain id."""
 
-    __slots__ = ("_count", "_workers", "activations", "silo")
+    __slots__ = ("_count", "_registry", "_workers", "activations", "silo")
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: ActivationHost, registry: Mapping[str, GrainClassInfo]) -> None:
+        """``silo`` hosts the activations; ``registry``: the grain classes by type name
+        (the silo's, read on use: classes may be registered after the catalog exists)."""
         self.silo = silo
+        self._registry = registry
         self.activations: dict[GrainId, Activation] = {}
         self._workers: dict[GrainId, WorkerGroup] = {}
         self._count = 0
@@ -91,7 +90,7 @@ class Catalog:
 
     def info_for(self, grain_id: GrainId) -> GrainClassInfo:
         """The class of a grain id's type; ``MessageRejectedError`` if the silo lacks it."""
-        info = self.silo.registry.get(grain_id.type_name)
+        info = self._registry.get(grain_id.type_name)
         if info is None:
             raise MessageRejectedError(
                 f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: add its "

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from orleanspy.runtime.activation import DeactivationReason
-
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.catalog import Catalog
+from orleanspy.runtime.host import SiloHost
 
 __all__ = ["ActivationCollector"]
 
@@ -21,10 +19,11 @@ class ActivationCollector:
     silo's ``collection_age``). Timer ticks do not count as activity unless ``keep_alive``.
     """
 
-    __slots__ = ("_silo", "_task", "collected")
+    __slots__ = ("_catalog", "_silo", "_task", "collected")
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: SiloHost, catalog: Catalog) -> None:
         self._silo = silo
+        self._catalog = catalog
         self._task: asyncio.Task[None] | None = None
         self.collected = 0
 
@@ -52,7 +51,7 @@ class ActivationCollector:
         now = silo.clock.monotonic()
         default_age = silo.options.collection_age
         condemned = 0
-        for act in silo.catalog:
+        for act in self._catalog:
             info = act.info
             if info.is_system_target:
                 continue

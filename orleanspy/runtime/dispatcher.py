@@ -8,7 +8,7 @@ call site, exactly as it would across processes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
@@ -18,12 +18,12 @@ from orleanspy.errors import (
 )
 from orleanspy.grains.context import current_turn, turn_chain
 from orleanspy.ids import GrainId
-from orleanspy.messaging.codec import IMMUTABLE_TYPES, is_immutable
+from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
 from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
-
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
+from orleanspy.runtime.catalog import Catalog
+from orleanspy.runtime.host import SiloHost
+from orleanspy.runtime.locator import GrainLocator
 
 __all__ = ["Dispatcher"]
 
@@ -58,14 +58,19 @@ class Dispatcher:
         "_locator", "silo",
     )
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(
+        self, silo: SiloHost, catalog: Catalog, locator: GrainLocator, codec: Codec
+    ) -> None:
+        """``silo``: its name, status and logger for dropped requests; ``catalog``: where
+        local activations are found or created; ``locator``: where the others are routed;
+        ``codec``: copies values that a grain must not share with its caller."""
         self.silo = silo
-        self._locator = silo.locator
-        self._local_only = silo.locator.local_only
+        self._locator = locator
+        self._local_only = locator.local_only
         self._call_later = silo.clock.call_later  # bound once: the per-call expiry timer
-        self._catalog = silo.catalog
-        self._activations = silo.catalog.activations
-        self._codec = silo.codec
+        self._catalog = catalog
+        self._activations = catalog.activations
+        self._codec = codec
         self._default_timeout = silo.options.response_timeout
 
     # -- values ---------------------------------------------------------------------------

@@ -8,18 +8,16 @@ which the hosting layer hands to the silo.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from orleanspy.errors import SiloUnavailableError
+from orleanspy.grains.host import ActivationHandle
+from orleanspy.grains.interface import GrainClassInfo
+from orleanspy.ids import GrainId, SiloAddress
+from orleanspy.messaging.message import Message
+from orleanspy.runtime.host import SiloHost
 
-if TYPE_CHECKING:
-    from orleanspy.grains.interface import GrainClassInfo
-    from orleanspy.ids import SiloAddress
-    from orleanspy.messaging.message import Message
-    from orleanspy.runtime.activation import Activation
-    from orleanspy.runtime.silo import Silo
-
-__all__ = ["GrainLocator", "LocalLocator"]
+__all__ = ["GrainLocator", "LocalHost", "LocalLocator"]
 
 
 class GrainLocator(Protocol):
@@ -37,14 +35,37 @@ class GrainLocator(Protocol):
     def uses_directory(self, info: GrainClassInfo) -> bool:
         """Must activations of this class register in a directory before they run?"""
 
-    async def register_activation(self, act: Activation) -> SiloAddress | None:
+    async def register_activation(self, act: ActivationHandle) -> SiloAddress | None:
         """Register ``act``; the silo of the activation that won instead, else None."""
 
-    def activation_removed(self, act: Activation) -> None:
+    def activation_removed(self, act: ActivationHandle) -> None:
         """``act`` left the catalog (its directory entry goes)."""
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:
         """Send a message that reached a duplicate activation to the winner's silo."""
+
+
+class _Enqueues(Protocol):
+    def enqueue(self, msg: Message) -> object: ...
+
+
+class _Creates(Protocol):
+    def get_or_create(self, grain_id: GrainId) -> _Enqueues: ...
+
+
+class _DeliversHere(Protocol):
+    def deliver_here(self, msg: Message) -> None: ...
+
+
+class LocalHost(SiloHost, Protocol):
+    """What a lone silo's locator uses: the silo's catalog and dispatcher (which are
+    built after the locator, so they are read on use)."""
+
+    @property
+    def catalog(self) -> _Creates: ...
+
+    @property
+    def dispatcher(self) -> _DeliversHere: ...
 
 
 class LocalLocator:
@@ -54,7 +75,7 @@ class LocalLocator:
 
     local_only = True
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: LocalHost) -> None:
         self._silo = silo
 
     def route(self, msg: Message, *, forwarded: bool = False,
@@ -78,10 +99,10 @@ class LocalLocator:
     def uses_directory(self, info: GrainClassInfo) -> bool:
         return False
 
-    async def register_activation(self, act: Activation) -> SiloAddress | None:
+    async def register_activation(self, act: ActivationHandle) -> SiloAddress | None:
         return None
 
-    def activation_removed(self, act: Activation) -> None:
+    def activation_removed(self, act: ActivationHandle) -> None:
         pass
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:

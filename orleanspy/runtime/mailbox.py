@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orleanspy.errors import DeadlockError, MailboxFullError
 from orleanspy.grains.interface import OverflowPolicy
 from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.admission import Admission
+from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.states import ActivationState
-
-if TYPE_CHECKING:
-    from orleanspy.runtime.silo import Silo
 
 __all__ = ["Mailbox"]
 
@@ -40,7 +38,7 @@ class Mailbox(Admission):
         "waiting",
     )
 
-    silo: Silo
+    silo: SiloHost
 
     def __init__(self, capacity: int, policy: OverflowPolicy) -> None:
         super().__init__()

@@ -5,6 +5,11 @@ membership or streams: ``orleanspy.hosting.Silo`` (the public ``orleanspy.Silo``
 those from the options and joins them to ``lifecycle``. What the core joins itself: the
 idle collector (ACTIVE) and the drain and deactivation of every activation (GRAINS, on stop).
 
+The silo is the composition root of the runtime: it builds the locator, the catalog, the
+dispatcher and the collector and hands each the objects it uses. None of them imports this
+module: they see the silo as ``runtime.host.SiloHost`` (its name, options, clock, logger,
+loop and status), and activations as ``runtime.activation.ActivationHost``.
+
 Start runs the lifecycle's stages upwards; the graceful stop runs them downwards: stop
 accepting and tell the cluster SHUTTING_DOWN (ACTIVE) → application → streams → services →
 finish running requests and deactivate every activation (GRAINS; each runs on_deactivate,
@@ -144,9 +149,9 @@ class Silo:
         self.cluster: Any = self._build_cluster()
         #: Where grains live: the cluster runtime, or every grain here.
         self.locator: GrainLocator = self.cluster or LocalLocator(self)
-        self.catalog = Catalog(self)
-        self.dispatcher = Dispatcher(self)
-        self.collector = ActivationCollector(self)
+        self.catalog = Catalog(self, self.registry)
+        self.dispatcher = Dispatcher(self, self.catalog, self.locator, self.codec)
+        self.collector = ActivationCollector(self, self.catalog)
         #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
         self.reminders: Any = None
         #: The client gateway (``orleanspy.runtime.gateway.Gateway``), set by hosting.

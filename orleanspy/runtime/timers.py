@@ -4,20 +4,35 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from orleanspy._util.clock import TimerHandle
+from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
     FLAG_SUPPRESS_KEEP_ALIVE,
     Direction,
     Message,
 )
+from orleanspy.runtime.host import SiloHost
 
-if TYPE_CHECKING:
-    from orleanspy._util.clock import TimerHandle
-    from orleanspy.runtime.activation import Activation
+__all__ = ["GrainTimer", "TimerOwner"]
 
-__all__ = ["GrainTimer"]
+
+class TimerOwner(Protocol):
+    """The activation a timer belongs to (``runtime.activation.Activation``)."""
+
+    grain_id: GrainId
+    name: str
+    timers: set[GrainTimer]
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def silo(self) -> SiloHost: ...
+
+    def enqueue(self, msg: Message) -> object: ...
 
 
 class GrainTimer:
@@ -37,7 +52,7 @@ class GrainTimer:
 
     def __init__(
         self,
-        activation: Activation,
+        activation: TimerOwner,
         callback: Callable[[], Awaitable[Any]],
         due: float,
         period: float | None,
