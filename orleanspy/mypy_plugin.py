@@ -12,6 +12,12 @@ define: the rule of ``orleanspy.grains.interface.class_info``) and reports an ``
 error for anything else (grain properties, state, lifecycle hooks, plain methods, private
 names, missing names). A reference by type name (``GrainRef[Any]``) stays untyped.
 
+It also gives two members of ``Grain`` the types of the layers above it, which the grains
+layer cannot import: ``self.silo`` is the hosting ``orleanspy.Silo`` and
+``self.get_stream_provider(name)`` (and ``Silo.get_stream_provider``) a
+``PersistentStreamProvider``, whose ``get_stream(namespace, key, item_type)`` is an
+``AsyncStream[item_type]``. Without the plugin those stay ``Any``.
+
 The plugin runs inside mypy only (1.16 or newer); nothing in orleanspy imports it.
 """
 
@@ -21,12 +27,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final
 
+from mypy.build import PRI_LOW
 from mypy.checker import TypeChecker
 from mypy.checkmember import analyze_member_access
 from mypy.errorcodes import ATTR_DEFINED
 from mypy.maptype import map_instance_to_supertype
-from mypy.nodes import Decorator, FuncDef, OverloadedFuncDef, SymbolNode, TypeInfo
-from mypy.plugin import AttributeContext, Plugin
+from mypy.nodes import Decorator, FuncDef, Import, MypyFile, OverloadedFuncDef, SymbolNode, TypeInfo
+from mypy.plugin import AttributeContext, MethodContext, Plugin
 from mypy.types import (
     AnyType,
     Instance,
@@ -41,6 +48,10 @@ __all__ = ["GrainRefPlugin", "plugin"]
 
 GRAIN_REF: Final = "orleanspy.grains.ref.GrainRef"
 GRAIN: Final = "orleanspy.grains.grain.Grain"
+SILO_CLASS: Final = "orleanspy.hosting.silo.Silo"
+STREAM_PROVIDER_CLASS: Final = "orleanspy.streams.provider.PersistentStreamProvider"
+# mypy names a method call after the receiver's class, so the hook checks the receiver's bases.
+STREAM_PROVIDER_OWNERS: Final = (GRAIN, "orleanspy.runtime.silo.Silo")
 # A method the Grain base may declare that grains still receive as calls (reminder ticks).
 CALLABLE_BASE_METHODS: Final = frozenset({"receive_reminder"})
 
@@ -52,7 +63,62 @@ class GrainRefPlugin(Plugin):
         prefix, _, name = fullname.rpartition(".")
         if prefix == GRAIN_REF:
             return partial(_grain_method, name)
+        if fullname == f"{GRAIN}.silo":
+            return partial(_instance_of, SILO_CLASS)
         return None
+
+    def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
+        # The types the hooks hand out come from modules a user's file may not import itself;
+        # mypy must load them (and re-check the file when they change).
+        if file.fullname.split(".")[0] in ("orleanspy", "silo") or not _imports_orleanspy(file):
+            return []
+        return [(PRI_LOW, SILO_CLASS.rpartition(".")[0], -1),
+                (PRI_LOW, STREAM_PROVIDER_CLASS.rpartition(".")[0], -1)]
+
+    def get_method_hook(self, fullname: str) -> Callable[[MethodContext], Type] | None:
+        if fullname.endswith(".get_stream_provider"):
+            return _stream_provider
+        return None
+
+
+def _stream_provider(ctx: MethodContext) -> Type:
+    receiver = get_proper_type(ctx.type)
+    if isinstance(receiver, Instance) and any(
+        receiver.type.has_base(owner) for owner in STREAM_PROVIDER_OWNERS
+    ):
+        return _instance_of(STREAM_PROVIDER_CLASS, ctx)
+    return _default(ctx)
+
+
+def _imports_orleanspy(file: MypyFile) -> bool:
+    for imp in file.imports:
+        names = [name for name, _ in imp.ids] if isinstance(imp, Import) else [
+            getattr(imp, "id", "")
+        ]
+        if any(name.split(".")[0] == "orleanspy" for name in names):
+            return True
+    return False
+
+
+def _instance_of(fullname: str, ctx: AttributeContext | MethodContext) -> Type:
+    """An instance of the class ``fullname`` when the program imports it, else the declared
+    type (``Any``)."""
+    module, _, name = fullname.rpartition(".")
+    api = ctx.api
+    if not isinstance(api, TypeChecker) or api.tree.fullname.split(".")[0] == "orleanspy":
+        # orleanspy's own modules sit below hosting and streams: they keep the declared type.
+        return _default(ctx)
+    tree = api.modules.get(module)
+    symbol = tree.names.get(name) if tree is not None else None
+    if symbol is None or not isinstance(symbol.node, TypeInfo):
+        return _default(ctx)
+    return Instance(symbol.node, [])
+
+
+def _default(ctx: AttributeContext | MethodContext) -> Type:
+    if isinstance(ctx, AttributeContext):
+        return ctx.default_attr_type
+    return ctx.default_return_type
 
 
 def _grain_method(name: str, ctx: AttributeContext) -> Type:

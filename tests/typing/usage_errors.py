@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from orleanspy import GrainRef, Silo
+from orleanspy import Grain, GrainRef, Silo
 from tests.typing.grains import Box, Counter, Doubler
 
 T = TypeVar("T")
@@ -48,3 +48,11 @@ async def wrong_grain(silo: Silo) -> None:
     await box.put("x")  # error: [arg-type] "str"; expected "int"
     counter: Counter = silo.get_grain(Counter, 3)  # error: [assignment] "GrainRef[Counter]"
     await counter.increment()
+
+
+class Publisher(Grain):
+    async def publish(self) -> None:
+        stream = self.get_stream_provider("s").get_stream("ns", "k", int)
+        await stream.on_next("x")  # error: [arg-type] "str"; expected "int"
+        self.silo.no_such_thing()  # error: [attr-defined] "Silo" has no attribute "no_such_thing"
+        _ = self.get_stream_provider("s").no_such()  # error: [attr-defined] no attribute "no_such"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from orleanspy import ClusterClient, Grain, GrainRef, Silo
+from orleanspy.streams import AsyncStream
 from orleanspy.testing import TestCluster
 from tests.typing.grains import Box, Counter, Doubler
 
@@ -52,3 +53,18 @@ async def covariant(silo: Silo) -> GrainRef[Counter]:
 async def by_type_name(silo: Silo) -> Any:
     untyped = silo.get_grain("Counter", "a")
     return await untyped.with_timeout(1).anything_goes(1, 2)
+
+
+class Publisher(Grain):
+    """A grain's silo and stream providers are typed (with the plugin)."""
+
+    async def publish(self, value: int) -> str:
+        stream: AsyncStream[int] = self.get_stream_provider("s").get_stream("ns", "k", int)
+        await stream.on_next(value)
+        await stream.on_next_batch([value, value + 1])
+        return f"{self.silo.name} at {self.silo.clock.monotonic():.0f}"
+
+
+async def silo_streams(silo: Silo) -> None:
+    stream = silo.get_stream_provider("s").get_stream("ns", 1, str)
+    await stream.on_next("hello")
