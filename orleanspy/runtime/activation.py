@@ -6,6 +6,7 @@ when there is no room, by ``mailbox`` (both are bases of ``Activation``).
 A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
 suspension (``_util.eager``). A method that never suspends costs no task and no loop
 iteration; one that does continues in a Task that owns the rest of the turn.
+The host protocols sit here because they name ``Activation`` itself (about 510 lines).
 """
 
 from __future__ import annotations

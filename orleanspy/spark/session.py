@@ -11,6 +11,11 @@ Binding to a silo: ``install_spark(silo, options_or_manager)``. A manager create
 options belongs to that silo and is stopped by the silo's lifecycle; a manager passed in is
 shared (tests share one session per test run) and its creator stops it. A silo without one
 gets a manager with ``SparkOptions()`` on its first Spark call.
+
+Longer than most modules (about 650 lines): a call's thread, its job group, the cancel loop,
+the progress poll and the stop deadline share one per-call state and one lock, and the
+lifecycle binding that owns them sits with them; the back end (classic or Connect) lives in
+``_backend``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ across processes); loops sleep, and probes and gossip time out, on the same cloc
 drive the steps directly (``refresh``, ``probe_round``, ``heartbeat``) or advance a
 ``FakeClock`` to run the loops.
 
+Longer than most modules (about 560 lines): join, heartbeat, probing, voting and leaving
+read and write one view and one row of this silo under one lock; the periodic loops live in
+``loops`` and the listeners in ``snapshot``.
+
 Each status change of a silo in this silo's view is emitted as ``SiloStatusChanged`` on the
 ``diagnostics`` hub (when somebody listens).
 
