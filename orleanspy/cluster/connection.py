@@ -42,13 +42,14 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     ONE_WAY,
+    REJECTED,
     REQUEST,
     RESPONSE,
     BadRequest,
     check_handshake,
+    decode_or_reject,
     raw_header,
     request_message,
-    undecodable,
 )
 from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error, response_payload
@@ -162,14 +163,9 @@ class SiloConnection(FramedConnection):
 
     # -- receiving ------------------------------------------------------------------------
     def frame_received(self, payload: bytes) -> None:
-        try:
-            obj = self.codec.unpackb(payload)
-        except SerializationError as exc:
-            if self.ready and self._reject_one(payload, exc):
-                return
-            raise ProtocolError(f"undecodable frame ({exc})") from exc
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
+        if obj is REJECTED:
+            return
         if not self.ready:
             if self.outbound:
                 # Register before anything else is read: the acceptor may send on this

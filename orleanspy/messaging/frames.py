@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgpack
@@ -34,6 +35,7 @@ from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry
 
 __all__ = [
     "ONE_WAY",
+    "REJECTED",
     "REQUEST",
     "RESPONSE",
     "BadRequest",
@@ -41,6 +43,7 @@ __all__ = [
     "check_response",
     "check_size",
     "decode",
+    "decode_or_reject",
     "raw_header",
     "read_frame",
     "request_message",
@@ -97,6 +100,32 @@ def decode(codec: Codec, payload: bytes) -> Any:
         return codec.unpackb(payload)
     except SerializationError:
         raise
+    except Exception as exc:
+        raise undecodable(exc) from exc
+
+
+REJECTED: Final = object()
+"""``decode_or_reject``'s answer for a frame that was answered instead of decoded."""
+
+
+def decode_or_reject(
+    codec: Codec, payload: bytes, ready: bool, reject_one: Callable[[bytes, Exception], bool]
+) -> Any:
+    """The value of one frame on a connection that may answer a single bad request.
+
+    Well-formed msgpack whose values this process cannot rebuild (an unknown dataclass, say)
+    on a ready connection goes to ``reject_one(payload, error)``: if it answers that one
+    request, the result is ``REJECTED`` and the connection stays open.
+
+    Raises:
+        ProtocolError: anything else undecodable: the caller closes the connection.
+    """
+    try:
+        return codec.unpackb(payload)
+    except SerializationError as exc:
+        if ready and reject_one(payload, exc):
+            return REJECTED
+        raise ProtocolError(f"undecodable frame ({exc})") from exc
     except Exception as exc:
         raise undecodable(exc) from exc
 

@@ -29,12 +29,13 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     ONE_WAY,
+    REJECTED,
     REQUEST,
     BadRequest,
     check_handshake,
+    decode_or_reject,
     raw_header,
     request_message,
-    undecodable,
 )
 from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
@@ -98,16 +99,9 @@ class GatewayConnection(FramedConnection):
         self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
 
     def frame_received(self, payload: bytes) -> None:
-        try:
-            obj = self.codec.unpackb(payload)
-        except SerializationError as exc:
-            # Well-formed msgpack whose values this silo cannot rebuild (an unknown
-            # dataclass, say): answer that one request, keep the connection.
-            if self.ready and self._reject_one(payload, exc):
-                return
-            raise ProtocolError(f"undecodable frame ({exc})") from exc
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
+        if obj is REJECTED:
+            return
         if not self.ready:
             self._handshake(obj)
             return
