@@ -126,7 +126,9 @@ class EventRecorder(EventCollector):
         if predicate():
             return
         try:
-            await self.wait_for(lambda ev: bool(ev) and isinstance(ev[-1], kinds) and predicate(), timeout)
+            await self.wait_for(
+                lambda ev: bool(ev) and isinstance(ev[-1], kinds) and predicate(), timeout
+            )
         except TimeoutError:
             names = kinds.__name__ if isinstance(kinds, type) else [k.__name__ for k in kinds]
             raise TimeoutError(
