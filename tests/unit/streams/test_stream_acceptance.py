@@ -1,4 +1,4 @@
-"""Acceptance tests of persistent streams (issue 3, item 1) that test_streams.py leaves open.
+"""Acceptance tests of persistent streams that test_streams.py leaves open.
 
 Subscribing inside the producer's own call; deactivating producer and consumer mid-stream;
 the slow/fast scenario on different streams of one queue (memory and SQLite) with spilling;
@@ -833,28 +833,30 @@ async def test_tagged_member_gates_until_its_timeout_then_is_told_and_no_longer_
     timeout; then it gets GatingRevokedError, the cache purges, and once it recovers it is
     told exactly what it missed and receives what follows."""
     timeout = 1.0
-    silo = await make(flow_control=f"tagged,group=g,timeout={timeout}s", total_queues=1)
+    clock = FakeClock()  # the timeout passes in fake time: the test does not wait for it
+    silo = await make(flow_control=f"tagged,group=g,timeout={timeout}s", total_queues=1,
+                      clock=clock)
     agent = only_agent(silo)
-    loop = asyncio.get_running_loop()
     acked_at: list[float] = []
-    agent.receiver = AckRecorder(agent.receiver, lambda: acked_at.append(loop.time()))
+    agent.receiver = AckRecorder(agent.receiver, lambda: acked_at.append(clock.monotonic()))
     SINK.fail = lambda key, item: key == "stuck"  # retried: the grain stays free for on_error
     await silo.get_grain(AccConsumer, "stuck").subscribe("ns", "k", tag="g")
     await silo.get_grain(AccConsumer, "ok").subscribe("ns", "k", tag="g")
     producer = silo.get_grain(AccProducer, "p")
-    started = loop.time()  # the stuck member's cursor is set after this
+    started = clock.monotonic()  # the stuck member's cursor is set after this
     await producer.produce("ns", "k", list(range(20)))
-    await SINK.until(lambda: len(SINK.got["ok"]) >= 20)
-    await SINK.until(lambda: bool(SINK.errors["stuck"]))
+    await run_until(clock, SINK.until(lambda: len(SINK.got["ok"]) >= 20))
+    await run_until(clock, SINK.until(lambda: bool(SINK.errors["stuck"])))
     (revoked,) = SINK.errors["stuck"]
     assert isinstance(revoked, GatingRevokedError)
-    await reported(silo, (CachePurged, EventsAcknowledged),  # no longer held
-                   lambda: len(agent.cache) == 0 and bool(acked_at))
-    assert acked_at[0] - started >= timeout - 0.05  # held (unacknowledged) for the timeout
+    await run_until(clock, RECORDERS[silo].wait_state(  # no longer held
+        (CachePurged, EventsAcknowledged), lambda: len(agent.cache) == 0 and bool(acked_at),
+        WAIT))
+    assert acked_at[0] - started >= timeout  # held (unacknowledged) for the timeout
     SINK.fail = lambda key, item: False
-    await SINK.until(lambda: len(SINK.log["stuck"]) >= 3)  # 0 (in flight), then the gap
+    await run_until(clock, SINK.until(lambda: len(SINK.log["stuck"]) >= 3))  # 0, then the gap
     await producer.produce("ns", "k", [20])
-    await SINK.until(lambda: 20 in SINK.got["stuck"] and 20 in SINK.got["ok"])
+    await run_until(clock, SINK.until(lambda: 20 in SINK.got["stuck"] and 20 in SINK.got["ok"]))
     tokens = SINK.tokens["ok"]
     gap = SINK.errors["stuck"][1]
     assert isinstance(gap, EventsMissedError) and (gap.first, gap.last) == (tokens[1], tokens[19])
