@@ -309,12 +309,16 @@ async def queue_holds(silo: Silo, agent: Any, n: int) -> None:
 
 
 async def run_until(clock: FakeClock, *waits: Coroutine[Any, Any, Any],
-                    step: float = 0.01) -> None:
-    """Drive fake time in ``step``s (agent pulls, back-offs) until every wait is done."""
+                    step: float = 0.01, within: float | None = None) -> None:
+    """Drive fake time in ``step``s (agent pulls, back-offs) until every wait is done;
+    fail if that takes more than ``within`` seconds of fake time."""
     done = asyncio.ensure_future(asyncio.gather(*waits))
+    start = clock.monotonic()
     try:
         async with asyncio.timeout(WAIT):
             while not done.done():
+                if within is not None and clock.monotonic() - start > within:
+                    raise AssertionError(f"not done within {within:g} s of fake time")
                 await clock.run_for(step)
         await done
     finally:
@@ -549,7 +553,8 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
     its queue once they wait for newer events: a peer on its stream that lagged too when the
     cache first filled, or a consumer of another stream that subscribes after the stuck one
     filled the cache."""
-    silo = await make(total_queues=1, cache_size=50)  # pressure mark 45, half 25
+    clock = FakeClock()  # back-offs and the pressure's max_pull_period pass in fake time
+    silo = await make(total_queues=1, cache_size=50, clock=clock)  # pressure mark 45, half 25
     agent = only_agent(silo)
     SINK.fail = lambda key, item: key == "slow" and item >= 10
     await silo.get_grain(AccConsumer, "slow").subscribe("ns", "a")
@@ -557,10 +562,10 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
         SINK.gate("fast")  # lags too when the cache first fills
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "a")
     producer = silo.get_grain(AccProducer, "p")
-    with EventRecorder(silo.diagnostics) as rec:
-        await producer.produce("ns", "a", list(range(200)))
-        await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
-        await rec.wait_event(CachePressureChanged, lambda e: e.on)  # the cache filled up
+    rec = RECORDERS[silo]
+    await producer.produce("ns", "a", list(range(200)))
+    await run_until(clock, SINK.until(lambda: len(SINK.got["slow"]) >= 10),
+                    rec.wait_event(CachePressureChanged, lambda e: e.on))  # the cache filled up
     assert agent.read >= 45
     if late:
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "b")
@@ -568,14 +573,15 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
     else:
         SINK.gates["fast"].set()  # now it waits for newer events: the laggard should go
     expected = list(range(20 if late else 200))
-    # Normally well under a second; with the bug it never happens.
-    await SINK.until(lambda: len(SINK.got["fast"]) >= len(expected), timeout=10)
+    # Within a few back-off periods; a queue stalled by the stuck consumer never gets there.
+    await run_until(clock, SINK.until(lambda: len(SINK.got["fast"]) >= len(expected)),
+                    within=10.0)
     assert SINK.got["fast"] == expected
     assert SINK.got["slow"] == list(range(10))
     SINK.fail = lambda key, item: False
-    await SINK.until(lambda: len(SINK.got["slow"]) >= 200)
+    await run_until(clock, SINK.until(lambda: len(SINK.got["slow"]) >= 200))
     await producer.produce("ns", "a", ["end"])
-    await SINK.until(lambda: "end" in SINK.got["slow"])
+    await run_until(clock, SINK.until(lambda: "end" in SINK.got["slow"]))
     assert SINK.got["slow"] == [*range(200), "end"]
 
 
