@@ -703,3 +703,28 @@ async def test_stream_agent_statistics_are_readable_from_the_silo(silo: Silo) ->
     busy = [s for s in stats if s.read]
     assert len(busy) == 1 and busy[0].read == 10 and busy[0].delivered == 10
     assert busy[0].subscriptions == 1 and busy[0].cache_max == 4096
+
+
+async def test_stream_agent_reports_reads_purges_and_acknowledgements() -> None:
+    """The agent's counters and the events that report them agree: what was read, purged
+    from the cache and acknowledged to the queue."""
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(total_queues=1)
+    try:
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        adapter = silo.stream_providers["s"].adapter
+        with EventRecorder(silo.diagnostics) as rec:
+            await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+            await silo.get_grain(Producer, "p").produce("ns", "k", list(range(10)))
+            await SINK.until(lambda: len(SINK.got["c"]) >= 10)
+            await _queue_drained(rec, adapter, agent)
+            assert sum(e.count for e in rec.of(QueueRead)) == agent.read == 10
+            assert rec.of(QueueRead)[-1].total == 10
+            assert sum(e.count for e in rec.of(CachePurged)) == 10
+            acks = rec.of(EventsAcknowledged)
+            assert sum(e.count for e in acks) == acks[-1].total == agent.acknowledged == 10
+            assert {e.queue for e in acks} == {str(agent.queue)}
+            assert not rec.of(SubscriptionSpilled) and not rec.of(PullPeriodChanged)
+    finally:
+        await silo.stop()
