@@ -24,17 +24,23 @@ __all__ = [
     "ActivationCreated",
     "ActivationDeactivated",
     "CachePressureChanged",
+    "CachePurged",
     "CallFailed",
     "DeliveryAbandoned",
     "DeliveryFailed",
     "DeliveryRetried",
     "Diagnostics",
+    "EventsAcknowledged",
     "Listener",
+    "PullPeriodChanged",
     "QueueAcquired",
+    "QueueRead",
     "QueueReleased",
     "RequestDropped",
     "RuntimeEvent",
     "SiloStatusChanged",
+    "SubscriptionRejoined",
+    "SubscriptionSpilled",
 ]
 
 
@@ -134,6 +140,68 @@ class CachePressureChanged(RuntimeEvent):
     provider: str
     queue: str
     on: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead(RuntimeEvent):
+    """A pulling agent read ``count`` containers from ``queue`` (``total`` since it started)."""
+
+    provider: str
+    queue: str
+    count: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class CachePurged(RuntimeEvent):
+    """A queue cache dropped ``count`` containers every gating cursor is past; ``remaining``
+    containers stay cached."""
+
+    provider: str
+    queue: str
+    count: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventsAcknowledged(RuntimeEvent):
+    """A pulling agent acknowledged ``count`` containers to ``queue`` (``total`` since it
+    started); acknowledged containers are gone from the queue."""
+
+    provider: str
+    queue: str
+    count: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class PullPeriodChanged(RuntimeEvent):
+    """A pulling agent's period between reads changed: it backs off under cache pressure
+    and returns to its ``pull_period`` once the cache has room."""
+
+    provider: str
+    queue: str
+    period: float
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpilled(RuntimeEvent):
+    """A lagging subscription left the queue cache: its events are read from the queue."""
+
+    provider: str
+    queue: str
+    stream: str
+    subscription: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRejoined(RuntimeEvent):
+    """A spilled subscription caught up with the queue and is served from the cache again."""
+
+    provider: str
+    queue: str
+    stream: str
+    subscription: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,9 @@ class SpillHost(Protocol):
 
     def restart(self, sub: Subscription) -> None: ...
 
+    def subscription_moved(self, sub: Subscription, spilled: bool) -> None:
+        """``sub`` left the cache (``spilled``) or rejoined it (reported as an event)."""
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
 
 
@@ -238,6 +241,7 @@ class Spiller:
         self.count += 1
         self.log.info("stream_subscription_spilled", subscription=sub.record.sub_id,
                       stream=str(sub.stream_id), lag=cursor.lag())
+        self.host.subscription_moved(sub, True)
         self.host.restart(sub)
 
     def start_spilled(self, sub: Subscription, start: SequenceToken) -> None:
@@ -248,6 +252,7 @@ class Spiller:
         cache.remove_cursor(sub.spilled_from)
         self.book.add(sub)
         self.count += 1
+        self.host.subscription_moved(sub, True)
         self.host.restart(sub)
 
     def queue_holds(self, sid: StreamId, start: SequenceToken) -> bool:
@@ -284,6 +289,7 @@ class Spiller:
                 self.book.discard(sub)
                 self.log.info("stream_subscription_rejoined", subscription=sub.record.sub_id,
                               stream=str(sub.stream_id))
+                host.subscription_moved(sub, False)
                 return None
         n = host.options.batch_size
         taken, sub.buffer = sub.buffer[:n], sub.buffer[n:]

@@ -114,6 +114,28 @@ class EventRecorder(EventCollector):
             ) from None
         return matches(self.events)[count - 1]
 
+    async def wait_state(
+        self,
+        kinds: type[RuntimeEvent] | tuple[type[RuntimeEvent], ...],
+        predicate: Callable[[], bool],
+        timeout: float = 10.0,
+    ) -> None:
+        """Wait until ``predicate()`` holds, checking it now and after every recorded event
+        of ``kinds``: the events that report a change of the state it reads (the cache
+        purged, events acknowledged, ...). No event, no check: nothing polls."""
+        if predicate():
+            return
+        try:
+            await self.wait_for(
+                lambda ev: bool(ev) and isinstance(ev[-1], kinds) and predicate(), timeout
+            )
+        except TimeoutError:
+            names = kinds.__name__ if isinstance(kinds, type) else [k.__name__ for k in kinds]
+            raise TimeoutError(
+                f"state not reached within {timeout:g} s, checked on {names}; recorded: "
+                f"{[type(e).__name__ for e in self.events[-10:]]}"
+            ) from None
+
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()

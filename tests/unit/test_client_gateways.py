@@ -137,7 +137,7 @@ async def test_lost_gateway_fails_its_pending_calls_and_new_calls_use_the_others
         victim = silos[1]
         key = next(k for k, silo in first.items() if silo == name(victim))
         stuck = asyncio.create_task(client.get_grain(Where, key).slow())
-        await probe.until(lambda: ("slow", key) in probe.log)  # the request is running
+        await probe.wait_logged("slow", key)  # the request is running
 
         await kill_gateway(victim)
         with pytest.raises(SiloUnavailableError, match="was lost"):
@@ -190,7 +190,7 @@ async def test_client_call_times_out_on_the_client_clock(make_silo, probe):
     clock = FakeClock()
     async with client_of(silos, clock, response_timeout=30.0) as client:
         call = asyncio.create_task(client.get_grain(Where, "t").slow())
-        await probe.until(lambda: ("slow", "t") in probe.log)  # the request is running
+        await probe.wait_logged("slow", "t")  # the request is running
         await clock.run_for(29.0)
         assert not call.done()
         await clock.run_for(1.0)
@@ -256,7 +256,7 @@ async def test_stopping_silo_answers_its_calls_in_flight_then_its_gateway_hands_
         leaving = silos[2]
         key = next(k for k, silo in first.items() if silo == name(leaving))
         running = asyncio.create_task(client.get_grain(Where, key).slow())
-        await probe.until(lambda: ("slow", key) in probe.log)
+        await probe.wait_logged("slow", key)
 
         stopping = asyncio.create_task(leaving.stop())
         await probe.until(lambda: not leaving.gateway.accepting)

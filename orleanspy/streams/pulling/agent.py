@@ -16,6 +16,11 @@ laggard would fill the cache and stop the reads for everyone; with a rewindable 
 *spilled* instead (``orleanspy.streams.spill``): it reads its stream from the queue until it
 catches up. The agent backs off (the backlog stays in the queue) when the cache is under
 pressure and nothing can be spilled.
+
+The agent reports its reads, purges, acknowledgements, pull period and spills as runtime
+events (``orleanspy.diagnostics``), built only while its hub listens. The module runs a
+little over 500 lines: the read cycle, the subscription turns and the hand-off at stop all
+work on the agent's one state (cache, cursors, spill book) and stay together.
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orleanspy.diagnostics import CachePressureChanged
+from orleanspy.diagnostics import (
+    CachePressureChanged,
+    CachePurged,
+    EventsAcknowledged,
+    PullPeriodChanged,
+    QueueRead,
+    SubscriptionRejoined,
+    SubscriptionSpilled,
+)
 from orleanspy.errors import GatingRevokedError, QueueCacheMissError
 from orleanspy.grains.interface import always_interleave, grain_type
 from orleanspy.logging import get_logger
@@ -186,7 +199,7 @@ class PullingAgent(SystemTarget):
         done = self.cache.delivered_to_all()
         if done:
             await self.receiver.messages_delivered(done)
-            self.acknowledged += len(done)
+            self._acknowledged(len(done))
 
     @property
     def key_tuple(self) -> tuple[str, int, str]:
@@ -223,9 +236,10 @@ class PullingAgent(SystemTarget):
                 if (self._pressured or cache.under_pressure()) and self.spiller.spill_laggards():
                     await self._ack()
             if self._under_pressure():
-                self.period = min(self.period * 2, self.options.max_pull_period)
+                self._set_period(min(self.period * 2, self.options.max_pull_period))
                 return
-            self.period = self.options.pull_period
+            if self.period != self.options.pull_period:
+                self._set_period(self.options.pull_period)
             want = cache.max_add_count()
             if want <= 0:
                 return
@@ -236,6 +250,10 @@ class PullingAgent(SystemTarget):
             self.read += len(batch)
             self._last_read = batch[-1].token.sequence
             first = cache.add(batch)
+            hub = self.diagnostics
+            if hub.listening:
+                hub.emit(QueueRead(str(self.silo.address), self.provider.name, str(self.queue),
+                                   len(batch), self.read))
             for sid, item in first.items():
                 subs = self.streams.get(sid)
                 if subs is None:
@@ -248,10 +266,40 @@ class PullingAgent(SystemTarget):
                 return
 
     async def _ack(self) -> None:
-        purged = self.spiller.acknowledgeable(self.cache.purge())
+        cache = self.cache
+        purged = cache.purge()
+        if purged:
+            hub = self.diagnostics
+            if hub.listening:
+                hub.emit(CachePurged(str(self.silo.address), self.provider.name,
+                                     str(self.queue), len(purged), len(cache)))
+        purged = self.spiller.acknowledgeable(purged)
         if purged and self.receiver is not None:
             await self.receiver.messages_delivered(purged)
-            self.acknowledged += len(purged)
+            self._acknowledged(len(purged))
+
+    def _acknowledged(self, count: int) -> None:
+        self.acknowledged += count
+        hub = self.diagnostics
+        if hub.listening:
+            hub.emit(EventsAcknowledged(str(self.silo.address), self.provider.name,
+                                        str(self.queue), count, self.acknowledged))
+
+    def _set_period(self, period: float) -> None:
+        if period != self.period:
+            self.period = period
+            hub = self.diagnostics
+            if hub.listening:
+                hub.emit(PullPeriodChanged(str(self.silo.address), self.provider.name,
+                                           str(self.queue), period))
+
+    def subscription_moved(self, sub: Subscription, spilled: bool) -> None:
+        """``sub`` left the cache (``spilled``) or rejoined it: tell the listeners."""
+        hub = self.diagnostics
+        if hub.listening:
+            kind = SubscriptionSpilled if spilled else SubscriptionRejoined
+            hub.emit(kind(str(self.silo.address), self.provider.name, str(self.queue),
+                          str(sub.stream_id), sub.record.sub_id))
 
     def _rendezvous(self, sid: StreamId) -> Any:
         return self.silo.get_grain(PubSubRendezvous, (self.provider.name, sid.namespace, sid.key))

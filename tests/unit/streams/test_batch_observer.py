@@ -14,10 +14,12 @@ from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
+from orleanspy.testing import EventCollector
 
 WAIT = 10.0
 BATCHES: dict[str, list[list[tuple[Any, SequenceToken]]]] = {}
 FIRST_SEEN: dict[str, asyncio.Event] = {}
+RECORDED = EventCollector()  # who received a batch, in order: wakes the test's waits
 
 
 class BatchProducer(Grain):
@@ -47,6 +49,7 @@ GATES: dict[str, asyncio.Event] = {}
 
 async def _record(who: str, items: list[tuple[Any, SequenceToken]]) -> None:
     BATCHES.setdefault(who, []).append(list(items))
+    RECORDED.record(who)
     FIRST_SEEN.setdefault(who, asyncio.Event()).set()
     gate = GATES.get(who)
     if gate is not None:
@@ -55,8 +58,10 @@ async def _record(who: str, items: list[tuple[Any, SequenceToken]]) -> None:
 
 @pytest.fixture
 async def silo() -> AsyncIterator[Silo]:
+    global RECORDED
     BATCHES.clear()
     FIRST_SEEN.clear()
+    RECORDED = EventCollector()
     GATES.clear()
     provider = PersistentStreamProvider(
         MemoryAdapterFactory(), StreamProviderOptions(pull_period=0.01, batch_size=16),
@@ -70,9 +75,8 @@ async def silo() -> AsyncIterator[Silo]:
 
 
 async def _until(predicate: Any) -> None:
-    async with asyncio.timeout(WAIT):
-        while not predicate():  # noqa: ASYNC110 - the test's own records have no event
-            await asyncio.sleep(0.005)
+    """Wait until ``predicate()`` holds, checked on every batch a consumer records."""
+    await RECORDED.wait_for(lambda _: predicate(), WAIT)
 
 
 @pytest.mark.parametrize("implicit", [False, True])

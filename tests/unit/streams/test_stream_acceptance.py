@@ -1,4 +1,4 @@
-"""Acceptance tests of persistent streams (issue 3, item 1) that test_streams.py leaves open.
+"""Acceptance tests of persistent streams that test_streams.py leaves open.
 
 Subscribing inside the producer's own call; deactivating producer and consumer mid-stream;
 the slow/fast scenario on different streams of one queue (memory and SQLite) with spilling;
@@ -8,15 +8,16 @@ and ``tagged`` flow-control strategies; a graceful stop during a failing deliver
 Consumers record into the module's ``SINK`` (a fresh one per test). A consumer is made slow
 either by a *gate* (its handler awaits an ``asyncio.Event``: the delivery stays in flight) or
 by ``SINK.fail`` (its handler raises and the agent retries: the grain stays free for other
-calls). Nothing here waits for a duration: tests await the sink, or poll agent state (which
-has no event) in bounded loops.
+calls). Nothing here waits for a duration or polls: tests await the sink, or the runtime
+events of the silo (``RECORDERS``, one ``EventRecorder`` per silo from its start) that report
+the agent state they check; tests on a ``FakeClock`` drive it with ``run_for``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,15 @@ import pytest
 
 from orleanspy import Grain, Silo, SiloOptions, reentrant
 from orleanspy._util.clock import Clock
-from orleanspy.diagnostics import CachePressureChanged
+from orleanspy.diagnostics import (
+    CachePressureChanged,
+    CachePurged,
+    DeliveryFailed,
+    EventsAcknowledged,
+    RuntimeEvent,
+    SubscriptionRejoined,
+    SubscriptionSpilled,
+)
 from orleanspy.errors import EventsMissedError, GatingRevokedError, QueueCacheMissError
 from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
 from orleanspy.streams.adapters.base import QueueAdapterFactory
@@ -90,6 +99,7 @@ class AccSink:
 
 SINK = AccSink()
 RESUME: set[tuple[str, Any]] = set()  # streams a reactivated AccConsumer resumes
+RECORDERS: dict[Silo, EventRecorder] = {}  # the runtime events of each silo of the test
 
 
 class AccProducer(Grain):
@@ -185,6 +195,7 @@ async def make() -> AsyncIterator[SiloMaker]:
     global SINK
     SINK = AccSink()
     RESUME.clear()
+    RECORDERS.clear()
     silos: list[Silo] = []
 
     async def start(
@@ -196,6 +207,7 @@ async def make() -> AsyncIterator[SiloMaker]:
                                             StreamProviderOptions(**options))
         silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=GRAINS,
                     stream_providers={"s": provider}, clock=clock)
+        RECORDERS[silo] = EventRecorder(silo.diagnostics)  # from the start: nothing missed
         await silo.start()
         silos.append(silo)
         return silo
@@ -205,6 +217,8 @@ async def make() -> AsyncIterator[SiloMaker]:
     async with asyncio.timeout(60):
         for silo in silos:
             await silo.stop()
+    for rec in RECORDERS.values():
+        rec.close()
 
 
 def no_spilling() -> dict[str, Any]:
@@ -273,27 +287,42 @@ async def park_a_caught_up_subscription(silo: Silo) -> None:
     await SINK.until(lambda: SINK.got["idle"] == ["x"])
 
 
-async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll agent state (it has no event to await) in a bounded loop."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - agent state has no event to await
-            await asyncio.sleep(0.005)
-
-
-async def tick_until(
-    clock: FakeClock, predicate: Callable[[], bool], step: float = 0.01, timeout: float = WAIT
+async def reported(
+    silo: Silo,
+    kinds: type[RuntimeEvent] | tuple[type[RuntimeEvent], ...],
+    predicate: Callable[[], bool],
 ) -> None:
-    """Move fake time on in ``step``s (agent pulls, back-offs) until ``predicate`` holds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            clock.advance(step)
-            await asyncio.sleep(0.001)
+    """Wait until ``predicate()`` (agent state) holds, checked now and on each of the silo's
+    runtime events of ``kinds``: those that report a change of the state it reads."""
+    await RECORDERS[silo].wait_state(kinds, predicate, WAIT)
 
 
-async def until_async(probe: Callable[[], Awaitable[bool]], timeout: float = WAIT) -> None:
-    async with asyncio.timeout(timeout):
-        while not await probe():  # noqa: ASYNC110 - queue state has no event to await
-            await asyncio.sleep(0.01)
+async def queue_holds(silo: Silo, agent: Any, n: int) -> None:
+    """Wait until the agent's queue keeps exactly ``n`` containers: checked now and after
+    each acknowledgement (the only thing that removes containers from a queue)."""
+    rec = RECORDERS[silo]
+    while True:
+        seen = len(rec.of(EventsAcknowledged))  # counted first: none slips in between
+        if await queue_length(silo, agent) == n:
+            return
+        await rec.wait_event(EventsAcknowledged, timeout=WAIT, count=seen + 1)
+
+
+async def run_until(clock: FakeClock, *waits: Coroutine[Any, Any, Any],
+                    step: float = 0.01, within: float | None = None) -> None:
+    """Drive fake time in ``step``s (agent pulls, back-offs) until every wait is done;
+    fail if that takes more than ``within`` seconds of fake time."""
+    done = asyncio.ensure_future(asyncio.gather(*waits))
+    start = clock.monotonic()
+    try:
+        async with asyncio.timeout(WAIT):
+            while not done.done():
+                if within is not None and clock.monotonic() - start > within:
+                    raise AssertionError(f"not done within {within:g} s of fake time")
+                await clock.run_for(step)
+        await done
+    finally:
+        done.cancel()
 
 
 async def queue_length(silo: Silo, agent: Any) -> int:
@@ -437,24 +466,21 @@ async def test_slow_and_fast_consumers_on_two_streams_of_one_queue(
     assert SINK.got["slow"] == [] and SINK.waiting["slow"] == 1  # stuck on its first event
     assert agent.read == 2 * n + 1 and peak[0] <= bound  # + the idle stream's event
     # Everything is read and the fast stream purged: exactly the slow stream stays queued.
-    await until(lambda: len(agent.cache) == 0 and agent.snapshot().spilled == 1)
+    await reported(silo, (CachePurged, SubscriptionSpilled),
+                   lambda: len(agent.cache) == 0 and agent.snapshot().spilled == 1)
     assert "slow" in book.spilled and SINK.got["slow"] == []
     # The fast stream's acknowledgements complete; none of the slow stream's is made.
-    await until_async(lambda: _queue_is(silo, agent, n))
+    await queue_holds(silo, agent, n)
     gate.set()
     await SINK.until(lambda: len(SINK.got["slow"]) >= n)
     assert SINK.got["slow"] == list(range(n))
-    await until(lambda: agent.snapshot().spilled == 0)
-    await until_async(lambda: _queue_is(silo, agent, 0))  # all acknowledged at last
+    await reported(silo, SubscriptionRejoined, lambda: agent.snapshot().spilled == 0)
+    await queue_holds(silo, agent, 0)  # all acknowledged at last
     await producer.produce("ns", "slow-stream", ["end"])  # served from the cache again
     await producer.produce("ns", "fast-stream", ["end"])
     await SINK.until(lambda: "end" in SINK.got["slow"] and "end" in SINK.got["fast"])
     assert SINK.got["slow"] == [*range(n), "end"] and SINK.got["fast"] == [*range(n), "end"]
     assert peak[0] <= bound
-
-
-async def _queue_is(silo: Silo, agent: Any, n: int) -> bool:
-    return await queue_length(silo, agent) == n
 
 
 @pytest.mark.parametrize("adapter", ["memory", "sqlite"])
@@ -491,7 +517,7 @@ async def test_slow_consumer_that_keeps_progressing_is_spilled_and_rejoins(
 
     async def open_gate() -> None:
         await SINK.until(lambda: len(SINK.got["fast"]) >= n // 4)
-        await until(lambda: "slow" in book.spilled)
+        await reported(silo, SubscriptionSpilled, lambda: "slow" in book.spilled)
         gate.set()
 
     opener = asyncio.create_task(open_gate())
@@ -512,8 +538,8 @@ async def test_slow_consumer_that_keeps_progressing_is_spilled_and_rejoins(
     assert SINK.got["fast"] == list(range(n))
     assert peak[0] <= bound
     assert "slow" in book.spilled  # the scenario did spill
-    await until(lambda: agent.snapshot().spilled == 0)
-    await until_async(lambda: _queue_is(silo, agent, 0))
+    await reported(silo, SubscriptionRejoined, lambda: agent.snapshot().spilled == 0)
+    await queue_holds(silo, agent, 0)
 
 
 @pytest.mark.parametrize("late", [
@@ -527,7 +553,8 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
     its queue once they wait for newer events: a peer on its stream that lagged too when the
     cache first filled, or a consumer of another stream that subscribes after the stuck one
     filled the cache."""
-    silo = await make(total_queues=1, cache_size=50)  # pressure mark 45, half 25
+    clock = FakeClock()  # back-offs and the pressure's max_pull_period pass in fake time
+    silo = await make(total_queues=1, cache_size=50, clock=clock)  # pressure mark 45, half 25
     agent = only_agent(silo)
     SINK.fail = lambda key, item: key == "slow" and item >= 10
     await silo.get_grain(AccConsumer, "slow").subscribe("ns", "a")
@@ -535,10 +562,10 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
         SINK.gate("fast")  # lags too when the cache first fills
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "a")
     producer = silo.get_grain(AccProducer, "p")
-    with EventRecorder(silo.diagnostics) as rec:
-        await producer.produce("ns", "a", list(range(200)))
-        await SINK.until(lambda: len(SINK.got["slow"]) >= 10)
-        await rec.wait_event(CachePressureChanged, lambda e: e.on)  # the cache filled up
+    rec = RECORDERS[silo]
+    await producer.produce("ns", "a", list(range(200)))
+    await run_until(clock, SINK.until(lambda: len(SINK.got["slow"]) >= 10),
+                    rec.wait_event(CachePressureChanged, lambda e: e.on))  # the cache filled up
     assert agent.read >= 45
     if late:
         await silo.get_grain(AccConsumer, "fast").subscribe("ns", "b")
@@ -546,14 +573,15 @@ async def test_a_stuck_consumer_does_not_stall_the_other_consumers_of_its_queue(
     else:
         SINK.gates["fast"].set()  # now it waits for newer events: the laggard should go
     expected = list(range(20 if late else 200))
-    # Normally well under a second; with the bug it never happens.
-    await SINK.until(lambda: len(SINK.got["fast"]) >= len(expected), timeout=10)
+    # Within a few back-off periods; a queue stalled by the stuck consumer never gets there.
+    await run_until(clock, SINK.until(lambda: len(SINK.got["fast"]) >= len(expected)),
+                    within=10.0)
     assert SINK.got["fast"] == expected
     assert SINK.got["slow"] == list(range(10))
     SINK.fail = lambda key, item: False
-    await SINK.until(lambda: len(SINK.got["slow"]) >= 200)
+    await run_until(clock, SINK.until(lambda: len(SINK.got["slow"]) >= 200))
     await producer.produce("ns", "a", ["end"])
-    await SINK.until(lambda: "end" in SINK.got["slow"])
+    await run_until(clock, SINK.until(lambda: "end" in SINK.got["slow"]))
     assert SINK.got["slow"] == [*range(200), "end"]
 
 
@@ -588,7 +616,8 @@ async def test_resume_from_a_purged_token_reports_the_miss_and_continues_from_lo
     await producer.produce("ns", "k", list(range(5)))
     await SINK.until(lambda: len(SINK.got["c"]) >= 5)
     agent = only_agent(silo)
-    await until(lambda: agent.acknowledged >= 5)  # purged and acknowledged: gone everywhere
+    # purged and acknowledged: gone everywhere
+    await reported(silo, EventsAcknowledged, lambda: agent.acknowledged >= 5)
     old = SINK.tokens["c"][1]
     SINK.fail = lambda key, item: key == "holder"  # keeps 5.. cached
     await silo.get_grain(AccConsumer, "holder").subscribe("ns", "k")
@@ -615,7 +644,8 @@ async def test_resume_of_a_spilled_subscription_without_token_keeps_its_position
     SINK.fail = lambda key, item: key == "slow" and item >= 10  # retried, grain stays free
     await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(200)))
     await SINK.until(lambda: len(SINK.got["fast"]) >= 200)
-    await until(lambda: agent.snapshot().spilled == 1 and len(agent.cache) == 0)
+    await reported(silo, (CachePurged, SubscriptionSpilled),
+                   lambda: agent.snapshot().spilled == 1 and len(agent.cache) == 0)
     assert SINK.got["slow"] == list(range(10))
     assert await slow.resume("ns", "k") == 1  # e.g. after a reactivation
     SINK.fail = lambda key, item: False
@@ -640,7 +670,8 @@ async def test_resume_of_a_spilled_subscription_from_a_token_the_queue_still_hol
     SINK.fail = lambda key, item: key == "slow" and item >= 10
     await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(200)))
     await SINK.until(lambda: len(SINK.got["fast"]) >= 200)
-    await until(lambda: agent.snapshot().spilled == 1 and len(agent.cache) == 0)
+    await reported(silo, (CachePurged, SubscriptionSpilled),
+                   lambda: agent.snapshot().spilled == 1 and len(agent.cache) == 0)
     assert await queue_length(silo, agent) >= 190  # 10..199 are still in the queue
     token = SINK.tokens["fast"][150]
     # The delivery of 10 being retried never succeeds (see the test below for why).
@@ -676,16 +707,21 @@ async def test_a_retry_pending_when_the_subscription_is_resumed_is_not_delivered
     SINK.fail = fail
     await silo.get_grain(AccProducer, "p").produce("ns", "k", list(range(20)))
     # The next attempt is about 2 s of fake time away: time stops once 10 was refused.
-    await tick_until(clock, lambda: len(SINK.got["witness"]) >= 20 and bool(refused))
+    await run_until(clock, SINK.until(lambda: len(SINK.got["witness"]) >= 20),
+                    RECORDERS[silo].wait_event(DeliveryFailed, timeout=WAIT))  # 10 refused
+    assert refused and set(refused) == {10}
     (old,) = [sub for subs in agent.streams.values() for sub in subs.values()
               if sub.record.consumer_key == "c"]
     assert old.task is not None  # waiting in its back-off
     assert await consumer.resume("ns", "k", SINK.tokens["witness"][15]) == 1
     SINK.fail = lambda key, item: False
+    loop_of_old = old.task
     await clock.run_for(2.0)  # the replaced subscription's back-off ends
-    await until(lambda: old.task is None)  # and its loop with it
+    async with asyncio.timeout(WAIT):
+        await loop_of_old  # and its loop with it
+    assert old.task is None
     await silo.get_grain(AccProducer, "p").produce("ns", "k", ["end"])
-    await tick_until(clock, lambda: "end" in SINK.got["c"])
+    await run_until(clock, SINK.until(lambda: "end" in SINK.got["c"]))
     assert SINK.got["c"] == [*range(10), *range(15, 20), "end"]  # actual: 10 after 19
 
 
@@ -704,7 +740,8 @@ async def test_max_flow_control_names_the_exact_range_the_laggard_missed(
     producer = silo.get_grain(AccProducer, "p")
     await producer.produce("ns", "k", list(range(50)))
     await SINK.until(lambda: len(SINK.got["fast"]) >= 50 and SINK.waiting["lag"] == 1)
-    await until(lambda: len(agent.cache) == 0)  # the fastest is past everything: purged
+    # the fastest is past everything: purged
+    await reported(silo, CachePurged, lambda: len(agent.cache) == 0)
     gate.set()
     await SINK.until(lambda: len(SINK.log["lag"]) >= 2)
     await producer.produce("ns", "k", [50, 51])
@@ -731,10 +768,11 @@ async def test_laggard_told_of_every_event_purged_while_its_delivery_ran(
     producer = silo.get_grain(AccProducer, "p")
     await producer.produce("ns", "k", list(range(50)))
     await SINK.until(lambda: len(SINK.got["fast"]) >= 50 and SINK.waiting["lag"] == 1)
-    await until(lambda: len(agent.cache) == 0)
+    await reported(silo, CachePurged, lambda: len(agent.cache) == 0)
     await producer.produce("ns", "k", [50, 51])
     await SINK.until(lambda: len(SINK.got["fast"]) >= 52)
-    await until(lambda: len(agent.cache) == 0)  # 50, 51 purged too, 0 still in flight
+    # 50, 51 purged too, 0 still in flight
+    await reported(silo, CachePurged, lambda: len(agent.cache) == 0)
     gate.set()
     await SINK.until(lambda: len(SINK.log["lag"]) >= 2)
     await producer.produce("ns", "k", [52])
@@ -758,7 +796,7 @@ async def test_max_flow_control_gap_of_batches_ends_at_the_last_missed_event(
     for b in range(5):  # five containers of three events each
         await producer.produce_batch("ns", "k", [(b, i) for i in range(3)])
     await SINK.until(lambda: len(SINK.got["fast"]) >= 15 and SINK.waiting["lag"] == 1)
-    await until(lambda: len(agent.cache) == 0)
+    await reported(silo, CachePurged, lambda: len(agent.cache) == 0)
     gate.set()
     await SINK.until(lambda: len(SINK.log["lag"]) >= 4)
     await producer.produce("ns", "k", ["end"])
@@ -781,7 +819,8 @@ async def test_tagged_non_member_is_told_the_exact_range_it_missed(make: SiloMak
     producer = silo.get_grain(AccProducer, "p")
     await producer.produce("ns", "k", list(range(30)))
     await SINK.until(lambda: len(SINK.got["archive"]) >= 30 and SINK.waiting["viewer"] == 1)
-    await until(lambda: len(agent.cache) == 0)  # the stuck non-member held nothing
+    # the stuck non-member held nothing
+    await reported(silo, CachePurged, lambda: len(agent.cache) == 0)
     gate.set()
     await SINK.until(lambda: len(SINK.log["viewer"]) >= 2)
     await producer.produce("ns", "k", [30])
@@ -800,27 +839,30 @@ async def test_tagged_member_gates_until_its_timeout_then_is_told_and_no_longer_
     timeout; then it gets GatingRevokedError, the cache purges, and once it recovers it is
     told exactly what it missed and receives what follows."""
     timeout = 1.0
-    silo = await make(flow_control=f"tagged,group=g,timeout={timeout}s", total_queues=1)
+    clock = FakeClock()  # the timeout passes in fake time: the test does not wait for it
+    silo = await make(flow_control=f"tagged,group=g,timeout={timeout}s", total_queues=1,
+                      clock=clock)
     agent = only_agent(silo)
-    loop = asyncio.get_running_loop()
     acked_at: list[float] = []
-    agent.receiver = AckRecorder(agent.receiver, lambda: acked_at.append(loop.time()))
+    agent.receiver = AckRecorder(agent.receiver, lambda: acked_at.append(clock.monotonic()))
     SINK.fail = lambda key, item: key == "stuck"  # retried: the grain stays free for on_error
     await silo.get_grain(AccConsumer, "stuck").subscribe("ns", "k", tag="g")
     await silo.get_grain(AccConsumer, "ok").subscribe("ns", "k", tag="g")
     producer = silo.get_grain(AccProducer, "p")
-    started = loop.time()  # the stuck member's cursor is set after this
+    started = clock.monotonic()  # the stuck member's cursor is set after this
     await producer.produce("ns", "k", list(range(20)))
-    await SINK.until(lambda: len(SINK.got["ok"]) >= 20)
-    await SINK.until(lambda: bool(SINK.errors["stuck"]))
+    await run_until(clock, SINK.until(lambda: len(SINK.got["ok"]) >= 20))
+    await run_until(clock, SINK.until(lambda: bool(SINK.errors["stuck"])))
     (revoked,) = SINK.errors["stuck"]
     assert isinstance(revoked, GatingRevokedError)
-    await until(lambda: len(agent.cache) == 0 and bool(acked_at))  # no longer held
-    assert acked_at[0] - started >= timeout - 0.05  # held (unacknowledged) for the timeout
+    await run_until(clock, RECORDERS[silo].wait_state(  # no longer held
+        (CachePurged, EventsAcknowledged), lambda: len(agent.cache) == 0 and bool(acked_at),
+        WAIT))
+    assert acked_at[0] - started >= timeout  # held (unacknowledged) for the timeout
     SINK.fail = lambda key, item: False
-    await SINK.until(lambda: len(SINK.log["stuck"]) >= 3)  # 0 (in flight), then the gap
+    await run_until(clock, SINK.until(lambda: len(SINK.log["stuck"]) >= 3))  # 0, then the gap
     await producer.produce("ns", "k", [20])
-    await SINK.until(lambda: 20 in SINK.got["stuck"] and 20 in SINK.got["ok"])
+    await run_until(clock, SINK.until(lambda: 20 in SINK.got["stuck"] and 20 in SINK.got["ok"]))
     tokens = SINK.tokens["ok"]
     gap = SINK.errors["stuck"][1]
     assert isinstance(gap, EventsMissedError) and (gap.first, gap.last) == (tokens[1], tokens[19])
@@ -873,7 +915,9 @@ async def test_graceful_stop_during_a_transient_delivery_failure_loses_nothing(
 
     SINK.fail = fail
     await silo.get_grain(AccProducer, "p").produce("imp", "k", list(range(10)))
-    await until(lambda: SINK.got[key] == [0, 1, 2] and bool(refused))
+    await RECORDERS[silo].wait_event(DeliveryFailed, timeout=WAIT)  # 3 refused
+    await SINK.until(lambda: SINK.got[key] == [0, 1, 2])
+    assert refused and set(refused) == {3}
     await silo.stop()
     SINK.fail = lambda consumer, item: False
     silo2 = await make(factory, **options)

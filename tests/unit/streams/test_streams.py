@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -13,11 +13,18 @@ from orleanspy import Grain, Silo, SiloOptions, reentrant
 from orleanspy._util.clock import Clock
 from orleanspy.diagnostics import (
     CachePressureChanged,
+    CachePurged,
     DeliveryAbandoned,
     DeliveryFailed,
     DeliveryRetried,
+    EventsAcknowledged,
+    PullPeriodChanged,
     QueueAcquired,
+    QueueRead,
     QueueReleased,
+    RuntimeEvent,
+    SubscriptionRejoined,
+    SubscriptionSpilled,
 )
 from orleanspy.errors import QueueCacheMissError, StreamDeliveryError
 from orleanspy.streams.adapters import MemoryAdapterFactory
@@ -346,7 +353,7 @@ async def test_stream_delivery_retries_wait_on_the_silo_clock_and_are_reported()
             SINK.fail = lambda key, item: item == "poison"
             await silo.get_grain(Consumer, "c").subscribe("ns", "k")
             await silo.get_grain(Producer, "p").produce("ns", "k", ["poison"])
-            await _tick_until(clock, lambda: bool(rec.of(DeliveryRetried)))
+            await _run_until(clock, rec.wait_event(DeliveryRetried))
             (retried,) = rec.of(DeliveryRetried)
             assert retried.attempt == 1 and 0.9 <= retried.delay <= 1.0
             await asyncio.sleep(0.05)
@@ -357,7 +364,7 @@ async def test_stream_delivery_retries_wait_on_the_silo_clock_and_are_reported()
             abandoned = await rec.wait_event(DeliveryAbandoned)
             assert abandoned.action == "skip" and abandoned.subscription
             await silo.get_grain(Producer, "p").produce("ns", "k", ["ok"])
-            await _tick_until(clock, lambda: SINK.got["c"] == ["ok"])
+            await _run_until(clock, SINK.until(lambda: SINK.got["c"] == ["ok"]))
             (error,) = SINK.errors["c"]
             assert isinstance(error, StreamDeliveryError)
             assert [e.attempt for e in rec.of(DeliveryFailed)] == [1, 2, 3, 4]
@@ -421,19 +428,34 @@ def _peak_tracker(agent: Any) -> list[int]:
     return peak
 
 
-async def _tick_until(clock: FakeClock, predicate: Callable[[], bool]) -> None:
-    """Move fake time on (agent pulls) in small steps until ``predicate`` holds."""
-    async with asyncio.timeout(WAIT):
-        while not predicate():
-            clock.advance(0.01)
-            await asyncio.sleep(0.001)
+async def _run_until(clock: FakeClock, *waits: Coroutine[Any, Any, Any],
+                     step: float = 0.01) -> None:
+    """Drive fake time in ``step``s (agent pulls, back-offs) until every wait is done."""
+    done = asyncio.ensure_future(asyncio.gather(*waits))
+    try:
+        async with asyncio.timeout(WAIT):
+            while not done.done():
+                await clock.run_for(step)
+        await done
+    finally:
+        done.cancel()
 
 
-async def _until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll a condition of the agent (it has no event to await) with a bounded wait."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - agent state has no event to await
-            await asyncio.sleep(0.005)
+async def _reported(
+    rec: EventRecorder,
+    kinds: type[RuntimeEvent] | tuple[type[RuntimeEvent], ...],
+    predicate: Callable[[], bool],
+) -> None:
+    """Wait until ``predicate()`` (agent state) holds, checked now and on each runtime event
+    of ``kinds``: those that report a change of the state it reads."""
+    await rec.wait_state(kinds, predicate, WAIT)
+
+
+def _queue_drained(rec: EventRecorder, adapter: Any, agent: Any) -> Coroutine[Any, Any, None]:
+    """Wait until the agent's queue is empty: checked on each acknowledgement (the only
+    thing that removes containers from a queue)."""
+    return rec.wait_state(EventsAcknowledged, lambda: adapter.queue_length(agent.queue) == 0,
+                          WAIT)
 
 
 async def test_stream_slow_consumer_is_spilled_to_the_queue_and_the_fast_one_goes_on() -> None:
@@ -447,6 +469,7 @@ async def test_stream_slow_consumer_is_spilled_to_the_queue_and_the_fast_one_goe
         await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
         await silo.get_grain(Consumer, "other").subscribe("ns", "k2")  # same queue
         agent = next(iter(silo.stream_providers["s"].agents.values()))
+        rec = EventRecorder(silo.diagnostics)  # before anything is read
         peak = _peak_tracker(agent)
         producer = silo.get_grain(Producer, "p")
         for chunk in range(10):
@@ -463,8 +486,8 @@ async def test_stream_slow_consumer_is_spilled_to_the_queue_and_the_fast_one_goe
         gate.set()
         await SINK.until(lambda: len(SINK.got["slow"]) >= 500, timeout=20)
         assert SINK.got["slow"] == list(range(500))  # every event, in order, once
-        await _until(lambda: agent.snapshot().spilled == 0)
-        await _until(lambda: adapter.queue_length(agent.queue) == 0)  # all acknowledged
+        await _reported(rec, SubscriptionRejoined, lambda: agent.snapshot().spilled == 0)
+        await _queue_drained(rec, adapter, agent)  # all acknowledged
         await producer.produce("ns", "k", [500])  # back in the cache: delivered from there
         await SINK.until(lambda: 500 in SINK.got["slow"] and 500 in SINK.got["fast"])
         assert SINK.got["slow"] == list(range(501)) and peak[0] <= 100
@@ -490,18 +513,21 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
         rec = EventRecorder(silo.diagnostics)
         await silo.get_grain(Producer, "p").produce("ns", "k", list(range(1000)))
         await rec.wait_event(CachePressureChanged, lambda e: e.on)
-        rec.close()
         assert agent.period > agent.options.pull_period  # backed off first
         if spill:
-            await _until(lambda: agent.snapshot().spilled == 1 and agent.read == 1000)
+            await _reported(rec, (SubscriptionSpilled, QueueRead),
+                            lambda: agent.snapshot().spilled == 1 and agent.read == 1000)
         else:
-            await _until(lambda: agent.period >= 0.04 and agent.cache.under_pressure())
+            await _reported(rec, (PullPeriodChanged, QueueRead, CachePurged),
+                            lambda: agent.period >= 0.04 and agent.cache.under_pressure())
             assert agent.read < 1000 and agent.snapshot().spilled == 0
         assert peak[0] <= 100
         gate.set()
         await SINK.until(lambda: len(SINK.got["slow"]) >= 1000, timeout=20)
         assert SINK.got["slow"] == list(range(1000))
-        await _until(lambda: agent.period == agent.options.pull_period)  # full speed again
+        await _reported(rec, PullPeriodChanged,  # full speed again
+                        lambda: agent.period == agent.options.pull_period)
+        rec.close()
         assert peak[0] <= 100
     finally:
         await silo.stop()
@@ -515,13 +541,15 @@ async def test_stream_unsubscribing_a_spilled_subscription_releases_its_events()
         SINK.fail = lambda key, item: key == "slow"  # never accepts anything
         await silo.get_grain(Consumer, "slow").subscribe("ns", "k")
         await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
+        rec = EventRecorder(silo.diagnostics)
         await silo.get_grain(Producer, "p").produce("ns", "k", list(range(300)))
         await SINK.until(lambda: len(SINK.got["fast"]) >= 300)
         agent = next(iter(silo.stream_providers["s"].agents.values()))
-        await _until(lambda: agent.snapshot().spilled == 1)
+        await _reported(rec, SubscriptionSpilled, lambda: agent.snapshot().spilled == 1)
         assert await silo.get_grain(Consumer, "slow").unsubscribe_all("ns", "k") == 1
         adapter = silo.stream_providers["s"].adapter
-        await _until(lambda: adapter.queue_length(agent.queue) == 0)
+        await _queue_drained(rec, adapter, agent)
+        rec.close()
         assert agent.snapshot().spilled == 0
     finally:
         await silo.stop()
@@ -675,3 +703,28 @@ async def test_stream_agent_statistics_are_readable_from_the_silo(silo: Silo) ->
     busy = [s for s in stats if s.read]
     assert len(busy) == 1 and busy[0].read == 10 and busy[0].delivered == 10
     assert busy[0].subscriptions == 1 and busy[0].cache_max == 4096
+
+
+async def test_stream_agent_reports_reads_purges_and_acknowledgements() -> None:
+    """The agent's counters and the events that report them agree: what was read, purged
+    from the cache and acknowledged to the queue."""
+    global SINK
+    SINK = Sink()
+    silo = await make_silo(total_queues=1)
+    try:
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        adapter = silo.stream_providers["s"].adapter
+        with EventRecorder(silo.diagnostics) as rec:
+            await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+            await silo.get_grain(Producer, "p").produce("ns", "k", list(range(10)))
+            await SINK.until(lambda: len(SINK.got["c"]) >= 10)
+            await _queue_drained(rec, adapter, agent)
+            assert sum(e.count for e in rec.of(QueueRead)) == agent.read == 10
+            assert rec.of(QueueRead)[-1].total == 10
+            assert sum(e.count for e in rec.of(CachePurged)) == 10
+            acks = rec.of(EventsAcknowledged)
+            assert sum(e.count for e in acks) == acks[-1].total == agent.acknowledged == 10
+            assert {e.queue for e in acks} == {str(agent.queue)}
+            assert not rec.of(SubscriptionSpilled) and not rec.of(PullPeriodChanged)
+    finally:
+        await silo.stop()
