@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from orleanspy._util.urls import parse_backend_url
 from orleanspy.errors import ConfigurationError
 
 __all__ = ["SiloOptions"]
@@ -80,14 +81,12 @@ class SiloOptions:
                "must be 'console' or 'json'")
         _check(n, "log_level", self.log_level in ("debug", "info", "warning", "error"),
                self.log_level, "must be debug, info, warning or error")
-        for name in ("storage", "reminders"):
+        embedded = frozenset({"memory", "sqlite"})
+        for name in ("storage", "reminders", "membership"):
             url = getattr(self, name)
-            _check(n, name, url == "memory" or url.startswith("sqlite:"), url,
-                   "must be 'memory' or 'sqlite:PATH'")
-        if self.membership is not None:
-            url = self.membership
-            _check(n, "membership", url == "memory" or url.startswith("sqlite:"), url,
-                   "must be 'memory' or 'sqlite:PATH' (or None for a lone silo)")
+            if url is not None:  # membership None: a lone silo
+                parse_backend_url(url, key=f"{n}.{name}", allow=embedded,
+                                  data_dir=self.data_dir, example=f"sqlite:{name}.db")
         if self.probe_timeout is not None:
             _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
                    "must be > 0 seconds (or None: the probe period)")
