@@ -228,13 +228,22 @@ async def test_stream_transient_delivery_faults_lose_nothing(silo: Silo) -> None
     assert failures  # the faults really happened
 
 
-async def test_stream_poison_event_is_skipped_after_on_error(silo: Silo) -> None:
-    SINK.fail = lambda key, item: item == 13
-    await silo.get_grain(Consumer, "c").subscribe("ns", "k")
-    await silo.get_grain(Producer, "p").produce("ns", "k", list(range(30)))
-    await SINK.until(lambda: len(SINK.got["c"]) >= 29 and SINK.errors["c"])
-    assert SINK.got["c"] == [i for i in range(30) if i != 13]
-    assert isinstance(SINK.errors["c"][0], StreamDeliveryError)
+async def test_stream_poison_event_is_skipped_after_on_error() -> None:
+    """An event refused past max_delivery_time is skipped (on_error is told) and the events
+    after it are delivered, in order; the retries wait on the silo's (fake) clock."""
+    global SINK
+    SINK = Sink()
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, max_delivery_time=0.5, max_delivery_backoff=0.05)
+    try:
+        SINK.fail = lambda key, item: item == 13
+        await silo.get_grain(Consumer, "c").subscribe("ns", "k")
+        await silo.get_grain(Producer, "p").produce("ns", "k", list(range(30)))
+        await _run_until(clock, SINK.until(lambda: len(SINK.got["c"]) >= 29 and SINK.errors["c"]))
+        assert SINK.got["c"] == [i for i in range(30) if i != 13]
+        assert isinstance(SINK.errors["c"][0], StreamDeliveryError)
+    finally:
+        await silo.stop()
 
 
 async def test_stream_subscribe_from_a_token_in_the_cache_rewinds(silo: Silo) -> None:
@@ -503,7 +512,9 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
     waits in the queue until the consumer drains the cache."""
     global SINK
     SINK = Sink()
-    silo = await make_silo(cache_size=100, total_queues=1, max_pull_period=0.2, spill=spill)
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, cache_size=100, total_queues=1, max_pull_period=0.2,
+                           spill=spill)
     try:
         gate = asyncio.Event()
         SINK.fail = lambda key, item: key == "slow" and not gate.is_set()
@@ -512,21 +523,23 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
         peak = _peak_tracker(agent)
         rec = EventRecorder(silo.diagnostics)
         await silo.get_grain(Producer, "p").produce("ns", "k", list(range(1000)))
-        await rec.wait_event(CachePressureChanged, lambda e: e.on)
+        await _run_until(clock, rec.wait_event(CachePressureChanged, lambda e: e.on))
         assert agent.period > agent.options.pull_period  # backed off first
         if spill:
-            await _reported(rec, (SubscriptionSpilled, QueueRead),
-                            lambda: agent.snapshot().spilled == 1 and agent.read == 1000)
+            await _run_until(clock, _reported(
+                rec, (SubscriptionSpilled, QueueRead),
+                lambda: agent.snapshot().spilled == 1 and agent.read == 1000))
         else:
-            await _reported(rec, (PullPeriodChanged, QueueRead, CachePurged),
-                            lambda: agent.period >= 0.04 and agent.cache.under_pressure())
+            await _run_until(clock, _reported(
+                rec, (PullPeriodChanged, QueueRead, CachePurged),
+                lambda: agent.period >= 0.04 and agent.cache.under_pressure()))
             assert agent.read < 1000 and agent.snapshot().spilled == 0
         assert peak[0] <= 100
         gate.set()
-        await SINK.until(lambda: len(SINK.got["slow"]) >= 1000, timeout=20)
+        await _run_until(clock, SINK.until(lambda: len(SINK.got["slow"]) >= 1000, timeout=20))
         assert SINK.got["slow"] == list(range(1000))
-        await _reported(rec, PullPeriodChanged,  # full speed again
-                        lambda: agent.period == agent.options.pull_period)
+        await _run_until(clock, _reported(  # full speed again
+            rec, PullPeriodChanged, lambda: agent.period == agent.options.pull_period))
         rec.close()
         assert peak[0] <= 100
     finally:
