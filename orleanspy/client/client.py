@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar, final, overload
 
@@ -95,6 +96,18 @@ class ClusterClient:
     def connected_gateways(self) -> list[str]:
         """The addresses of the gateways this client has a live connection to."""
         return [c.address for c in self._pool.live]
+
+    async def wait_gateways(
+        self, predicate: Callable[[list[str]], bool], timeout: float = 30.0
+    ) -> list[str]:
+        """Wait until ``predicate(connected_gateways)`` holds, re-checked whenever a gateway
+        connects or is lost; returns the connected gateways.
+
+        Raises:
+            TimeoutError: it did not hold within ``timeout`` seconds.
+        """
+        await self._pool.wait_live_set(predicate, timeout)
+        return self.connected_gateways
 
     @property
     def gateway(self) -> str | None:

@@ -101,6 +101,7 @@ class GatewayPool:
         self._tasks = TaskSet(on_error=self._task_failed)
         self._wake: asyncio.Event | None = None
         self._round: asyncio.Task[None] | None = None
+        self._live_waiters: list[tuple[Callable[[list[str]], bool], asyncio.Future[None]]] = []
 
     def _task_failed(self, task: asyncio.Task[Any], exc: BaseException) -> None:
         if task is not self._round and not any(g.attempt is task for g in self.gateways):
@@ -110,6 +111,33 @@ class GatewayPool:
         slots = [g.conn for g in self.gateways]
         self.slots = slots
         self.live = [c for c in slots if c is not None]
+        if self._live_waiters:
+            self._wake_live_waiters()
+
+    def _wake_live_waiters(self) -> None:
+        addresses = [c.address for c in self.live]
+        keep = []
+        for predicate, fut in self._live_waiters:
+            if fut.done():
+                continue
+            if predicate(addresses):
+                fut.set_result(None)
+            else:
+                keep.append((predicate, fut))
+        self._live_waiters = keep
+
+    async def wait_live_set(self, predicate: Callable[[list[str]], bool], timeout: float) -> None:
+        """Wait until ``predicate(addresses of the live gateways)`` holds, checked now and on
+        every change of the live set; TimeoutError after ``timeout`` seconds of the clock."""
+        if predicate([c.address for c in self.live]):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._live_waiters.append((predicate, fut))
+        try:
+            async with self.clock.timeout(timeout):
+                await fut
+        finally:
+            fut.cancel()
 
     # -- starting and stopping --------------------------------------------------------------
     async def connect(self) -> None:

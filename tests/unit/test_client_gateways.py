@@ -159,7 +159,7 @@ async def test_gateway_that_comes_back_is_reconnected(make_silo, probe):
         first = await where_all(client)
         victim = silos[0]
         await kill_gateway(victim)
-        await probe.until(lambda: len(client.connected_gateways) == 2)
+        await client.wait_gateways(lambda live: len(live) == 2, WAIT)
         await clock.run_for(1.0)  # several refused reconnects, backing off
         assert len(client.connected_gateways) == 2
 
@@ -176,13 +176,13 @@ async def test_lost_gateway_is_retried_only_after_its_back_off(make_silo, probe)
     async with client_of(silos, clock, reconnect_delay=1.0, reconnect_delay_max=4.0) as client:
         victim = silos[0]
         await kill_gateway(victim)
-        await probe.until(lambda: len(client.connected_gateways) == 1)
+        await client.wait_gateways(lambda live: len(live) == 1, WAIT)
         await victim.gateway.start()
 
         await clock.run_for(0.7)  # the first back-off is 1.0 s +-25 %: no attempt yet
         assert len(client.connected_gateways) == 1
         await clock.run_for(0.6)
-        await probe.until(lambda: len(client.connected_gateways) == 2)
+        await client.wait_gateways(lambda live: len(live) == 2, WAIT)
 
 
 async def test_client_call_times_out_on_the_client_clock(make_silo, probe):
@@ -222,7 +222,7 @@ async def test_first_call_connects_lazily_and_fails_when_every_gateway_is_gone(m
         assert await client.get_grain(Where, "lazy").where() in {name(s) for s in silos}
         for silo in silos:
             await kill_gateway(silo)
-        await probe.until(lambda: not client.connected_gateways)
+        await client.wait_gateways(lambda live: not live, WAIT)
         with pytest.raises(SiloUnavailableError, match="cannot connect to any gateway"):
             async with asyncio.timeout(WAIT):
                 await client.get_grain(Where, "lazy").where()
@@ -242,7 +242,7 @@ async def test_gateway_count_limits_connections_and_replaces_a_lost_one(make_sil
         assert set((await where_all(client)).values()) == {name(used)}
 
         await kill_gateway(used)
-        await probe.until(lambda: client.gateway not in (None, address(used)))  # another one
+        await client.wait_gateways(lambda live: bool(live) and live[0] != address(used), WAIT)
         assert len(client.connected_gateways) == 1
         assert name(used) not in set((await where_all(client)).values())
 
@@ -259,7 +259,7 @@ async def test_stopping_silo_answers_its_calls_in_flight_then_its_gateway_hands_
         await probe.wait_logged("slow", key)
 
         stopping = asyncio.create_task(leaving.stop())
-        await probe.until(lambda: not leaving.gateway.accepting)
+        await probe.until(lambda: not leaving.gateway.accepting)  # server state: no event
         # new calls go to the other gateways without a single refusal...
         others = [k for k in KEYS if first[k] != name(leaving)]
         assert {k: await client.get_grain(Where, k).where() for k in others} == {
@@ -270,6 +270,6 @@ async def test_stopping_silo_answers_its_calls_in_flight_then_its_gateway_hands_
         async with asyncio.timeout(WAIT):
             assert await running == "done"
             await stopping
-        await probe.until(lambda: address(leaving) not in client.connected_gateways)
+        await client.wait_gateways(lambda live: address(leaving) not in live, WAIT)
         after = await where_all(client)
         assert name(leaving) not in after.values()
