@@ -37,6 +37,7 @@ __all__ = [
     "QueueRead",
     "QueueReleased",
     "RequestDropped",
+    "RequestQueued",
     "RuntimeEvent",
     "SiloStatusChanged",
     "SubscriptionRejoined",
@@ -210,6 +211,19 @@ class SiloStatusChanged(RuntimeEvent):
 
     subject: str
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestQueued(RuntimeEvent):
+    """A message could not start at once: it waits in the mailbox (``blocked`` False) or, the
+    mailbox being full, its sender is suspended (``blocked`` True). ``queued`` and
+    ``blocked_senders`` are the counts after it."""
+
+    grain_id: GrainId
+    method: str
+    blocked: bool
+    queued: int
+    blocked_senders: int
 
 
 Listener = Callable[[RuntimeEvent], Any]

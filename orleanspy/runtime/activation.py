@@ -348,6 +348,8 @@ class Activation(Mailbox):
             self.max_queued = len(waiting)
         if self._is_special(msg):
             self.special_waiting += 1
+        if self.silo.diagnostics.listening:
+            self._report_queued(msg, False)
         return None
 
     # -- turns ----------------------------------------------------------------------------

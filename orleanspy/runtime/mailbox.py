@@ -12,6 +12,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
+from orleanspy.diagnostics import RequestQueued
 from orleanspy.errors import DeadlockError, MailboxFullError
 from orleanspy.grains.interface import OverflowPolicy
 from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
@@ -132,7 +133,15 @@ class Mailbox(Admission):
         self.suspended += 1
         room = asyncio.get_running_loop().create_future() if wait else None
         self.blocked.append((msg, room))
+        if self.silo.diagnostics.listening:
+            self._report_queued(msg, True)
         return room
+
+    def _report_queued(self, msg: Message, blocked: bool) -> None:
+        self.silo.diagnostics.emit(RequestQueued(
+            silo=self.silo.name, grain_id=msg.target, method=msg.method, blocked=blocked,
+            queued=len(self.waiting), blocked_senders=len(self.blocked),
+        ))
 
     def _refill(self) -> None:
         blocked = self.blocked

@@ -15,7 +15,8 @@ import pytest
 import pytest_asyncio
 
 from orleanspy import Silo, SiloOptions
-from orleanspy.testing import EventCollector, TestCluster
+from orleanspy.diagnostics import RequestQueued
+from orleanspy.testing import EventCollector, EventRecorder, TestCluster
 
 # Upper bound for anything a test awaits: a hang fails fast instead of at pytest-timeout.
 WAIT = 5.0
@@ -65,6 +66,14 @@ class Probe:
         """Wait until ``event`` has been recorded."""
         wanted = event[0] if len(event) == 1 else event
         await self.events.wait_for(lambda log: wanted in log, timeout)
+
+    async def until_queued(
+        self, silo: Any, condition: Callable[[], bool], timeout: float = WAIT
+    ) -> None:
+        """Wait until ``condition()`` about a mailbox holds, re-checked each time a message
+        queues in or blocks on a mailbox of ``silo`` (the ``RequestQueued`` event)."""
+        with EventRecorder(silo.diagnostics) as rec:
+            await rec.wait_state(RequestQueued, condition, timeout)
 
     async def until(self, condition: Callable[[], bool], timeout: float = WAIT) -> None:
         """Yield to the event loop until ``condition()`` holds.

@@ -197,7 +197,7 @@ async def test_deactivation_calls_arriving_meanwhile_complete_on_next_activation
     async with asyncio.timeout(WAIT):
         for i in range(3):
             await ref.post(f"p{i}")
-    await probe.until(lambda: act.statistics().queued == 23)
+    await probe.until_queued(silo, lambda: act.statistics().queued == 23)
     assert not any(c.done() for c in calls)
 
     probe.open("deactivate-gated")
@@ -233,7 +233,7 @@ async def test_deactivation_client_calls_arriving_meanwhile_are_not_lost(
     await probe.wait_logged("deactivate", "gated", act.reason)
 
     calls = [asyncio.create_task(ref.ping()) for _ in range(10)]
-    await probe.until(lambda: act.statistics().queued == 10)
+    await probe.until_queued(silo, lambda: act.statistics().queued == 10)
 
     probe.open("deactivate-gated")
     async with asyncio.timeout(WAIT):

@@ -112,7 +112,7 @@ async def test_mailbox_suspend_holds_one_way_sender_until_blocker_completes(make
 
     sender = asyncio.create_task(ref.post("p3"))
     sender.add_done_callback(lambda _: probe.record("sender resumed"))
-    await probe.until(lambda: act.statistics().blocked_senders == 1)
+    await probe.until_queued(act.silo, lambda: act.statistics().blocked_senders == 1)
     assert not sender.done()
     assert act.statistics().suspended == 1
 
@@ -177,7 +177,7 @@ async def test_mailbox_drop_oldest_drops_oldest_one_way_and_counts_it(make_silo,
 async def test_mailbox_drop_oldest_fails_dropped_request_with_mailbox_full(make_silo, probe):
     _silo, ref, act, blocker = await blocked_box(make_silo, probe, DropOldestBox)
     dropped = asyncio.create_task(ref.request("r1"))
-    await probe.until(lambda: act.statistics().queued == 1)
+    await probe.until_queued(act.silo, lambda: act.statistics().queued == 1)
     async with asyncio.timeout(WAIT):
         await ref.post("p1")
         await ref.post("p2")
@@ -200,7 +200,7 @@ async def test_mailbox_requests_into_full_mailbox_suspend_and_complete(make_silo
         await ref.post("p1")
         await ref.post("p2")
     requests = [asyncio.create_task(ref.request(f"r{i}")) for i in range(5)]
-    await probe.until(lambda: act.statistics().blocked_senders == 5)
+    await probe.until_queued(act.silo, lambda: act.statistics().blocked_senders == 5)
     assert not any(r.done() for r in requests)
     assert act.statistics().queued == 2
 
@@ -255,7 +255,7 @@ async def test_mailbox_timer_ticks_are_never_held_back(make_silo, probe):
     assert act.statistics().queued == 1  # full (capacity 1)
 
     probe.open("full")
-    await probe.until(lambda: act.statistics().queued == 2)
+    await probe.until_queued(silo, lambda: act.statistics().queued == 2)
     assert "tick" not in probe.log  # a tick is a turn: it waits for the blocker
     probe.open("blocker")
     async with asyncio.timeout(WAIT):

@@ -43,7 +43,7 @@ async def test_stateless_worker_caps_activations_at_max_local(make_silo, probe):
     calls = [asyncio.create_task(ref.resize(n)) for n in range(10)]
     await probe.wait_for(lambda log: sum(1 for e in log if e[0] == "start") == 3)
     workers = silo.catalog.workers_of(ref.grain_id)
-    await probe.until(lambda: sum(w.statistics().queued for w in workers) == 7)
+    await probe.until_queued(silo, lambda: sum(w.statistics().queued for w in workers) == 7)
 
     assert len(workers) == 3
     assert len({id(w) for w in workers}) == 3
