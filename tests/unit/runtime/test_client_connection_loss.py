@@ -7,33 +7,13 @@ waits on probe events and runtime state, never on sleeps.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from orleanspy import (
-    Grain,
     SiloUnavailableError,
 )
+from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
-
-
-class Echo(Grain):
-    async def echo(self, x: Any) -> Any:
-        return x
-
-    async def ping(self) -> str:
-        return "pong"
-
-    async def hold(self) -> str:
-        self.silo.probe.record("holding")
-        await self.silo.probe.gate("hold").wait()
-        return "held"
-
-    async def recursive_late(self) -> Any:
-        await asyncio.sleep(0)
-        a: list[Any] = []
-        a.append((a,))
-        return a
 
 
 # A call resumed after wait_writable on a dead connection fails fast

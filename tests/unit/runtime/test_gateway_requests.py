@@ -16,9 +16,9 @@ import msgpack
 import pytest
 
 from orleanspy import (
-    Grain,
     SerializationError,
 )
+from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
 
@@ -30,25 +30,6 @@ def frame(payload: bytes) -> bytes:
 async def read_frame(reader: asyncio.StreamReader) -> Any:
     head = await reader.readexactly(4)
     return msgpack.unpackb(await reader.readexactly(int.from_bytes(head, "big")), raw=False)
-
-
-class Echo(Grain):
-    async def echo(self, x: Any) -> Any:
-        return x
-
-    async def ping(self) -> str:
-        return "pong"
-
-    async def hold(self) -> str:
-        self.silo.probe.record("holding")
-        await self.silo.probe.gate("hold").wait()
-        return "held"
-
-    async def recursive_late(self) -> Any:
-        await asyncio.sleep(0)
-        a: list[Any] = []
-        a.append((a,))
-        return a
 
 
 # An undecodable argument fails only that call, not the connection

@@ -7,32 +7,13 @@ waits on probe events and runtime state, never on sleeps.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from orleanspy import Grain, SerializationError
+from orleanspy import SerializationError
+from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
-
-
-class Echo(Grain):
-    async def echo(self, x: Any) -> Any:
-        return x
-
-    async def ping(self) -> str:
-        return "pong"
-
-    async def hold(self) -> str:
-        self.silo.probe.record("holding")
-        await self.silo.probe.gate("hold").wait()
-        return "held"
-
-    async def recursive_late(self) -> Any:
-        await asyncio.sleep(0)
-        a: list[Any] = []
-        a.append((a,))
-        return a
 
 
 # An in-process call refuses an int wider than 64 bits, as the wire would
