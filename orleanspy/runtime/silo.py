@@ -200,10 +200,10 @@ class Silo:
         act.grain = target
         act.state = ActivationState.VALID
         self.catalog.add(act)
-        return make_reference(self, cls, key)
+        return make_reference(self.dispatcher, cls, key)
 
     def get_system_target(self, cls: type[G], key: Any) -> GrainRef[G]:
-        return make_reference(self, cls, key)
+        return make_reference(self.dispatcher, cls, key)
 
     # -- the in-process client --------------------------------------------------------------
     @overload
@@ -212,12 +212,12 @@ class Silo:
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to a grain, callable from this process."""
-        return make_reference(self, grain_class, key)
+        return make_reference(self.dispatcher, grain_class, key)
 
     # Plain functions returning the dispatcher's coroutine: one coroutine per call, not two.
     def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
              kwargs: dict[str, Any] | None, timeout: float | None) -> Coroutine[Any, Any, Any]:
-        """Call a grain (what references use)."""
+        """Call a grain. (References made here call the dispatcher itself: one frame fewer.)"""
         return self.dispatcher.call(grain_id, method, args, kwargs, timeout)
 
     def send_one_way(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
@@ -238,13 +238,13 @@ class Silo:
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
         info = self.registry.get(grain_id.type_name)
         if info is not None:
-            return make_reference(self, info.cls, grain_id.key, grain_id)
+            return make_reference(self.dispatcher, info.cls, grain_id.key, grain_id)
         cls = resolve_name(cls_name, allow_import=False) if cls_name else None
         if cls is not None and issubclass(cls, Grain):
-            return make_reference(self, cls, grain_id.key, grain_id)
+            return make_reference(self.dispatcher, cls, grain_id.key, grain_id)
         if info is not None:
-            return make_reference(self, info.cls, grain_id.key, grain_id)
-        return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
+            return make_reference(self.dispatcher, info.cls, grain_id.key, grain_id)
+        return make_reference(self.dispatcher, grain_id.type_name, grain_id.key, grain_id)
 
     # -- state ----------------------------------------------------------------------------
     def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
