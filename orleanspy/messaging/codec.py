@@ -41,6 +41,8 @@ EXT_DECIMAL: Final = 12
 EXT_GRAIN_ID: Final = 13
 EXT_EXCEPTION: Final = 14
 
+#: How deeply ext values (tuples, sets, dataclasses, ...) may nest in one decoded value.
+MAX_EXT_DEPTH: Final = 64
 IMMUTABLE_TYPES: Final = frozenset({int, str, float, bool, type(None), bytes})
 _IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
 
@@ -103,7 +105,7 @@ def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class Codec:
     """Encodes and decodes values; ``reference_factory`` rebuilds grain references."""
 
-    __slots__ = ("_packer", "allow_import", "reference_factory")
+    __slots__ = ("_depth", "_packer", "allow_import", "reference_factory")
 
     def __init__(
         self,
@@ -112,6 +114,7 @@ class Codec:
         allow_import: bool = True,
     ) -> None:
         self.reference_factory = reference_factory
+        self._depth = 0
         # A silo decodes data from clients: it resolves types only among modules it has
         # already imported, so a peer cannot make it import (run) arbitrary modules.
         self.allow_import = allow_import
@@ -205,64 +208,78 @@ class Codec:
             raise SerializationError("cannot decode: the value is nested too deeply") from exc
 
     def _ext_hook(self, code: int, data: bytes) -> Any:
-        if code == EXT_TUPLE:
-            return tuple(self.unpackb(data))
-        if code == EXT_UUID:
-            return uuid.UUID(bytes=data)
-        if code == EXT_DATETIME:
-            return _dt.datetime.fromisoformat(data.decode())
-        if code == EXT_DATE:
-            return _dt.date.fromisoformat(data.decode())
-        if code == EXT_TIME:
-            return _dt.time.fromisoformat(data.decode())
-        if code == EXT_TIMEDELTA:
-            d, s, us = self.unpackb(data)
-            return _dt.timedelta(days=d, seconds=s, microseconds=us)
-        if code == EXT_DECIMAL:
-            return decimal.Decimal(data.decode())
-        if code == EXT_SET:
-            return set(self.unpackb(data))
-        if code == EXT_FROZENSET:
-            return frozenset(self.unpackb(data))
-        if code == EXT_ENUM:
-            name, value = self.unpackb(data)
-            cls = resolve_name(name, self.allow_import)
-            if cls is None or not issubclass(cls, enum.Enum):
-                raise SerializationError(
-                    f"enum {name} is not importable here; install or import its module"
-                )
-            return cls(value)
-        if code == EXT_DATACLASS:
-            name, values = self.unpackb(data)
-            cls = resolve_name(name, self.allow_import)
-            if cls is None or not dataclasses.is_dataclass(cls):
-                raise SerializationError(
-                    f"dataclass {name} is not importable here; install or import its module"
-                )
-            init_names, other_names = _dataclass_fields(cls)
-            obj = cls(**{k: values[k] for k in init_names if k in values})
-            for k in other_names:
-                if k in values:
-                    object.__setattr__(obj, k, values[k])
-            return obj
-        if code == EXT_EXCEPTION:
-            name, args, message = self.unpackb(data)
-            cls = resolve_name(name, self.allow_import)
-            if cls is not None and issubclass(cls, BaseException) and args is not None:
-                try:
-                    return cls(*args)
-                except Exception:
-                    pass
-            from orleanspy.errors import RemoteGrainError
+        # Each ext value (tuple, set, dataclass, ...) is decoded by a nested msgpack call, and
+        # every level costs a C unpacker frame on the thread's stack: bound the depth so that
+        # a small hostile frame of nested ext values fails to decode instead of overflowing
+        # the C stack (which no Python handler can catch).
+        depth = self._depth
+        if depth >= MAX_EXT_DEPTH:
+            raise SerializationError(
+                f"cannot decode: ext values (tuples, sets, dataclasses...) nested more than "
+                f"{MAX_EXT_DEPTH} levels deep"
+            )
+        self._depth = depth + 1
+        try:
+            if code == EXT_TUPLE:
+                return tuple(self.unpackb(data))
+            if code == EXT_UUID:
+                return uuid.UUID(bytes=data)
+            if code == EXT_DATETIME:
+                return _dt.datetime.fromisoformat(data.decode())
+            if code == EXT_DATE:
+                return _dt.date.fromisoformat(data.decode())
+            if code == EXT_TIME:
+                return _dt.time.fromisoformat(data.decode())
+            if code == EXT_TIMEDELTA:
+                d, s, us = self.unpackb(data)
+                return _dt.timedelta(days=d, seconds=s, microseconds=us)
+            if code == EXT_DECIMAL:
+                return decimal.Decimal(data.decode())
+            if code == EXT_SET:
+                return set(self.unpackb(data))
+            if code == EXT_FROZENSET:
+                return frozenset(self.unpackb(data))
+            if code == EXT_ENUM:
+                name, value = self.unpackb(data)
+                cls = resolve_name(name, self.allow_import)
+                if cls is None or not issubclass(cls, enum.Enum):
+                    raise SerializationError(
+                        f"enum {name} is not importable here; install or import its module"
+                    )
+                return cls(value)
+            if code == EXT_DATACLASS:
+                name, values = self.unpackb(data)
+                cls = resolve_name(name, self.allow_import)
+                if cls is None or not dataclasses.is_dataclass(cls):
+                    raise SerializationError(
+                        f"dataclass {name} is not importable here; install or import its module"
+                    )
+                init_names, other_names = _dataclass_fields(cls)
+                obj = cls(**{k: values[k] for k in init_names if k in values})
+                for k in other_names:
+                    if k in values:
+                        object.__setattr__(obj, k, values[k])
+                return obj
+            if code == EXT_EXCEPTION:
+                name, args, message = self.unpackb(data)
+                cls = resolve_name(name, self.allow_import)
+                if cls is not None and issubclass(cls, BaseException) and args is not None:
+                    try:
+                        return cls(*args)
+                    except Exception:
+                        pass
+                from orleanspy.errors import RemoteGrainError
 
-            return RemoteGrainError(name.replace(":", "."), message, "")
-        if code == EXT_GRAIN_ID:
-            type_name, key = self.unpackb(data)
-            return GrainId(type_name, key)
-        if code == EXT_REFERENCE:
-            cls_name, type_name, key = self.unpackb(data)
-            grain_id = GrainId(type_name, key)
-            if self.reference_factory is None:
-                return grain_id
-            return self.reference_factory(cls_name, grain_id)
-        return msgpack.ExtType(code, data)
+                return RemoteGrainError(name.replace(":", "."), message, "")
+            if code == EXT_GRAIN_ID:
+                type_name, key = self.unpackb(data)
+                return GrainId(type_name, key)
+            if code == EXT_REFERENCE:
+                cls_name, type_name, key = self.unpackb(data)
+                grain_id = GrainId(type_name, key)
+                if self.reference_factory is None:
+                    return grain_id
+                return self.reference_factory(cls_name, grain_id)
+            return msgpack.ExtType(code, data)
+        finally:
+            self._depth = depth

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
 from enum import Enum, IntEnum, IntFlag, StrEnum
 from typing import Any
 
+import msgpack
 import pytest
 
 from orleanspy import Grain, GrainId, SerializationError
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import EXT_TUPLE, MAX_EXT_DEPTH, Codec
 
 
 class Color(Enum):
@@ -387,3 +390,36 @@ async def test_codec_isolation_caller_mutating_result_leaves_grain_state(make_si
     items.append(3)
 
     assert await ref.get_items() == [1, 2]
+
+
+def _nested_tuples(levels: int) -> bytes:
+    data = msgpack.packb([1])
+    for _ in range(levels):
+        data = msgpack.packb(msgpack.ExtType(EXT_TUPLE, data))
+    return data
+
+
+def test_codec_refuses_ext_values_nested_past_the_limit_and_stays_usable():
+    codec = Codec(None, allow_import=False)
+    assert codec.unpackb(_nested_tuples(MAX_EXT_DEPTH)) is not None
+    with pytest.raises(SerializationError, match="nested more than"):
+        codec.unpackb(_nested_tuples(MAX_EXT_DEPTH + 1))
+    assert codec.unpackb(codec.packb((1, (2, 3)))) == (1, (2, 3))
+
+
+def test_codec_a_small_frame_of_deeply_nested_ext_values_does_not_crash_the_process():
+    """200 nested tuples fit in under 1 KiB; decoded without a depth bound they overflow the C
+    stack (SIGSEGV). The check runs in a child process so that a crash fails this test only."""
+    frame = _nested_tuples(200)
+    assert len(frame) < 1024
+    script = (
+        "import sys\n"
+        "from orleanspy.errors import SerializationError\n"
+        "from orleanspy.messaging.codec import Codec\n"
+        "try:\n"
+        "    Codec(None, allow_import=False).unpackb(sys.stdin.buffer.read())\n"
+        "except SerializationError:\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], input=frame, timeout=60, check=False)
+    assert done.returncode == 3
