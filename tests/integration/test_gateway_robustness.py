@@ -87,6 +87,11 @@ async def test_bad_connections_are_closed_alone(silo_launcher: SiloLauncher) -> 
             silo, handshake(SECRET), frame(msgpack.packb(["not", "a", "request"]))
         )
         assert handshake_reply(data)["ok"] is True
+        # 200 nested tuple ext values (under 1 KiB) as the first frame: refused, not a crash
+        nested = msgpack.packb([1])
+        for _ in range(200):
+            nested = msgpack.packb(msgpack.ExtType(1, nested))
+        assert await send_and_read_until_closed(silo, frame(nested)) == b""
 
         assert silo.alive
         assert await counter.add(1) == 2
@@ -96,5 +101,5 @@ async def test_bad_connections_are_closed_alone(silo_launcher: SiloLauncher) -> 
         assert await after.get_grain("Counter", "steady").get() == 2
     assert silo.alive
     log = silo.log_text()
-    assert log.count('"event": "connection_protocol_error"') >= 7
+    assert log.count('"event": "connection_protocol_error"') >= 8
     assert log.count('"event": "gateway_handshake_rejected"') == 3
