@@ -117,13 +117,22 @@ def decode_or_reject(
     on a ready connection goes to ``reject_one(payload, error)``: if it answers that one
     request, the result is ``REJECTED`` and the connection stays open.
 
+    Before the handshake (``ready`` false) nothing beyond plain msgpack is decoded: ext values
+    (tuples, dataclasses, references, ...) come out as None, so an unauthenticated peer cannot
+    reach the codec's type resolution at all.
+
     Raises:
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
+    if not ready:
+        try:
+            return msgpack.unpackb(payload, ext_hook=_no_ext, raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise undecodable(exc) from exc
     try:
         return codec.unpackb(payload)
     except SerializationError as exc:
-        if ready and reject_one(payload, exc):
+        if reject_one(payload, exc):
             return REJECTED
         raise ProtocolError(f"undecodable frame ({exc})") from exc
     except Exception as exc:

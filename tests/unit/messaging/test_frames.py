@@ -15,6 +15,7 @@ from orleanspy.messaging.frames import (
     check_response,
     check_size,
     decode,
+    decode_or_reject,
     raw_header,
     read_frame,
     request_message,
@@ -120,3 +121,18 @@ async def test_frames_read_frame_reads_one_frame_and_refuses_an_oversized_one() 
     assert await read_frame(reader, CODEC, 1024) == {"ok": True}
     with pytest.raises(ProtocolError, match="max_frame_size"):
         await read_frame(reader, CODEC, 1024)
+
+
+def test_decode_or_reject_before_the_handshake_decodes_no_ext_value():
+    """An unauthenticated peer's frame is plain msgpack: ext values (which would name types to
+    resolve, or nest) come out as None and reach nothing in the codec."""
+    codec = Codec(None, allow_import=False)
+    nested = msgpack.packb([1])
+    for _ in range(500):
+        nested = msgpack.packb(msgpack.ExtType(1, nested))
+    hostile = msgpack.packb({"v": 1, "cluster": "dev", "x": msgpack.ExtType(1, nested)})
+    refused: list[bytes] = []
+    obj = decode_or_reject(codec, hostile, False, lambda p, e: bool(refused.append(p)))
+    assert obj == {"v": 1, "cluster": "dev", "x": None}
+    assert refused == []
+    assert decode_or_reject(codec, codec.packb((1, 2)), True, lambda p, e: False) == (1, 2)
