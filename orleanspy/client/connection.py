@@ -60,6 +60,8 @@ class GatewayConnection(FramedConnection):
         except Exception as exc:
             raise undecodable(exc) from exc
         if not self.handshake.done():
+            if isinstance(obj, dict) and obj.get("ok"):
+                self.mark_ready()  # responses may be as large as max_frame_size
             self.handshake.set_result(obj)
             return
         if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:

@@ -5,12 +5,25 @@ a connection validates and decodes its frames (``messaging/frames.py``), hands r
 control requests and its own registration to the hub through ``ConnectionHub``, and keeps
 the calls it sent (``pending``: id -> reply callback and deadline on the hub's clock).
 
-Frames (4-byte big-endian length + msgpack; never pickle):
+Frames (4-byte big-endian length + msgpack; never pickle). The handshake proves that both
+ends hold the cluster key (a challenge-response; the key itself never travels):
 
-* handshake (opener -> acceptor): ``{"v", "cluster", "secret", "silo": [h, p, g] | None,
-  "to": [h, p, g] | None}``; ``silo`` None marks a tool (``orleanspy cluster status``) that
-  may only send control requests. Reply ``{"v", "ok": true, "silo": [h, p, g]}`` or
-  ``{"v", "ok": false, "error"}``.
+1. opener -> acceptor, HELLO: ``{"v", "cluster", "silo": [h, p, g], "to": [h, p, g],
+   "nonce": 32 bytes}``; a tool (``orleanspy cluster status``) sends ``"silo": None`` and
+   the client ``"secret"`` instead, is answered ``{"v", "ok": true, "silo"}`` at once and may
+   then only send the read-only control requests in ``TOOL_OPERATIONS``;
+2. acceptor -> opener, CHALLENGE: ``{"v", "challenge": 32 bytes, "silo": [h, p, g]}``;
+3. opener -> acceptor, PROOF: ``{"v", "proof": HMAC(K, "A->B" + T)}``, where K is the
+   silo key derived from the cluster key and T the SHA-256 of HELLO and CHALLENGE as sent;
+4. the acceptor checks the proof, that the claimed silo connects from the host it names
+   (where both are IP addresses) and that membership lists that silo and generation as not
+   dead (``ConnectionHub.verify_peer``); then ``{"v", "ok": true, "silo",
+   "proof": HMAC(K, "B->A" + T')}`` with T' covering the three frames, which the opener
+   checks in turn. Any refusal is ``{"v", "ok": false, "error"}`` and the connection closes.
+
+Fresh nonces on both sides defeat replay, the direction labels reflection, and the claimed
+address is inside what is signed.
+
 * request / one-way: ``[0 | 1, id, type_name, key, method, args, kwargs, timeout, chain,
   hops]``; response ``[2, id, ok, value]`` (an error value as in ``messaging/wire.py``).
 * control request ``[3, id, op, args]`` (answered with a response), control one-way
@@ -24,7 +37,11 @@ closes it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import hashlib
+import hmac
+import ipaddress
+import os
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -33,6 +50,7 @@ import msgpack
 from orleanspy._util.clock import Clock
 from orleanspy.errors import (
     GrainCallTimeoutError,
+    MessageRejectedError,
     ProtocolError,
     SerializationError,
     SiloUnavailableError,
@@ -51,6 +69,7 @@ from orleanspy.messaging.frames import (
     raw_header,
     request_message,
 )
+from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error, response_payload
 
@@ -58,11 +77,13 @@ __all__ = [
     "CONTROL",
     "CONTROL_ONE_WAY",
     "DRAINED",
+    "TOOL_OPERATIONS",
     "ConnectionHub",
     "Reply",
     "SiloConnection",
     "decode_silo",
     "encode_silo",
+    "silo_key",
 ]
 
 CONTROL: Final = 3
@@ -73,7 +94,38 @@ DRAINED: Final = 5
 #: first; the sweep frees the entry and answers forwarded requests).
 SWEEP_GRACE: Final = 1.0
 
+#: The control requests a tool connection may send: questions that change nothing.
+TOOL_OPERATIONS: Final = frozenset({"status"})
+
+_NONCE_SIZE: Final = 32
+_OPENER_LABEL: Final = b"orleanspy/silo/A->B"
+_ACCEPTOR_LABEL: Final = b"orleanspy/silo/B->A"
+
 Reply = Callable[[bool, Any], None]
+
+
+def silo_key(cluster_key: bytes) -> bytes:
+    """The key silos prove to each other, derived from the cluster key (never sent)."""
+    return hmac.digest(cluster_key, b"orleanspy silo-to-silo v1", "sha256")
+
+
+def _proof(key: bytes, label: bytes, transcript: Any) -> bytes:
+    return hmac.digest(key, label + transcript.digest(), "sha256")
+
+
+def same_host(claimed: str, actual: str) -> bool:
+    """May a silo that names host ``claimed`` connect from address ``actual``? Only IP
+    addresses are compared (a name cannot be checked here); loopback matches loopback."""
+    try:
+        a = ipaddress.ip_address(claimed)
+        b = ipaddress.ip_address(actual)
+    except ValueError:
+        return True
+    if isinstance(b, ipaddress.IPv6Address) and b.ipv4_mapped is not None:
+        b = b.ipv4_mapped
+    if a.is_unspecified:
+        return True
+    return a == b or (a.is_loopback and b.is_loopback)
 
 
 def encode_silo(silo: SiloAddress) -> list[Any]:
@@ -103,6 +155,10 @@ class ConnectionHub(Protocol):
     clock: Clock
     cluster_id: str
     secret: str | None
+    #: the silo key (``silo_key``) or None: this silo accepts and opens no silo connections
+    key: bytes | None
+    #: bounds on accepted connections that have not completed their handshake
+    guard: HandshakeGuard | None
     max_frame_size: int
     default_timeout: float
     requests_sent: int
@@ -114,6 +170,12 @@ class ConnectionHub(Protocol):
 
     def accepting(self, obj: dict[str, Any]) -> str | None:
         """None if a handshake that passed the cluster/secret check may connect, else why not."""
+
+    def verify_peer(self, silo: SiloAddress) -> Awaitable[str | None]:
+        """None if membership lists ``silo`` (that generation) as a live member, else why not."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` in the transport's task set."""
 
     def register(self, conn: SiloConnection) -> None:
         """``conn`` finished its handshake with a silo (keep one connection per peer)."""
@@ -140,15 +202,19 @@ class SiloConnection(FramedConnection):
 
     def __init__(self, hub: ConnectionHub, opener: SiloAddress | None,
                  peer: SiloAddress | None) -> None:
-        super().__init__(hub.max_frame_size, hub.log)
+        super().__init__(hub.max_frame_size, hub.log, None if peer is not None else hub.guard)
         self.hub = hub
         self.codec = hub.codec
         self.clock = hub.clock
         self.opener = opener
         self.peer_silo = peer
         self.outbound = peer is not None
-        self.ready = False
         self.tool = False
+        #: the handshake frames so far (both ends sign the same transcript)
+        self._transcript = hashlib.sha256()
+        #: acceptor: "hello", then "proof", then "verify" (membership is being asked)
+        self._stage = "hello"
+        self._proved = False
         self.retired = False
         self._sent_drained = False
         self._got_drained = False
@@ -157,6 +223,11 @@ class SiloConnection(FramedConnection):
         self.handshake: asyncio.Future[Any] | None = (
             self.loop.create_future() if self.outbound else None
         )
+
+    @property
+    def peer_host(self) -> str:
+        """The IP address the connection comes from ("?" if unknown)."""
+        return self.peer.rpartition(":")[0] or "?"
 
     def __repr__(self) -> str:
         return f"<SiloConnection peer={self.peer_silo} opener={self.opener} ready={self.ready}>"
@@ -168,16 +239,9 @@ class SiloConnection(FramedConnection):
             return
         if not self.ready:
             if self.outbound:
-                # Register before anything else is read: the acceptor may send on this
-                # connection right after its reply, in the same read.
-                if isinstance(obj, dict) and obj.get("ok"):
-                    self.ready = True
-                    self.hub.register(self)
-                assert self.handshake is not None
-                if not self.handshake.done():
-                    self.handshake.set_result(obj)
+                self._opener_handshake(obj, payload)
             else:
-                self._accept_handshake(obj)
+                self._acceptor_handshake(obj, payload)
             return
         if type(obj) is not list or not obj:
             raise ProtocolError("a frame must be a non-empty msgpack array")
@@ -208,6 +272,15 @@ class SiloConnection(FramedConnection):
         elif kind in (CONTROL, CONTROL_ONE_WAY):
             if len(obj) != 4 or type(obj[2]) is not str or type(obj[3]) is not list:
                 raise ProtocolError("a control frame must be [3|4, id, op, args]")
+            if self.tool and obj[2] not in TOOL_OPERATIONS:
+                self.log.warning("silo_tool_operation_refused", peer=self.peer, op=obj[2])
+                if kind == CONTROL:
+                    self.reply(obj[1], False, MessageRejectedError(
+                        f"control operation {obj[2]!r} is not open to tools: a tool "
+                        f"connection is read-only ({', '.join(sorted(TOOL_OPERATIONS))})",
+                        "not_callable",
+                    ))
+                return
             self.hub.control(self, kind == CONTROL, obj[1], obj[2], obj[3])
         elif kind == DRAINED:
             self._got_drained = True
@@ -230,30 +303,137 @@ class SiloConnection(FramedConnection):
                 entry[0](False, SerializationError(f"the result cannot be decoded here: {exc}"))
         return True
 
-    def _accept_handshake(self, obj: Any) -> None:
+    # -- handshake --------------------------------------------------------------------------
+    def hello(self) -> None:
+        """Opener: send HELLO (see the module doc)."""
         hub = self.hub
-        error = check_handshake(obj, hub.cluster_id, hub.secret) or hub.accepting(obj)
+        assert self.peer_silo is not None
+        payload = msgpack.packb({
+            "v": PROTOCOL_VERSION, "cluster": hub.cluster_id, "silo": encode_silo(hub.silo),
+            "to": encode_silo(self.peer_silo), "nonce": os.urandom(_NONCE_SIZE),
+        })
+        self._transcript.update(payload)
+        self.send(payload)
+
+    def _opener_handshake(self, obj: Any, payload: bytes) -> None:
+        key = self.hub.key
+        if (isinstance(obj, dict) and not self._proved and key is not None
+                and type(obj.get("challenge")) is bytes):
+            self._transcript.update(payload)
+            proof = msgpack.packb({
+                "v": PROTOCOL_VERSION, "proof": _proof(key, _OPENER_LABEL, self._transcript),
+            })
+            self._transcript.update(proof)
+            self._proved = True
+            self.send(proof)
+            return
+        verdict = obj
+        if isinstance(obj, dict) and obj.get("ok"):
+            if key is None or not self._proved or not hmac.compare_digest(
+                _as_bytes(obj.get("proof")), _proof(key, _ACCEPTOR_LABEL, self._transcript)
+            ):
+                verdict = {"ok": False, "error": "the peer did not prove that it holds the "
+                                                 "cluster key (is it a silo of this cluster?)"}
+                self.close()
+            else:
+                # Register before anything else is read: the acceptor may send on this
+                # connection right after its reply, in the same read.
+                self.mark_ready()
+                self.hub.register(self)
+        assert self.handshake is not None
+        if not self.handshake.done():
+            self.handshake.set_result(verdict)
+
+    def _acceptor_handshake(self, obj: Any, payload: bytes) -> None:
+        if self._stage == "hello":
+            self._on_hello(obj, payload)
+        elif self._stage == "proof":
+            self._on_proof(obj, payload)
+        else:
+            raise ProtocolError("a frame arrived before the handshake was answered")
+
+    def _on_hello(self, obj: Any, payload: bytes) -> None:
+        hub = self.hub
+        tool = isinstance(obj, dict) and obj.get("silo") is None
+        # A tool presents the client secret; a silo proves the cluster key instead.
+        error = (check_handshake(obj, hub.cluster_id, hub.secret if tool else None)
+                 or hub.accepting(obj))
+        if error is None and tool:
+            self.send(msgpack.packb(
+                {"v": PROTOCOL_VERSION, "ok": True, "silo": encode_silo(hub.silo)}
+            ))
+            self.mark_ready()
+            self.tool = True
+            return
         peer: SiloAddress | None = None
-        if error is None and obj.get("silo") is not None:
+        if error is None:
             try:
                 peer = decode_silo(obj["silo"])
             except ValueError as exc:
                 error = str(exc)
-        if error is not None:
-            self.log.warning("silo_handshake_rejected", peer=self.peer, reason=error)
-            self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
-            self.close()
-            return
-        self.send(msgpack.packb(
-            {"v": PROTOCOL_VERSION, "ok": True, "silo": encode_silo(hub.silo)}
-        ))
-        self.ready = True
-        if peer is None:
-            self.tool = True
+        if error is None and (type(obj.get("nonce")) is not bytes
+                              or len(obj["nonce"]) != _NONCE_SIZE):
+            error = f"a silo's hello must carry a {_NONCE_SIZE}-byte nonce"
+        if error is None and hub.key is None:
+            error = f"silo {hub.silo} has no cluster key: it accepts no silo connections"
+        if error is None and peer is not None and not same_host(peer.host, self.peer_host):
+            error = f"the connection claims silo {peer} but comes from {self.peer_host}"
+        if error is not None or peer is None:
+            self.refuse(error or "bad hello")
             return
         self.peer_silo = peer
+        self._transcript.update(payload)
+        challenge = msgpack.packb({
+            "v": PROTOCOL_VERSION, "challenge": os.urandom(_NONCE_SIZE),
+            "silo": encode_silo(hub.silo),
+        })
+        self._transcript.update(challenge)
+        self._stage = "proof"
+        self.send(challenge)
+
+    def _on_proof(self, obj: Any, payload: bytes) -> None:
+        key = self.hub.key
+        assert key is not None and self.peer_silo is not None
+        expected = _proof(key, _OPENER_LABEL, self._transcript)
+        if not isinstance(obj, dict) or not hmac.compare_digest(
+            _as_bytes(obj.get("proof")), expected
+        ):
+            self.refuse(f"the connection claiming silo {self.peer_silo} did not prove that it "
+                        "holds the cluster key (check cluster_key on every silo)")
+            return
+        self._transcript.update(payload)
+        self._stage = "verify"
+        self.hub.spawn(self._verify(self.peer_silo))
+
+    async def _verify(self, peer: SiloAddress) -> None:
+        try:
+            error = await self.hub.verify_peer(peer)
+        except Exception as exc:
+            error = f"cannot check membership of silo {peer}: {exc!r}"
+        if self.closed:
+            return
+        if error is not None:
+            self.refuse(error)
+            return
+        key = self.hub.key
+        assert key is not None
+        self.send(msgpack.packb({
+            "v": PROTOCOL_VERSION, "ok": True, "silo": encode_silo(self.hub.silo),
+            "proof": _proof(key, _ACCEPTOR_LABEL, self._transcript),
+        }))
+        self.mark_ready()
         self.opener = peer
-        hub.register(self)
+        self.hub.register(self)
+
+    def refuse(self, reason: str) -> None:
+        """Refuse the handshake: answer why, log it, close."""
+        guard = self.hub.guard
+        if guard is not None:
+            guard.report(self.peer, "silo_handshake_rejected", reason)
+        else:
+            self.log.warning("silo_handshake_rejected", peer=self.peer, reason=reason)
+        self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": reason}))
+        self.close()
 
     # -- sending --------------------------------------------------------------------------
     def send(self, payload: bytes) -> None:
@@ -370,3 +550,7 @@ class SiloConnection(FramedConnection):
         self.fail_pending(SiloUnavailableError(
             f"connection to silo {self.peer_silo or self.peer} was lost"
         ))
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if type(value) is bytes else b""

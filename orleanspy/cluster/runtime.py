@@ -36,6 +36,7 @@ from typing import Any, Final, final
 
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
+from orleanspy.cluster.connection import silo_key
 from orleanspy.cluster.directory import MAX_HOPS, DirectoryEntry, DirectoryRing, GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
@@ -44,7 +45,7 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
-from orleanspy.errors import MessageRejectedError, SiloUnavailableError
+from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle, DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
@@ -98,9 +99,11 @@ class ClusterRuntime:
         self.me = silo.address
         self.transport = SiloTransport(
             silo.address, silo.codec, silo.log, cluster_id=opts.cluster_id,
-            secret=opts.secret, max_frame_size=opts.max_frame_size,
+            secret=opts.secret, key=None, max_frame_size=opts.max_frame_size,
             default_timeout=opts.response_timeout, deliver=self.deliver_remote,
-            is_dead=self._is_dead, clock=silo.clock,
+            is_dead=self._is_dead, clock=silo.clock, verify_peer=self._verify_peer,
+            handshake_timeout=opts.handshake_timeout,
+            max_pending_handshakes=opts.max_pending_handshakes,
         )
         self.directory = GrainDirectory(silo.address, self.transport.request, self._valid)
         self.placement = PlacementDirector(silo.address)
@@ -121,12 +124,17 @@ class ClusterRuntime:
         """Listen, then join the cluster (returns once this silo is ACTIVE)."""
         silo = self.silo
         opts = silo.options
+        if self._table is None:
+            self._table = open_membership_table(
+                opts.membership or "memory", opts.cluster_id, opts.data_dir
+            )
+        self.transport.key = silo_key(await self._cluster_key(self._table))
         port = await self.transport.listen(opts.host, opts.port)
         me = SiloAddress(opts.host, port, silo.address.generation)
         silo.set_address(me)
         self.me = me
         self.transport.set_address(me)
-        self.transport.log = silo.log
+        self.transport.set_log(silo.log)
         self.directory = GrainDirectory(me, self.transport.request, self._valid)
         self.placement = PlacementDirector(me)
         handlers = self.transport.handlers
@@ -134,10 +142,6 @@ class ClusterRuntime:
         handlers["status"] = self.status
         handlers["load"] = self._on_load
         handlers["cache"] = self._on_cache
-        if self._table is None:
-            self._table = open_membership_table(
-                opts.membership or "memory", opts.cluster_id, opts.data_dir
-            )
         gateway = silo.gateway
         membership = self.membership = MembershipService(
             self._table, me, self.transport, gossiper=self.transport,
@@ -193,6 +197,41 @@ class ClusterRuntime:
             await self.membership.abort()
         self._tasks.cancel()
         await self.transport.close()
+
+    async def _cluster_key(self, table: MembershipTable) -> bytes:
+        """The cluster key: ``SiloOptions.cluster_key``, else the one the table keeps."""
+        configured = self.silo.options.cluster_key
+        if configured is not None:
+            return configured.encode()
+        try:
+            await table.open()
+            key = await table.cluster_key()
+        except BaseException:
+            if self._owns_table:
+                await table.close()
+            raise
+        if key is None:
+            raise ConfigurationError(
+                f"SiloOptions.cluster_key is not set and the membership table {table!r} keeps "
+                "no cluster key: set cluster_key (the same secret on every silo of the cluster)"
+            )
+        return key
+
+    async def _verify_peer(self, peer: SiloAddress) -> str | None:
+        """None if ``peer`` may connect: membership lists that silo and generation, not dead."""
+        status = self.snapshot.status_of(peer)
+        if status is None:
+            table = self._table
+            if table is None:
+                return f"silo {self.me} has no membership table yet"
+            row = (await table.read_row(peer)).get(peer)
+            status = row[0].status if row is not None else None
+        if status is None:
+            return (f"silo {peer} is not in the membership table of cluster "
+                    f"{self.silo.options.cluster_id!r}")
+        if status is _DEAD:
+            return f"silo {peer} was declared dead"
+        return None
 
     def _declared_dead(self) -> None:
         self.silo.log.error("cluster_declared_dead_stopping")

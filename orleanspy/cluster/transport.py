@@ -7,8 +7,11 @@ probes, gossip and grain-directory operations travel on the same connection as *
 requests, so a silo whose messaging is stuck also stops answering probes. The frames and one
 connection's behaviour are in ``cluster/connection.py``.
 
-At the handshake a wrong cluster id or secret, or a ``to`` whose generation is not this
-process's (the silo it wanted has restarted), is refused.
+At the handshake both silos prove that they hold the cluster key (a challenge-response, see
+``cluster/connection.py``); a wrong cluster id, a missing proof, a claimed silo that
+membership does not list as a live member, or a ``to`` whose generation is not this
+process's (the silo it wanted has restarted) is refused. Connections that have not completed
+the handshake are bounded by a ``HandshakeGuard`` (``messaging/guard.py``).
 
 One connection per silo pair. Either silo may open it and both send on it. When both open
 one at the same moment, both keep the connection opened by the lower silo address (the same
@@ -25,12 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, final
-
-import msgpack
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.tasks import TaskSet
@@ -43,8 +44,12 @@ from orleanspy.errors import (
 )
 from orleanspy.ids import SiloAddress
 from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.guard import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_PENDING,
+    HandshakeGuard,
+)
 from orleanspy.messaging.message import Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION
 
 __all__ = [
     "SiloConnection",
@@ -87,7 +92,13 @@ class SiloTransport:
     Args:
         silo: this silo's address (``set_address`` once the listener knows its port).
         deliver: called with each request/one-way message from a peer and the peer's address.
-        cluster_id, secret: checked at every handshake.
+        cluster_id: checked at every handshake; secret: the client secret a tool presents.
+        key: the silo key (``silo_key(cluster key)``) both ends of a silo connection prove;
+            None: no silo connection is accepted or opened (tools only).
+        verify_peer: None if membership lists a silo (that generation) as a live member,
+            else why not; asked before a connecting silo is accepted (default: any).
+        handshake_timeout, max_pending_handshakes: bounds on connections that have not
+            completed their handshake.
         is_dead: True for a silo membership declared dead (calls to it fail at once).
         clock: the silo's clock (connect and request timeouts, the sweep of late calls).
     """
@@ -100,11 +111,15 @@ class SiloTransport:
         *,
         cluster_id: str,
         secret: str | None,
+        key: bytes | None,
         max_frame_size: int,
         default_timeout: float,
         deliver: Callable[[Message, SiloAddress | None], None],
         is_dead: Callable[[SiloAddress], bool] = lambda silo: False,
         clock: Clock | None = None,
+        verify_peer: Callable[[SiloAddress], Awaitable[str | None]] | None = None,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        max_pending_handshakes: int = DEFAULT_MAX_PENDING,
     ) -> None:
         self.silo = silo
         self.clock = clock or SystemClock()
@@ -112,6 +127,12 @@ class SiloTransport:
         self.log = log
         self.cluster_id = cluster_id
         self.secret = secret
+        self.key = key
+        self._verify_peer = verify_peer
+        self.guard: HandshakeGuard | None = HandshakeGuard(
+            self.clock, log, port="silo", timeout=handshake_timeout,
+            max_pending=max_pending_handshakes,
+        )
         self.max_frame_size = max_frame_size
         self.default_timeout = default_timeout
         self.handlers: dict[str, Handler] = {}
@@ -149,6 +170,11 @@ class SiloTransport:
     def set_address(self, silo: SiloAddress) -> None:
         self.silo = silo
 
+    def set_log(self, log: Any) -> None:
+        self.log = log
+        if self.guard is not None:
+            self.guard.log = log
+
     async def close(self) -> None:
         """Close the listener and every connection (pending calls fail), end the tasks."""
         self._closing = True
@@ -179,6 +205,14 @@ class SiloTransport:
 
     def deliver(self, msg: Message, sender: SiloAddress | None) -> None:
         self._deliver(msg, sender)
+
+    async def verify_peer(self, silo: SiloAddress) -> str | None:
+        if self._verify_peer is None:
+            return None
+        return await self._verify_peer(silo)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._tasks.spawn(coro)
 
     # -- handshake and the connection table -------------------------------------------------
     def accepting(self, obj: dict[str, Any]) -> str | None:
@@ -226,6 +260,9 @@ class SiloTransport:
             raise SiloUnavailableError(f"silo {self.silo} is stopping its transport")
         if self._is_dead(silo):
             raise SiloUnavailableError(f"silo {silo} was declared dead")
+        if self.key is None:
+            raise SiloUnavailableError(
+                f"silo {self.silo} has no cluster key: it cannot connect to silo {silo}")
         fut = self._connecting.get(silo)
         if fut is None:
             fut = self._tasks.spawn(self._open(silo))
@@ -241,10 +278,7 @@ class SiloTransport:
                 _, conn = await loop.create_connection(
                     lambda: SiloConnection(self, self.silo, silo), silo.host, silo.port
                 )
-                conn.send(msgpack.packb({
-                    "v": PROTOCOL_VERSION, "cluster": self.cluster_id, "secret": self.secret,
-                    "silo": encode_silo(self.silo), "to": encode_silo(silo),
-                }))
+                conn.hello()
                 assert conn.handshake is not None
                 reply = await conn.handshake
         except (OSError, TimeoutError, SiloUnavailableError) as exc:

@@ -7,6 +7,10 @@ strict ping-pong between the two processes, each idle while the other works; wri
 frame at once costs a syscall per frame. Batches of 16 measured best.) A frame longer than
 ``max_frame_size`` or a payload that a subclass rejects closes this connection only
 (``ProtocolError``).
+
+Until the handshake completes (``mark_ready``) a connection is unauthenticated: an accepted
+one is watched by its listener's ``HandshakeGuard`` (deadline, count), and every frame's
+announced length is checked against the small pre-handshake limit before it is buffered.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Final
 
 from orleanspy.errors import ProtocolError
 from orleanspy.messaging.frames import check_size
+from orleanspy.messaging.guard import DEFAULT_PRE_AUTH_FRAME_LIMIT, HandshakeGuard
 
 __all__ = ["WRITE_BATCH", "FramedConnection"]
 
@@ -26,12 +31,21 @@ class FramedConnection(asyncio.Protocol):
     """Base protocol: subclasses implement ``frame_received`` and ``on_close``.
 
     ``write_paused`` is true while the peer is not reading (wait with ``wait_writable``);
-    ``loop`` is the event loop the connection lives on.
+    ``loop`` is the event loop the connection lives on; ``ready`` is true once the handshake
+    completed (``mark_ready``). ``guard``: the listener's bounds on unauthenticated peers
+    (None for a connection this process opened).
     """
 
-    def __init__(self, max_frame_size: int, log: Any) -> None:
+    def __init__(self, max_frame_size: int, log: Any,
+                 guard: HandshakeGuard | None = None) -> None:
         self.max_frame_size = max_frame_size
         self.log = log
+        self.guard = guard
+        self.ready = False
+        #: The longest frame accepted now: small until the handshake completes.
+        self.frame_limit = (
+            guard.frame_limit if guard is not None else DEFAULT_PRE_AUTH_FRAME_LIMIT
+        )
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
@@ -49,6 +63,8 @@ class FramedConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self.guard is not None and not self.guard.admit(self):
+            self.closed = True
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -57,12 +73,11 @@ class FramedConnection(asyncio.Protocol):
         buf += data
         pos = 0
         n = len(buf)
-        limit = self.max_frame_size
         try:
             while n - pos >= 4:
                 size = int.from_bytes(buf[pos : pos + 4], "big")
-                if size > limit:
-                    check_size(size, limit)
+                if size > self.frame_limit:
+                    self._oversized(size)
                 end = pos + 4 + size
                 if end > n:
                     break
@@ -81,7 +96,24 @@ class FramedConnection(asyncio.Protocol):
         if pos:
             del buf[:pos]
 
+    def _oversized(self, size: int) -> None:
+        if self.ready:
+            check_size(size, self.max_frame_size)
+        raise ProtocolError(
+            f"a frame of {size} bytes before the handshake exceeds the limit of "
+            f"{self.frame_limit} bytes for peers that have not authenticated"
+        )
+
+    def mark_ready(self) -> None:
+        """The handshake completed: frames up to ``max_frame_size``, no more deadline."""
+        self.ready = True
+        self.frame_limit = self.max_frame_size
+        if self.guard is not None:
+            self.guard.authenticated(self)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.guard is not None:
+            self.guard.forget(self)
         was_closed = self.closed
         self.closed = True
         self._buf.clear()
@@ -107,7 +139,10 @@ class FramedConnection(asyncio.Protocol):
         """Called once when the connection is gone."""
 
     def protocol_error(self, reason: str) -> None:
-        self.log.warning("connection_protocol_error", peer=self.peer, reason=reason)
+        if not self.ready and self.guard is not None:  # rate-limited: floods are pre-auth
+            self.guard.report(self.peer, "connection_protocol_error", reason)
+        else:
+            self.log.warning("connection_protocol_error", peer=self.peer, reason=reason)
         self.close()
 
     # -- writing --------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Each connection must start with a handshake naming the cluster id (and the shared secret if
 the silo has one). A malformed frame, an oversized frame, a wrong cluster id or secret
-closes that connection only; the silo keeps serving every other client.
+closes that connection only; the silo keeps serving every other client. Until its handshake
+is accepted a connection is bounded by the gateway's ``HandshakeGuard`` (a deadline, a small
+frame limit, a cap on how many may wait), see ``messaging/guard.py``.
 
 When the silo stops, the gateway stops accepting connections and closes each client
 connection as soon as its last request in flight is answered (at once if it has none), so a
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from orleanspy._util.clock import Clock
 from orleanspy.errors import (
     ConfigurationError,
     ProtocolError,
@@ -37,6 +40,7 @@ from orleanspy.messaging.frames import (
     raw_header,
     request_message,
 )
+from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 
@@ -54,6 +58,10 @@ class _HostOptions(Protocol):
     def secret(self) -> str | None: ...
     @property
     def max_frame_size(self) -> int: ...
+    @property
+    def handshake_timeout(self) -> float: ...
+    @property
+    def max_pending_handshakes(self) -> int: ...
 
 
 class _Deliverer(Protocol):
@@ -73,6 +81,8 @@ class GatewayHost(Protocol):
     def codec(self) -> Codec: ...
     @property
     def dispatcher(self) -> _Deliverer: ...
+    @property
+    def clock(self) -> Clock: ...
 
 
 class GatewayConnection(FramedConnection):
@@ -80,12 +90,11 @@ class GatewayConnection(FramedConnection):
 
     def __init__(self, gateway: Gateway) -> None:
         silo = gateway.silo
-        super().__init__(silo.options.max_frame_size, silo.log)
+        super().__init__(silo.options.max_frame_size, silo.log, gateway.guard)
         self.gateway = gateway
         self.silo = silo
         self.codec = silo.codec
         self.dispatcher = silo.dispatcher
-        self.ready = False
         self.client = "?"
         self.in_flight = 0  # requests delivered and not answered yet
         self.draining = False  # close once in_flight reaches 0
@@ -129,11 +138,11 @@ class GatewayConnection(FramedConnection):
         opts = self.silo.options
         error = check_handshake(obj, opts.cluster_id, opts.secret)
         if error is not None:
-            self.log.warning("gateway_handshake_rejected", peer=self.peer, reason=error)
+            self.gateway.guard.report(self.peer, "gateway_handshake_rejected", error)
             self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
             self.close()
             return
-        self.ready = True
+        self.mark_ready()
         self.client = str(obj.get("client", "?"))
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
@@ -173,6 +182,11 @@ class Gateway:
 
     def __init__(self, silo: GatewayHost) -> None:
         self.silo = silo
+        opts = silo.options
+        self.guard = HandshakeGuard(
+            silo.clock, silo.log, port="gateway", timeout=opts.handshake_timeout,
+            max_pending=opts.max_pending_handshakes,
+        )
         self.connections: set[GatewayConnection] = set()
         self.accepting = False
         self._server: asyncio.Server | None = None

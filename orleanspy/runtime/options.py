@@ -38,6 +38,9 @@ class SiloOptions:
     port: int = 11111
     gateway_port: int | None = 30000
     secret: str | None = None
+    cluster_key: str | None = None
+    handshake_timeout: float = 5.0
+    max_pending_handshakes: int = 64
     storage: str = "memory"
     reminders: str = "memory"
     data_dir: str = ".orleanspy"
@@ -68,11 +71,17 @@ class SiloOptions:
             )
         for name in ("response_timeout", "collection_age", "collection_quantum",
                      "shutdown_timeout", "minimum_reminder_period", "probe_period",
-                     "i_am_alive_period", "table_refresh_period"):
+                     "i_am_alive_period", "table_refresh_period", "handshake_timeout"):
             value = getattr(self, name)
             _check(n, name, value > 0, value, "must be > 0 seconds")
         _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,
                "must be >= 1")
+        _check(n, "max_pending_handshakes", self.max_pending_handshakes >= 1,
+               self.max_pending_handshakes, "must be >= 1")
+        if self.cluster_key is not None:
+            _check(n, "cluster_key", len(self.cluster_key) >= 16, "<hidden>",
+                   "must be at least 16 characters (e.g. `python -c 'import secrets; "
+                   "print(secrets.token_hex(32))'`)")
         _check(n, "max_frame_size", self.max_frame_size >= 1024, self.max_frame_size,
                "must be >= 1024 bytes")
         _check(n, "max_local_workers", self.max_local_workers >= 1, self.max_local_workers,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
 from typing import Any, final
 
@@ -30,7 +31,7 @@ class MemoryMembershipTable(MembershipTable):
     Entries are immutable, so readers get the stored objects themselves.
     """
 
-    __slots__ = ("__weakref__", "_closed", "_rows", "_version", "shared")
+    __slots__ = ("__weakref__", "_closed", "_key", "_rows", "_version", "shared")
 
     def __init__(self) -> None:
         #: Objects the silos sharing this table share with it, by kind (the stream lease
@@ -39,6 +40,7 @@ class MemoryMembershipTable(MembershipTable):
         self._rows: dict[SiloAddress, tuple[MembershipEntry, str]] = {}
         self._version = TableVersion(0, _etag())
         self._closed = False
+        self._key = os.urandom(32)
 
     def __repr__(self) -> str:
         return f"MemoryMembershipTable(rows={len(self._rows)}, version={self._version.version})"
@@ -102,6 +104,10 @@ class MemoryMembershipTable(MembershipTable):
         self._check_open()
         self._rows.clear()
         self._version = TableVersion(0, _etag())
+
+    async def cluster_key(self) -> bytes:
+        """A random key made with the table: silos sharing this object share it."""
+        return self._key
 
     async def close(self) -> None:
         self._closed = True

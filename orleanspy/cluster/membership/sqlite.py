@@ -12,6 +12,7 @@ is sound because every process of one host reads the same clock.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sqlite3
 import uuid
 from typing import Any, final
@@ -51,6 +52,15 @@ _SCHEMA = (
     ) WITHOUT ROWID
     """,
 )
+
+_KEY_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS cluster_key (
+        cluster_id TEXT PRIMARY KEY,
+        key        BLOB NOT NULL
+    )
+"""
+_INSERT_KEY = "INSERT INTO cluster_key (cluster_id, key) VALUES (?, ?) ON CONFLICT DO NOTHING"
+_SELECT_KEY = "SELECT key FROM cluster_key WHERE cluster_id = ?"
 
 _INIT_VERSION = (
     "INSERT INTO membership_version (cluster_id, version, etag) VALUES (?, 0, ?) "
@@ -166,6 +176,12 @@ def _update(
     return True
 
 
+def _cluster_key(conn: sqlite3.Connection, cluster_id: str, fresh: bytes) -> bytes:
+    conn.execute(_KEY_SCHEMA)
+    conn.execute(_INSERT_KEY, (cluster_id, fresh))
+    return bytes(conn.execute(_SELECT_KEY, (cluster_id,)).fetchone()[0])
+
+
 def _delete_table(conn: sqlite3.Connection, cluster_id: str) -> None:
     conn.execute(_DELETE_ROWS, (cluster_id,))
     conn.execute(_RESET_VERSION, (_etag(), cluster_id))
@@ -215,6 +231,14 @@ class SqliteMembershipTable(MembershipTable):
 
     async def close(self) -> None:
         await self._db.close()
+
+    async def cluster_key(self) -> bytes:
+        """The cluster's key, kept in the file (the first silo makes it): every process that
+        can read the file is inside the cluster's trust boundary."""
+        try:
+            return await self._db.transaction(_cluster_key, self._cluster_id, os.urandom(32))
+        except sqlite3.Error as exc:
+            raise self._failed("read the cluster key", exc) from exc
 
     async def read_all(self) -> MembershipTableData:
         await self.open()

@@ -42,6 +42,10 @@ class MembershipTable(ABC):
       durable back ends, another process) sees it at once. Back-end failures raise
       ``MembershipError``. ``open`` is idempotent and optional (operations open the table);
       ``close`` is idempotent, and operations after it raise ``RuntimeError``.
+
+    ``cluster_key`` is optional: a back end that can keep a secret shared by every silo that
+    uses the table returns it (created by the first caller, the same bytes for every caller
+    after); the silos of a cluster that names no ``cluster_key`` prove membership with it.
     """
 
     __slots__ = ()
@@ -79,6 +83,11 @@ class MembershipTable(ABC):
 
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Prepare the table (create the schema, connect). Idempotent."""
+
+    async def cluster_key(self) -> bytes | None:
+        """The cluster key kept in this table (made by the first caller), or None if this
+        back end keeps none (then the silos need ``SiloOptions.cluster_key``)."""
+        return None
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources. Idempotent."""

@@ -32,7 +32,7 @@ class Pair:
 
     def _transport(self, silo: SiloAddress) -> SiloTransport:
         return SiloTransport(
-            silo, Codec(), get_logger("test"), cluster_id="t", secret=None,
+            silo, Codec(), get_logger("test"), cluster_id="t", secret=None, key=b"k" * 32,
             max_frame_size=1 << 20, default_timeout=10.0, deliver=self._hold,
             clock=self.clock,
         )
