@@ -63,8 +63,8 @@ class FramedConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
-        if self.guard is not None and not self.guard.admit(self):
-            self.closed = True
+        if self.guard is not None:
+            self.guard.admit(self)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:

@@ -8,8 +8,8 @@ bounds, per port:
   connection being accepted, or the connection is closed (idle and slow-sending peers alike);
 * how large a frame it may announce: ``frame_limit`` bytes (the connection checks each
   length prefix against it before buffering the frame), far below ``max_frame_size``;
-* how many such connections may be open at once: ``max_pending``; a connection beyond it is
-  closed as soon as it is accepted.
+* how many such connections may be open at once: ``max_pending``; when one more arrives, the
+  one that has waited longest is closed.
 
 So the memory unauthenticated peers can hold is at most about ``max_pending`` x
 (``frame_limit`` + one socket read), whatever they send. Each refusal is logged at warning
@@ -68,7 +68,7 @@ class HandshakeGuard:
         self._pending: dict[Guarded, TimerHandle] = {}
         self._windows: dict[str, list[float]] = {}
         self._unlogged: dict[str, int] = {}
-        self.refused = 0
+        self.evicted = 0
         self.timed_out = 0
 
     @property
@@ -76,15 +76,18 @@ class HandshakeGuard:
         """Unauthenticated connections open now."""
         return len(self._pending)
 
-    def admit(self, conn: Guarded) -> bool:
-        """A connection was accepted: False (and it is closed) when too many are pending."""
+    def admit(self, conn: Guarded) -> None:
+        """A connection was accepted: start its deadline. When ``max_pending`` connections
+        are already waiting, the one waiting longest is closed to make room (a peer holding
+        idle connections open cannot keep a new, quick client out)."""
         if len(self._pending) >= self.max_pending:
-            self.refused += 1
-            self.refuse(conn, "connection_refused", f"more than {self.max_pending} connections "
-                        "are waiting for their handshake (max_pending_handshakes)")
-            return False
+            oldest = next(iter(self._pending))
+            self._pending.pop(oldest).cancel()
+            self.evicted += 1
+            self.refuse(oldest, "connection_refused", f"more than {self.max_pending} "
+                        "connections were waiting for their handshake and this one waited "
+                        "longest (max_pending_handshakes)")
         self._pending[conn] = self.clock.call_later(self.timeout, self._expired, conn)
-        return True
 
     def authenticated(self, conn: Guarded) -> None:
         """``conn`` completed its handshake: no more deadline, no longer counted."""

@@ -34,7 +34,10 @@ its relative data_dir resolves against the file's folder. Example:
 
 Cluster: silos started with the same --cluster-id and --membership form one cluster
 (--membership sqlite:PATH for processes of one machine; give each a free --port, or 0).
-Without --membership the silo runs alone and opens no silo-to-silo port.
+Without --membership the silo runs alone and opens no silo-to-silo port. Silos prove to
+each other that they hold the cluster key (--cluster-key-file, cluster_key in TOML or
+$ORLEANSPY_CLUSTER_KEY; by default a key kept in the membership table), which clients and
+tools never need. See docs/security.md.
 
 Once serving, the silo prints one line to stdout:
   orleanspy silo ready gateway=HOST:PORT
@@ -73,6 +76,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway-port", type=int,
                    help="client gateway port; 0 picks a free one (default: 30000)")
     p.add_argument("--secret", help="shared secret clients must present (default: none)")
+    p.add_argument("--cluster-key-file", metavar="FILE",
+                   help="file holding the key silos prove to each other (cluster_key; "
+                   "default: a key kept in the membership table)")
     p.add_argument("--storage", metavar="URL",
                    help="grain storage: memory or sqlite:PATH, relative to --data-dir "
                    "(default: sqlite:orleanspy.db)")
@@ -111,6 +117,24 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="any spark.* setting (repeatable)")
 
 
+def _read_key_file(path: str | None) -> str | None:
+    """The cluster key held in ``path`` (surrounding whitespace removed), or None."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            f"--cluster-key-file {path}: cannot read it ({exc}); give a readable text file "
+            "holding the cluster key"
+        ) from None
+    if not key:
+        raise ConfigurationError(f"--cluster-key-file {path}: the file is empty; put the "
+                                 "cluster key in it")
+    return key
+
+
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy silo start``: returns once the silo has stopped."""
     flags = {
@@ -120,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         "port": args.port,
         "gateway_port": args.gateway_port,
         "secret": args.secret,
+        "cluster_key": _read_key_file(args.cluster_key_file),
         "storage": args.storage,
         "reminders": args.reminders,
         "data_dir": args.data_dir,
