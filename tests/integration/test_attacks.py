@@ -288,6 +288,30 @@ async def test_the_silo_port_refuses_impostors_and_tools_that_write(
                 await query_silo(host, port, "dir", ["unregister", "SpreadSpot/steady-0"],
                                  cluster_id=CLUSTER, secret=SECRET)
 
+            # 4. 200 nested tuple ext values, as a first frame and after a tool's handshake
+            nested = msgpack.packb([1])
+            for _ in range(200):
+                nested = msgpack.packb(msgpack.ExtType(1, nested))
+            raw = len(nested).to_bytes(4, "big") + nested
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(raw)
+            assert await closed_by_peer(reader) == b""
+            writer.close()
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(frame({"v": 1, "cluster": CLUSTER, "secret": SECRET, "silo": None,
+                                "to": None}))
+            control = msgpack.packb([3, 1, "status", [msgpack.ExtType(1, nested)]])
+            writer.write(len(control).to_bytes(4, "big") + control)
+            replies = []
+            async with asyncio.timeout(CLOSE_BOUND):
+                for _ in range(2):
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    replies.append(msgpack.unpackb(await reader.readexactly(size)))
+            writer.close()
+            assert replies[0]["ok"] is True
+            assert replies[1][:3] == [2, 1, False]  # that one request is refused
+            assert "nested" in replies[1][3]["message"]
+
             # b was never retired nor declared dead: it keeps answering through a
             table = SqliteMembershipTable(str(silo_launcher.data_dir / "membership.db"),
                                           cluster_id=CLUSTER)
