@@ -297,7 +297,7 @@ class Silo:
             gateway=self.gateway.address if self.gateway else None,
             grain_types=sorted(self.registry),
             storage=self.options.storage,
-            cluster=str(self.address) if self.cluster is not None else None,
+            address=str(self.address) if self.cluster is not None else None,
         )
 
     async def stop(self) -> None:
