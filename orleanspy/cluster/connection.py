@@ -25,7 +25,8 @@ Fresh nonces on both sides defeat replay, the direction labels reflection, and t
 address is inside what is signed.
 
 * request / one-way: ``[0 | 1, id, type_name, key, method, args, kwargs, timeout, chain,
-  hops]``; response ``[2, id, ok, value]`` (an error value as in ``messaging/wire.py``).
+  hops, from_client]`` (``from_client``: a gateway client sent it, so only methods open to
+  clients may run it); response ``[2, id, ok, value]`` (an error value as in ``messaging/wire.py``).
 * control request ``[3, id, op, args]`` (answered with a response), control one-way
   ``[4, 0, op, args]``, and ``[5]``: "I have nothing pending on this connection".
 
@@ -70,7 +71,7 @@ from orleanspy.messaging.frames import (
     request_message,
 )
 from orleanspy.messaging.guard import HandshakeGuard
-from orleanspy.messaging.message import Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error, response_payload
 
 __all__ = [
@@ -261,7 +262,7 @@ class SiloConnection(FramedConnection):
             if self.tool:
                 raise ProtocolError("a tool connection may only send control requests")
             try:
-                msg = request_message(obj, 10)
+                msg = request_message(obj, 11)
             except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
                 if kind == REQUEST:
                     self.reply(obj[1], False, bad.error)
@@ -464,7 +465,8 @@ class SiloConnection(FramedConnection):
         if reply is None:
             try:
                 payload = codec.packb([ONE_WAY, 0, target.type_name, target.key, msg.method,
-                                       list(msg.args), msg.kwargs, None, [], hops])
+                                       list(msg.args), msg.kwargs, None, [], hops,
+                                       bool(msg.flags & FLAG_FROM_CLIENT)])
             except SerializationError as exc:
                 self.log.warning("one_way_call_failed", grain=str(target), method=msg.method,
                                  error=repr(exc))
@@ -478,7 +480,8 @@ class SiloConnection(FramedConnection):
             chain = msg.chain
             payload = codec.packb([REQUEST, corr, target.type_name, target.key, msg.method,
                                    list(msg.args), msg.kwargs, timeout,
-                                   [list(e) for e in chain] if chain else [], hops])
+                                   [list(e) for e in chain] if chain else [], hops,
+                                   bool(msg.flags & FLAG_FROM_CLIENT)])
         except SerializationError as exc:
             reply(False, exc)
             return

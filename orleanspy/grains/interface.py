@@ -1,6 +1,13 @@
 """Grain class metadata: method flags, class decorators and the per-class method table.
 
 The method table is built once per class (``class_info(cls)``) and read on every call.
+
+What a gateway client may call is decided here, once per method (``MethodInfo.client_ok``):
+the public methods of a user's grain class. Not the runtime's hooks (``RUNTIME_HOOKS``: stream
+delivery, reminder ticks, every ``__orleanspy_*__`` method), and nothing of a class the runtime
+owns (a system target, or a class marked with ``runtime_grain``) unless the class is marked
+``client_endpoint`` (the stream publisher clients publish through). Type names starting with
+``orleanspy.`` are reserved for the runtime's classes.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from orleanspy.grains.state import StateSpec
 from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
 
 __all__ = [
+    "RUNTIME_HOOKS",
+    "RUNTIME_TYPE_PREFIX",
     "GrainClassInfo",
     "MethodInfo",
     "OverflowPolicy",
@@ -24,6 +33,7 @@ __all__ = [
     "always_interleave",
     "call_chain_reentrant",
     "class_info",
+    "client_endpoint",
     "collection_age",
     "grain_type",
     "mailbox",
@@ -31,6 +41,7 @@ __all__ = [
     "placement",
     "read_only",
     "reentrant",
+    "runtime_grain",
     "stateless_worker",
 ]
 
@@ -42,6 +53,10 @@ _INFO_ATTR: Final = "_orleanspy_class_info"
 RUNTIME_EXTENSIONS: Final = frozenset(
     {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__"}
 )
+#: Methods only the runtime calls: never from a gateway client.
+RUNTIME_HOOKS: Final = RUNTIME_EXTENSIONS | {"receive_reminder"}
+#: Type names reserved for the runtime's own grain classes and system targets.
+RUNTIME_TYPE_PREFIX: Final = "orleanspy."
 
 
 class OverflowPolicy(StrEnum):
@@ -69,6 +84,10 @@ class MethodInfo:
     read_only: bool
     one_way: bool
     flags: int
+    #: a runtime hook (``RUNTIME_HOOKS``): dispatched for the runtime, never listed
+    runtime: bool = False
+    #: a gateway client may call it
+    client_ok: bool = True
 
 
 @dataclass(slots=True)
@@ -87,9 +106,16 @@ class GrainClassInfo:
     collection_age: float | None
     states: dict[str, Any] = field(default_factory=dict)
     is_system_target: bool = False
+    #: the runtime owns the class (a system target or ``runtime_grain``)
+    runtime: bool = False
     placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
     #: The generated reference class (``grains.reference.reference_class``), made on first use.
     reference: type | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def public_methods(self) -> list[str]:
+        """The names of the methods a client may call, sorted (what listings show)."""
+        return sorted(name for name, m in self.methods.items() if m.client_ok)
 
 
 def _mark(fn: F, attr: str) -> F:
@@ -191,6 +217,19 @@ def placement(strategy: PlacementStrategy | str) -> Callable[[C], C]:
     return deco
 
 
+def runtime_grain(cls: C) -> C:
+    """The runtime owns the class: messages from gateway clients never reach it."""
+    cls._orleanspy_runtime = True  # type: ignore[attr-defined]
+    return cls
+
+
+def client_endpoint(cls: C) -> C:
+    """A runtime class whose public methods gateway clients may call (their hooks stay
+    closed)."""
+    cls._orleanspy_client_endpoint = True  # type: ignore[attr-defined]
+    return cls
+
+
 def grain_type(name: str) -> Callable[[C], C]:
     """Give the class a stable type name (default: its ``__qualname__``)."""
     if not name or "/" in name:
@@ -210,6 +249,9 @@ def type_name_of(cls: type) -> str:
 
 def _build(cls: type) -> GrainClassInfo:
     base_names = set(dir(Grain))
+    system_target = bool(getattr(cls, "_orleanspy_system_target", False))
+    runtime = system_target or bool(cls.__dict__.get("_orleanspy_runtime", False))
+    open_to_clients = not runtime or bool(cls.__dict__.get("_orleanspy_client_endpoint", False))
     methods: dict[str, MethodInfo] = {}
     for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
         if name in RUNTIME_EXTENSIONS:
@@ -220,7 +262,8 @@ def _build(cls: type) -> GrainClassInfo:
         ro = bool(getattr(fn, "_orleanspy_read_only", False))
         flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
         ow = bool(getattr(fn, "_orleanspy_one_way", False))
-        methods[name] = MethodInfo(name, ai, ro, ow, flags)
+        hook = name in RUNTIME_HOOKS or name.startswith("__orleanspy_")
+        methods[name] = MethodInfo(name, ai, ro, ow, flags, hook, open_to_clients and not hook)
     states = {
         name: value
         for klass in reversed(cls.__mro__)
@@ -239,7 +282,8 @@ def _build(cls: type) -> GrainClassInfo:
         overflow=getattr(cls, "_orleanspy_overflow", OverflowPolicy.SUSPEND),
         collection_age=getattr(cls, "_orleanspy_collection_age", None),
         states=states,
-        is_system_target=bool(getattr(cls, "_orleanspy_system_target", False)),
+        is_system_target=system_target,
+        runtime=runtime,
         placement=getattr(cls, "_orleanspy_placement", PlacementStrategy.PREFER_LOCAL),
     )
 

@@ -30,7 +30,7 @@ import msgpack
 from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import GrainId, normalize_key
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.message import Direction, Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry
 
 __all__ = [
@@ -174,8 +174,9 @@ def check_handshake(obj: Any, cluster_id: str, secret: str | None) -> str | None
 
 
 def request_message(obj: list[Any], size: int) -> Message:
-    """Validate a request / one-way frame of ``size`` fields (9 from a client, 10 between
-    silos, the last being the hop count) and build its message (its id is ``obj[1]``).
+    """Validate a request / one-way frame of ``size`` fields (9 from a client, 11 between
+    silos: then the hop count and whether a gateway client sent it) and build its message
+    (its id is ``obj[1]``).
 
     Raises:
         ProtocolError: the frame's shape or field types are wrong (close the connection).
@@ -196,7 +197,7 @@ def request_message(obj: list[Any], size: int) -> Message:
         or type(args) is not list
         or not (kwargs is None or type(kwargs) is dict)
         or type(chain) is not list
-        or (size == 10 and type(obj[9]) is not int)
+        or (size == 11 and (type(obj[9]) is not int or type(obj[10]) is not bool))
     ):
         raise ProtocolError("a request frame has fields of the wrong types")
     try:
@@ -210,8 +211,11 @@ def request_message(obj: list[Any], size: int) -> Message:
         gid, method, args, kwargs, entries, 0,
         timeout if isinstance(timeout, (int, float)) else None,
     )
-    if size == 10 and obj[9]:
-        msg.hops = obj[9]
+    if size == 11:
+        if obj[9]:
+            msg.hops = obj[9]
+        if obj[10]:
+            msg.flags = FLAG_FROM_CLIENT
     return msg
 
 

@@ -43,6 +43,8 @@ FLAG_ALWAYS_INTERLEAVE: Final = 1
 FLAG_READ_ONLY: Final = 2
 FLAG_SUPPRESS_KEEP_ALIVE: Final = 4
 FLAG_SELF_CALL: Final = 8
+#: The request came from a gateway client: only methods open to clients may run it.
+FLAG_FROM_CLIENT: Final = 16
 
 
 class Message:

@@ -17,9 +17,10 @@ from orleanspy.errors import (
     SiloUnavailableError,
 )
 from orleanspy.grains.context import current_turn, turn_chain
+from orleanspy.grains.interface import GrainClassInfo, MethodInfo
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
-from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.host import SiloHost
@@ -95,14 +96,10 @@ class Dispatcher:
     def _locate(self, grain_id: GrainId, method: str, msg: Message) -> Activation:
         """Find or create the activation; seam for the directory and placement."""
         act = self._activations.get(grain_id)
-        methods = (act.info if act is not None else self._catalog.info_for(grain_id)).methods
-        m = methods.get(method)
-        if m is None:
-            raise MessageRejectedError(
-                f"grain type {grain_id.type_name!r} has no method {method!r} "
-                f"(public async methods: {', '.join(sorted(methods)) or 'none'})",
-                "unknown_method",
-            )
+        info = act.info if act is not None else self._catalog.info_for(grain_id)
+        m = info.methods.get(method)
+        if m is None or (msg.flags & FLAG_FROM_CLIENT and not m.client_ok):
+            raise _refusal(info, method, m)
         msg.flags |= m.flags
         return act if act is not None else self._catalog.get_or_create(grain_id)
 
@@ -238,3 +235,21 @@ class Dispatcher:
     def redispatch(self, msg: Message) -> None:
         """Send a message queued on a deactivated activation to the next activation."""
         self._locator.route(msg, forwarded=True)
+
+
+def _refusal(info: GrainClassInfo, method: str, m: MethodInfo | None) -> MessageRejectedError:
+    """The error for a request naming no method, or one a gateway client may not call."""
+    public = ", ".join(info.public_methods) or "none"
+    if m is None:
+        return MessageRejectedError(
+            f"grain type {info.type_name!r} has no method {method!r} "
+            f"(public async methods: {public})",
+            "unknown_method",
+        )
+    if m.runtime:
+        why = f"{method!r} is a runtime hook that only the runtime calls"
+    else:
+        why = f"grain type {info.type_name!r} belongs to the runtime"
+    return MessageRejectedError(
+        f"{info.type_name}.{method} is not callable from a client: {why}", "not_callable"
+    )

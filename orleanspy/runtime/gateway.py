@@ -41,7 +41,7 @@ from orleanspy.messaging.frames import (
     request_message,
 )
 from orleanspy.messaging.guard import HandshakeGuard
-from orleanspy.messaging.message import Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 
 __all__ = ["Gateway", "GatewayConnection", "GatewayHost"]
@@ -124,6 +124,7 @@ class GatewayConnection(FramedConnection):
                 self._reply(obj[1], False, bad.error)
             return
         corr = obj[1]
+        msg.flags = FLAG_FROM_CLIENT  # only methods open to clients may run it
         if self.gateway.accepting:
             if not one_way:
                 self.in_flight += 1

@@ -33,7 +33,7 @@ from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
-from orleanspy.grains.interface import GrainClassInfo, class_info
+from orleanspy.grains.interface import RUNTIME_TYPE_PREFIX, GrainClassInfo, class_info
 from orleanspy.grains.ref import GrainRef
 from orleanspy.grains.reference import make_reference
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
@@ -181,6 +181,12 @@ class Silo:
         if not (isinstance(cls, type) and issubclass(cls, Grain)):
             raise ConfigurationError(f"{cls!r} is not a Grain subclass")
         info = class_info(cls)
+        if info.type_name.startswith(RUNTIME_TYPE_PREFIX) and not info.runtime:
+            raise ConfigurationError(
+                f"grain class {cls.__module__}.{cls.__qualname__} is named "
+                f"{info.type_name!r}: type names starting with {RUNTIME_TYPE_PREFIX!r} are "
+                "reserved for the runtime; give it another @grain_type('...')"
+            )
         other = self.registry.get(info.type_name)
         if other is not None and other.cls is not cls:
             raise ConfigurationError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar, overload
 
-from orleanspy.grains.interface import grain_type, reentrant
+from orleanspy.grains.interface import client_endpoint, grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.ids import StreamId, StreamKey
 from orleanspy.streams.stream import StreamProducer
@@ -21,6 +21,7 @@ PUBLISHER_TYPE = "orleanspy.StreamPublisher"
 T = TypeVar("T")
 
 
+@client_endpoint
 @reentrant
 @grain_type(PUBLISHER_TYPE)
 class StreamPublisher(SystemTarget):

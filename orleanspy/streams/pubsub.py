@@ -21,7 +21,7 @@ from typing import Any
 
 from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.grain import Grain
-from orleanspy.grains.interface import grain_type
+from orleanspy.grains.interface import grain_type, runtime_grain
 from orleanspy.grains.state import persistent_state
 from orleanspy.logging import get_logger
 from orleanspy.streams.tokens import SequenceToken
@@ -55,6 +55,7 @@ class PubSubState:
     producers: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+@runtime_grain
 @grain_type("orleanspy.PubSubRendezvous")
 class PubSubRendezvous(Grain):
     """Keyed by (provider, namespace, stream key)."""
@@ -134,7 +135,7 @@ class PubSubRendezvous(Grain):
 
 #: The grain type of the pulling agents (``orleanspy.streams.pulling.agent``), which the
 #: rendezvous calls by name: the agents register here, so this module sits below them.
-PULLING_AGENT_TYPE = "PullingAgent"
+PULLING_AGENT_TYPE = "orleanspy.PullingAgent"
 
 
 def _agent_key(agent: Any) -> tuple[Any, ...]:

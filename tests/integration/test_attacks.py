@@ -26,6 +26,7 @@ from orleanspy import ClusterClient, MessageRejectedError
 from orleanspy.cluster.connection import silo_key
 from orleanspy.cluster.membership import SiloStatus, SqliteMembershipTable
 from orleanspy.cluster.query import query_silo
+from orleanspy.ids import GrainId
 
 from .silo_process import SiloLauncher, SiloProcess, free_port, poll_until
 
@@ -328,3 +329,44 @@ async def test_the_silo_port_refuses_impostors_and_tools_that_write(
         log = a.log_text()
         assert '"event": "silo_handshake_rejected"' in log
         assert '"event": "silo_tool_operation_refused"' in log
+
+
+async def test_a_client_cannot_reach_the_runtime_of_a_real_silo(
+    silo_launcher: SiloLauncher, tmp_path: Path
+) -> None:
+    config = tmp_path / "streams.toml"
+    config.write_text('[streams.s]\nadapter = "memory"\ntotal_queues = 2\npull_period = 0.02\n')
+    silo = await silo_launcher.start("--app", "tests.integration.stream_app",
+                                     "--config", str(config), secret=SECRET)
+    received = silo_launcher.data_dir / "received.txt"
+    async with silo.client() as client:
+        attempts = [
+            (GrainId("NumberSink", "k"), "__orleanspy_stream_deliver__",
+             ("forged-sub", [["numbers", "k", 999, None]])),
+            (GrainId("NumberSink", "k"), "__orleanspy_stream_error__", ("sub", "boom")),
+            (GrainId("Ticker", "t"), "receive_reminder", ("tick", None)),
+            (GrainId("orleanspy.PubSubRendezvous", ("s", "numbers", "k")), "producers", ()),
+            (GrainId("orleanspy.PubSubRendezvous", ("s", "numbers", "k")),
+             "register_producer", (["s", 0, "x"],)),
+            (GrainId("orleanspy.PullingAgent", ("s", 0, "127.0.0.1:1@1")), "stop", ()),
+        ]
+        for gid, method, args in attempts:
+            with pytest.raises(MessageRejectedError, match="not callable from a client"):
+                await client.call(gid, method, args, None, 5.0)
+        # the runtime still delivers: a client's event reaches the implicit subscriber
+        await client.get_stream_provider("s").get_stream("numbers", "k").on_next(7)
+        await poll_until(lambda: _read(received), lambda text: "k 7\n" in text, timeout=10)
+        assert "999" not in _read_now(received)
+        assert await client.get_grain("Counter", "c").add(1) == 1
+    assert silo.alive
+
+
+async def _read(path: Path) -> str:
+    return _read_now(path)
+
+
+def _read_now(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

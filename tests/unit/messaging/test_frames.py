@@ -20,7 +20,7 @@ from orleanspy.messaging.frames import (
     read_frame,
     request_message,
 )
-from orleanspy.messaging.message import Direction
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction
 from orleanspy.messaging.wire import PROTOCOL_VERSION
 
 CODEC = Codec()
@@ -63,11 +63,11 @@ def test_frames_check_handshake() -> None:
         check_handshake([1, 2], "c", None)
 
 
-def request(*, kind: int = 0, key: object = "k", chain: object = (), hops: int | None = None
-            ) -> list[object]:
+def request(*, kind: int = 0, key: object = "k", chain: object = (), hops: int | None = None,
+            from_client: object = False) -> list[object]:
     frame: list[object] = [kind, 5, "Counter", key, "add", [1], None, 2.5, list(chain)]
     if hops is not None:
-        frame.append(hops)
+        frame += [hops, from_client]
     return frame
 
 
@@ -77,9 +77,12 @@ def test_frames_request_message_builds_the_message() -> None:
         Direction.REQUEST, "Counter", "add", [1]
     )
     assert msg.timeout == 2.5
-    one_way = request_message(request(kind=1, hops=2), 10)
+    one_way = request_message(request(kind=1, hops=2), 11)
     assert one_way.direction is Direction.ONE_WAY
     assert one_way.hops == 2
+    assert not one_way.flags & FLAG_FROM_CLIENT
+    forwarded = request_message(request(hops=1, from_client=True), 11)
+    assert forwarded.flags & FLAG_FROM_CLIENT
 
 
 @pytest.mark.parametrize("frame", [
@@ -94,9 +97,13 @@ def test_frames_request_message_refuses_a_malformed_frame(frame: list[object]) -
         request_message(frame, 9)
 
 
-def test_frames_request_message_refuses_a_non_int_hop_count() -> None:
+def test_frames_request_message_refuses_a_non_int_hop_count_or_origin() -> None:
     with pytest.raises(ProtocolError):
-        request_message(request(hops="x"), 10)  # type: ignore[arg-type]
+        request_message(request(hops="x"), 11)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError):
+        request_message(request(hops=0, from_client=1), 11)
+    with pytest.raises(ProtocolError):
+        request_message(request(hops=0)[:10], 11)
 
 
 def test_frames_request_message_reports_a_bad_chain_as_bad_request() -> None:
