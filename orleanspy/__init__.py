@@ -42,6 +42,7 @@ from orleanspy.grains.reference import GrainReference
 from orleanspy.grains.state import PersistentState, persistent_state
 from orleanspy.hosting.silo import Silo
 from orleanspy.ids import GrainId, SiloAddress
+from orleanspy.messaging.types import serializable
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
 from orleanspy.runtime.activation import DeactivationReason
@@ -96,5 +97,6 @@ __all__ = [
     "placement",
     "read_only",
     "reentrant",
+    "serializable",
     "stateless_worker",
 ]

@@ -25,12 +25,14 @@ from orleanspy.client.gateways import GatewayPool
 from orleanspy.client.options import ClientOptions
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
+from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
 from orleanspy.grains.reference import make_reference
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
-from orleanspy.messaging.codec import Codec, resolve_name
+from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import ONE_WAY, REQUEST
+from orleanspy.messaging.types import TypePolicy
 from orleanspy.streams.publisher import ClientStreamProvider
 
 __all__ = ["ClusterClient"]
@@ -83,7 +85,8 @@ class ClusterClient:
             base = replace(base, **changes)
         self.options = base
         self.clock = clock or SystemClock()
-        self.codec = Codec(self._reference_factory)
+        self.codec = Codec(self._reference_factory, policy=TypePolicy())
+        self._allowed: set[type] = set()
         self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
         self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
         self._ids = itertools.count(1)
@@ -149,7 +152,20 @@ class ClusterClient:
     @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+        if not isinstance(grain_class, str):
+            self._allow(grain_class)
         return make_reference(self, grain_class, key)
+
+    def _allow(self, cls: type) -> None:
+        """Results of ``cls``'s methods may be rebuilt as the types its module and its
+        annotations name (the codec's allow-list)."""
+        if cls not in self._allowed:
+            self._allowed.add(cls)
+            info = class_info(cls)
+            self.codec.policy.allow_grain_class(
+                cls, info.methods, [spec.factory for spec in info.states.values()
+                                    if isinstance(spec.factory, type)]
+            )
 
     def get_stream_provider(self, name: str) -> ClientStreamProvider:
         """Publish to the silos' stream provider ``name``:
@@ -157,7 +173,7 @@ class ClusterClient:
         return ClientStreamProvider(self, name)
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
-        cls = resolve_name(cls_name) if cls_name else None
+        cls = self.codec.policy.resolve(cls_name) if cls_name else None
         if cls is not None and issubclass(cls, Grain):
             return make_reference(self, cls, grain_id.key, grain_id)
         return make_reference(self, grain_id.type_name, grain_id.key, grain_id)

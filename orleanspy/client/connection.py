@@ -72,7 +72,7 @@ class GatewayConnection(FramedConnection):
         if obj[2]:
             fut.set_result(obj[3])
         else:
-            fut.set_exception(decode_error(obj[3]))
+            fut.set_exception(decode_error(obj[3], self.codec.policy))
         self.on_response()
 
     def _fail_one(self, payload: bytes, exc: SerializationError) -> None:

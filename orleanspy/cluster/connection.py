@@ -255,7 +255,7 @@ class SiloConnection(FramedConnection):
                 if obj[2]:
                     entry[0](True, obj[3])
                 else:
-                    entry[0](False, decode_error(obj[3]))
+                    entry[0](False, decode_error(obj[3], self.codec.policy))
                 if self.retired and not self.pending:
                     self._maybe_drained()
         elif kind in (REQUEST, ONE_WAY):

@@ -14,6 +14,7 @@ from orleanspy.cluster.connection import CONTROL
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import check_response, read_frame
+from orleanspy.messaging.types import TypePolicy
 from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error
 
 __all__ = ["query_silo"]
@@ -35,7 +36,7 @@ async def query_silo(
         TimeoutError: no answer within ``timeout``.
         ProtocolError: the silo's answer is not a valid frame.
     """
-    codec = Codec()
+    codec = Codec(policy=TypePolicy())
     async with (clock or SystemClock()).timeout(timeout):
         try:
             reader, writer = await asyncio.open_connection(host, port)
@@ -57,7 +58,7 @@ async def query_silo(
             check_response(response)
             if response[2]:
                 return response[3]
-            raise decode_error(response[3])
+            raise decode_error(response[3], codec.policy)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise SiloUnavailableError(f"silo {host}:{port} closed the connection: {exc}") from None
         finally:

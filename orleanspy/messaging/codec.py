@@ -2,9 +2,12 @@
 
 Supported beyond msgpack's own types: tuple, set, frozenset, UUID, datetime, date, time,
 timedelta, Decimal, Enum members, dataclass instances, GrainId and grain references.
-Dataclasses and enums are encoded by ``module:qualname`` and resolved on the other side by
-import; dataclass fields travel by name, so adding a field with a default stays compatible.
-Nothing is ever pickled.
+Dataclasses, enums and exceptions are encoded by ``module:qualname`` and resolved on the
+other side through the codec's ``TypePolicy`` (``messaging/types.py``: never an import, only
+allowed classes); one that does not resolve arrives as a plain value (a dataclass as the dict
+of its fields, an enum member as its value, an exception as ``RemoteGrainError``). Dataclass
+fields travel by name, so adding a field with a default stays compatible. Nothing is ever
+pickled.
 """
 
 from __future__ import annotations
@@ -13,18 +16,17 @@ import dataclasses
 import datetime as _dt
 import decimal
 import enum
-import importlib
-import sys
 import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
 import msgpack
 
-from orleanspy.errors import SerializationError
+from orleanspy.errors import RemoteGrainError, SerializationError
 from orleanspy.ids import GrainId
+from orleanspy.messaging.types import TypePolicy
 
-__all__ = ["IMMUTABLE_TYPES", "Codec", "is_immutable", "qualified_name", "resolve_name"]
+__all__ = ["IMMUTABLE_TYPES", "Codec", "is_immutable", "qualified_name"]
 
 EXT_TUPLE: Final = 1
 EXT_UUID: Final = 2
@@ -47,7 +49,6 @@ IMMUTABLE_TYPES: Final = frozenset({int, str, float, bool, type(None), bytes})
 _IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
 
 _name_cache: dict[type, str] = {}
-_type_cache: dict[str, type] = {}
 _dc_fields_cache: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
@@ -64,32 +65,6 @@ def qualified_name(cls: type) -> str:
     return name
 
 
-def resolve_name(name: str, allow_import: bool = True) -> type | None:
-    """Find a class by ``module:qualname``, importing the module if needed and allowed;
-    None if absent."""
-    cls = _type_cache.get(name)
-    if cls is not None:
-        return cls
-    module_name, _, qualname = name.partition(":")
-    module = sys.modules.get(module_name)
-    if module is None:
-        if not allow_import:
-            return None
-        try:
-            module = importlib.import_module(module_name)
-        except Exception:
-            return None
-    obj: Any = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    if not isinstance(obj, type):
-        return None
-    _type_cache[name] = obj
-    return obj
-
-
 def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cached = _dc_fields_cache.get(cls)
     if cached is None:
@@ -103,21 +78,21 @@ def _dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 class Codec:
-    """Encodes and decodes values; ``reference_factory`` rebuilds grain references."""
+    """Encodes and decodes values; ``reference_factory`` rebuilds grain references;
+    ``policy`` decides which classes names resolve to (default: ``TypePolicy.local()``, for
+    bytes this application wrote; every network boundary passes an allow-list policy)."""
 
-    __slots__ = ("_depth", "_packer", "allow_import", "reference_factory")
+    __slots__ = ("_depth", "_packer", "policy", "reference_factory")
 
     def __init__(
         self,
         reference_factory: Callable[[str, GrainId], Any] | None = None,
         *,
-        allow_import: bool = True,
+        policy: TypePolicy | None = None,
     ) -> None:
         self.reference_factory = reference_factory
         self._depth = 0
-        # A silo decodes data from clients: it resolves types only among modules it has
-        # already imported, so a peer cannot make it import (run) arbitrary modules.
-        self.allow_import = allow_import
+        self.policy = policy if policy is not None else TypePolicy.local()
         self._packer = msgpack.Packer(
             default=self._default, strict_types=True, use_bin_type=True, autoreset=True
         )
@@ -241,19 +216,15 @@ class Codec:
                 return frozenset(self.unpackb(data))
             if code == EXT_ENUM:
                 name, value = self.unpackb(data)
-                cls = resolve_name(name, self.allow_import)
+                cls = self.policy.resolve(name)
                 if cls is None or not issubclass(cls, enum.Enum):
-                    raise SerializationError(
-                        f"enum {name} is not importable here; install or import its module"
-                    )
+                    return value
                 return cls(value)
             if code == EXT_DATACLASS:
                 name, values = self.unpackb(data)
-                cls = resolve_name(name, self.allow_import)
+                cls = self.policy.resolve(name)
                 if cls is None or not dataclasses.is_dataclass(cls):
-                    raise SerializationError(
-                        f"dataclass {name} is not importable here; install or import its module"
-                    )
+                    return values
                 init_names, other_names = _dataclass_fields(cls)
                 obj = cls(**{k: values[k] for k in init_names if k in values})
                 for k in other_names:
@@ -262,14 +233,12 @@ class Codec:
                 return obj
             if code == EXT_EXCEPTION:
                 name, args, message = self.unpackb(data)
-                cls = resolve_name(name, self.allow_import)
+                cls = self.policy.resolve(name, exception=True)
                 if cls is not None and issubclass(cls, BaseException) and args is not None:
                     try:
                         return cls(*args)
                     except Exception:
                         pass
-                from orleanspy.errors import RemoteGrainError
-
                 return RemoteGrainError(name.replace(":", "."), message, "")
             if code == EXT_GRAIN_ID:
                 type_name, key = self.unpackb(data)

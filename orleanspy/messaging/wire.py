@@ -15,7 +15,8 @@ import traceback
 from typing import Any, Final
 
 from orleanspy.errors import RemoteGrainError, SerializationError
-from orleanspy.messaging.codec import Codec, qualified_name, resolve_name
+from orleanspy.messaging.codec import Codec, qualified_name
+from orleanspy.messaging.types import TypePolicy
 
 __all__ = [
     "HEADER",
@@ -46,14 +47,15 @@ def encode_error(codec: Codec, exc: BaseException) -> dict[str, Any]:
     return {"type": qualified_name(type(exc)), "args": args, "message": str(exc), "tb": tb}
 
 
-def decode_error(value: Any) -> BaseException:
-    """Rebuild an exception: the same type where importable, else ``RemoteGrainError``."""
+def decode_error(value: Any, policy: TypePolicy) -> BaseException:
+    """Rebuild an exception: the same type where ``policy`` (the codec's) allows it, else
+    ``RemoteGrainError`` (with the message and the remote traceback)."""
     if not isinstance(value, dict):
         return RemoteGrainError("unknown", repr(value), "")
     type_name = str(value.get("type", "unknown"))
     message = str(value.get("message", ""))
     tb = str(value.get("tb", ""))
-    cls = resolve_name(type_name)
+    cls = policy.resolve(type_name, exception=True)
     args = value.get("args")
     if cls is not None and issubclass(cls, BaseException) and args is not None:
         try:

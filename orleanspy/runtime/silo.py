@@ -39,7 +39,8 @@ from orleanspy.grains.reference import make_reference
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger
-from orleanspy.messaging.codec import Codec, resolve_name
+from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.types import TypePolicy
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
@@ -128,7 +129,7 @@ class Silo:
     ) -> None:
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
-        self.codec = Codec(self._reference_factory, allow_import=False)
+        self.codec = Codec(self._reference_factory, policy=TypePolicy())
         self.address = SiloAddress(self.options.host, self.options.port, _new_generation())
         self.name = f"{self.options.host}:{self.options.port}"
         self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
@@ -194,6 +195,10 @@ class Silo:
                 f"({other.cls.__module__} and {cls.__module__}); give one @grain_type('...')"
             )
         self.registry[info.type_name] = info
+        self.codec.policy.allow_grain_class(
+            cls, info.methods, [spec.factory for spec in info.states.values()
+                                if isinstance(spec.factory, type)]
+        )
 
     def add_system_target(self, target: SystemTarget, key: Any) -> Any:
         """Host an explicitly created system target; returns a reference to it."""
@@ -245,7 +250,7 @@ class Silo:
         info = self.registry.get(grain_id.type_name)
         if info is not None:
             return make_reference(self.dispatcher, info.cls, grain_id.key, grain_id)
-        cls = resolve_name(cls_name, allow_import=False) if cls_name else None
+        cls = self.codec.policy.resolve(cls_name) if cls_name else None
         if cls is not None and issubclass(cls, Grain):
             return make_reference(self.dispatcher, cls, grain_id.key, grain_id)
         if info is not None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from orleanspy import Grain, TickStatus, persistent_state
 
-__all__ = ["Counter", "CounterState", "GrainFailure", "Stubborn", "Ticker", "TickerState"]
+__all__ = [
+    "Counter", "CounterState", "GrainFailure", "Inspector", "Stubborn", "Ticker", "TickerState",
+]
 
 
 class GrainFailure(Exception):
@@ -106,3 +108,15 @@ class Stubborn(Grain):
     async def on_deactivate(self, reason: object) -> None:
         if getattr(self, "_armed", False):
             await asyncio.Event().wait()
+
+
+class Inspector(Grain):
+    """Reports what the silo process rebuilt from a request, and what it has imported."""
+
+    async def kind(self, value: object) -> str:
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+
+    async def imported(self, module: str) -> bool:
+        import sys
+
+        return module in sys.modules

@@ -27,6 +27,7 @@ from orleanspy.cluster.connection import silo_key
 from orleanspy.cluster.membership import SiloStatus, SqliteMembershipTable
 from orleanspy.cluster.query import query_silo
 from orleanspy.ids import GrainId
+from orleanspy.messaging.codec import EXT_DATACLASS, EXT_EXCEPTION
 
 from .silo_process import SiloLauncher, SiloProcess, free_port, poll_until
 
@@ -370,3 +371,35 @@ def _read_now(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+async def test_a_peer_cannot_make_a_silo_import_or_build_a_class_it_names(
+    silo_launcher: SiloLauncher,
+) -> None:
+    silo = await silo_launcher.start(secret=SECRET)
+    inspector = GrainId("Inspector", "i")
+
+    def dataclass_ext(name: str) -> msgpack.ExtType:
+        return msgpack.ExtType(EXT_DATACLASS, msgpack.packb([name, {"max_workers": 1}]))
+
+    def exception_ext(name: str) -> msgpack.ExtType:
+        return msgpack.ExtType(EXT_EXCEPTION, msgpack.packb([name, ["x"], "x"]))
+
+    async with silo.client() as client:
+        async def call(method: str, *args: Any) -> Any:
+            return await client.call(inspector, method, args, None, 5.0)
+
+        lazy = ("concurrent.futures.process", "multiprocessing.connection")
+        assert [await call("imported", m) for m in lazy] == [False, False]
+        assert not await call("imported", "xml.dom.minidom")
+        for name in ("concurrent.futures:ProcessPoolExecutor", "xml.dom.minidom:Node",
+                     "subprocess:Popen", "os:system"):
+            assert await call("kind", dataclass_ext(name)) == "builtins.dict"
+            assert await call("kind", exception_ext(name)) == "orleanspy.errors.RemoteGrainError"
+        assert [await call("imported", m) for m in lazy] == [False, False]
+        assert not await call("imported", "xml.dom.minidom")
+        # types the application uses still round-trip; built-in exceptions keep their type
+        assert await call("kind", exception_ext("builtins:ValueError")) == "builtins.ValueError"
+        assert await call("kind", (1, 2)) == "builtins.tuple"
+        assert await client.get_grain("Counter", "c").add(1) == 1
+    assert silo.alive

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from orleanspy.errors import ProtocolError, SerializationError
-from orleanspy.messaging.codec import EXT_DATACLASS, Codec
+from orleanspy.messaging.codec import EXT_DATACLASS, EXT_TUPLE, Codec
 from orleanspy.messaging.frames import (
     BadRequest,
     check_handshake,
@@ -21,6 +21,7 @@ from orleanspy.messaging.frames import (
     request_message,
 )
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction
+from orleanspy.messaging.types import TypePolicy
 from orleanspy.messaging.wire import PROTOCOL_VERSION
 
 CODEC = Codec()
@@ -38,12 +39,17 @@ def test_frames_decode_maps_bad_msgpack_to_protocol_error() -> None:
         decode(CODEC, b"\xc1")
 
 
-def test_frames_decode_keeps_serialization_error_for_an_unknown_class() -> None:
-    missing = msgpack.packb(["no_such_module_here:Thing", {}])
-    payload = msgpack.packb([0, 7, msgpack.ExtType(EXT_DATACLASS, missing)])
+def test_frames_decode_keeps_serialization_error_for_a_value_nested_too_deeply() -> None:
+    nested = msgpack.packb([1])
+    for _ in range(100):
+        nested = msgpack.packb(msgpack.ExtType(EXT_TUPLE, nested))
+    payload = msgpack.packb([0, 7, msgpack.ExtType(EXT_TUPLE, nested)])
     with pytest.raises(SerializationError):
         decode(CODEC, payload)
     assert raw_header(payload) == (0, 7)
+    missing = msgpack.packb(["no_such_module_here:Thing", {"a": 1}])
+    unknown = msgpack.packb([0, 8, msgpack.ExtType(EXT_DATACLASS, missing)])
+    assert decode(CODEC, unknown) == [0, 8, {"a": 1}]
 
 
 def test_frames_raw_header_of_a_frame_without_an_id_is_none() -> None:
@@ -133,7 +139,7 @@ async def test_frames_read_frame_reads_one_frame_and_refuses_an_oversized_one() 
 def test_decode_or_reject_before_the_handshake_decodes_no_ext_value():
     """An unauthenticated peer's frame is plain msgpack: ext values (which would name types to
     resolve, or nest) come out as None and reach nothing in the codec."""
-    codec = Codec(None, allow_import=False)
+    codec = Codec(None, policy=TypePolicy())
     nested = msgpack.packb([1])
     for _ in range(500):
         nested = msgpack.packb(msgpack.ExtType(1, nested))

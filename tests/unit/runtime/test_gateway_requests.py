@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -36,16 +35,16 @@ async def read_frame(reader: asyncio.StreamReader) -> Any:
 async def test_gateway_undecodable_argument_fails_only_that_call(make_cluster, probe):
     cluster = await make_cluster(Echo)
 
-    @dataclass
-    class NotImportable:
-        x: int
+    too_deep: object = 1
+    for _ in range(100):  # more ext levels than a silo decodes
+        too_deep = (too_deep,)
 
     ref = cluster.client.get_grain(Echo, "k")
     hold = asyncio.create_task(ref.hold())
     async with asyncio.timeout(WAIT):
         await probe.wait_logged("holding")
-        with pytest.raises(SerializationError):
-            await ref.echo(NotImportable(1))
+        with pytest.raises(SerializationError, match="nested"):
+            await ref.echo(too_deep)
         probe.open("hold")
         assert await hold == "held"
 
