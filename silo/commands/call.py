@@ -18,7 +18,6 @@ from silo.commands.common import (
     connect,
     error,
     error_text,
-    put_cwd_on_path,
     render,
 )
 from silo.startup import configure_logging
@@ -57,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy call``."""
     settings = client_settings(args)
     configure_logging("console", "error")
-    put_cwd_on_path()  # so that dataclasses in results resolve as in the silo
+    # results arrive as plain values (dataclasses as dicts): the CLI imports no application module
     return asyncio.run(_call(settings))
 
 
