@@ -18,6 +18,8 @@ from orleanspy.errors import (
     RemoteGrainError,
     SerializationError,
     SiloUnavailableError,
+    StorageCorruptionError,
+    StorageError,
     StreamDeliveryError,
     StreamError,
 )
@@ -82,6 +84,8 @@ __all__ = [
     "SiloAddress",
     "SiloOptions",
     "SiloUnavailableError",
+    "StorageCorruptionError",
+    "StorageError",
     "StreamDeliveryError",
     "StreamError",
     "SystemTarget",

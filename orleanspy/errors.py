@@ -15,6 +15,8 @@ Hierarchy::
     ├── ActivationFailedError         on_activate or the state read failed
     ├── InconsistentStateError        etag mismatch on a state write
     ├── ProtocolError                 a malformed frame or handshake
+    ├── StorageError                  a storage file that cannot be used (names file and fix)
+    │   └── StorageCorruptionError    damaged file, or stored data that fails its checksum
     ├── StreamError
     │   ├── QueueCacheMissError       asked-for events are gone (requested, low, high)
     │   ├── EventsMissedError         a laggard lost events first..last (flow control max/tagged)
@@ -52,6 +54,8 @@ __all__ = [
     "RemoteGrainError",
     "SerializationError",
     "SiloUnavailableError",
+    "StorageCorruptionError",
+    "StorageError",
     "StreamDeliveryError",
     "StreamError",
     "WouldBlockError",
@@ -165,6 +169,16 @@ class InconsistentStateError(OrleansPyError):
 
 class ProtocolError(OrleansPyError):
     """A peer sent a malformed frame, an oversized frame or a bad handshake."""
+
+
+class StorageError(OrleansPyError):
+    """A storage file cannot be used as it is: unreadable, not a database, another schema.
+    The message names the file and what to do."""
+
+
+class StorageCorruptionError(StorageError):
+    """A storage file is damaged, or a stored value does not match its checksum (it was
+    changed outside orleanspy): the value is not served."""
 
 
 class StreamError(OrleansPyError):

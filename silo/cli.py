@@ -5,7 +5,8 @@ Each command lives in its own module under ``silo.commands``; this module builds
 from them and maps errors to exit codes.
 
 Exit codes: 0 success; 1 the grain call failed (or a forced/failed silo shutdown);
-2 bad usage or configuration, or the gateway cannot be reached. Errors are one line on
+2 bad usage or configuration, a storage or membership file that cannot be used, or the
+gateway cannot be reached. Errors are one line on
 stderr (``error: ...``), never a traceback.
 """
 
@@ -14,7 +15,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from orleanspy import ConfigurationError, __version__
+from orleanspy import ConfigurationError, StorageError, __version__
+from orleanspy.errors import MembershipError
 from silo.commands import call, cluster_status, silo_start, spark_run
 from silo.commands.common import CLI_DEFAULTS, EXIT_USAGE, error, parse_arg, parse_key, usage
 
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
-    except ConfigurationError as exc:
+    except (ConfigurationError, StorageError, MembershipError) as exc:
         error(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -4,6 +4,10 @@ Every call runs on the same worker thread (a single-worker ``ThreadPoolExecutor`
 submission order, so the connection is never shared between threads and calls issued by one
 task run one after the other. The database is opened in WAL mode with ``synchronous=NORMAL``:
 a committed transaction survives a crash of the process (``kill -9``), not a power loss.
+
+A file that cannot be opened, is not a database or is damaged raises ``StorageError`` /
+``StorageCorruptionError`` naming the file and the fix, when it is opened and on any later
+call that finds the damage.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any, Final, TypeVar, TypeVarTuple
 
-__all__ = ["SqliteDatabase"]
+from orleanspy.errors import StorageCorruptionError, StorageError
+
+__all__ = ["SqliteDatabase", "check_columns", "storage_error"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -49,15 +55,21 @@ class SqliteDatabase:
 
     # -- worker-thread side ---------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        if self.path != ":memory:" and not self.path.startswith("file:"):
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
+        try:
+            if self.path != ":memory:" and not self.path.startswith("file:"):
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
+        except (OSError, sqlite3.Error) as exc:
+            raise storage_error(self.path, exc) from None
         try:
             conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
             _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
-        except BaseException:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the schema
+        except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise storage_error(self.path, exc) from None
             raise
         return conn
 
@@ -65,7 +77,12 @@ class SqliteDatabase:
         conn = self._conn
         if conn is None:
             conn = self._conn = self._connect()
-        return fn(conn, *args)
+        try:
+            return fn(conn, *args)
+        except sqlite3.DatabaseError as exc:
+            if _damaged(exc):
+                raise storage_error(self.path, exc) from None
+            raise
 
     def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -151,6 +168,39 @@ class SqliteDatabase:
 
 def _noop(conn: sqlite3.Connection) -> None:
     return None
+
+
+_DAMAGED: Final = ("not a database", "malformed", "disk image", "file is encrypted")
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _DAMAGED)
+
+
+def storage_error(path: str, exc: BaseException) -> StorageError:
+    """The error for a SQLite file that cannot be used: names the file, the cause, the fix."""
+    if isinstance(exc, sqlite3.Error) and _damaged(exc):
+        return StorageCorruptionError(
+            f"SQLite file {path} is damaged or is not a database ({exc}); restore it from a "
+            "backup, or move it away to start with an empty one"
+        )
+    return StorageError(
+        f"SQLite file {path} cannot be used ({exc}); check that the path names a file (not a "
+        "folder) in a folder this user may write, and that no other program locks it"
+    )
+
+
+def check_columns(conn: sqlite3.Connection, path: str, table: str,
+                  columns: Iterable[str]) -> None:
+    """Raise StorageError if ``table`` of the file lacks one of ``columns``."""
+    have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    missing = sorted(set(columns) - have)
+    if missing:
+        raise StorageError(
+            f"SQLite file {path}: table {table} has no column {', '.join(missing)}: the file "
+            "belongs to another program or another version; point the setting at another file"
+        )
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:

@@ -1,12 +1,19 @@
-"""SqliteGrainStorage: grain state in a SQLite file (WAL mode), etag-checked."""
+"""SqliteGrainStorage: grain state in a SQLite file (WAL mode), etag-checked, checksummed.
+
+Each row carries a BLAKE2b checksum (16 bytes) of its value, written with it and checked on
+every read: a value changed on disk outside orleanspy, or damaged, raises
+``StorageCorruptionError`` instead of being served. Rows written without one (an older file)
+are read as they are and get one on their next write.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import uuid
 
-from orleanspy._util.sqlite import SqliteDatabase
-from orleanspy.errors import InconsistentStateError
+from orleanspy._util.sqlite import SqliteDatabase, check_columns
+from orleanspy.errors import InconsistentStateError, StorageCorruptionError
 from orleanspy.ids import GrainId
 from orleanspy.storage.base import GrainStorage, StoredState
 
@@ -18,19 +25,38 @@ CREATE TABLE IF NOT EXISTS grain_state (
     state_name TEXT NOT NULL,
     data       BLOB NOT NULL,
     etag       TEXT NOT NULL,
+    checksum   BLOB,
     PRIMARY KEY (grain_id, state_name)
 )
 """
+_COLUMNS = ("grain_id", "state_name", "data", "etag")
+_ADD_CHECKSUM = "ALTER TABLE grain_state ADD COLUMN checksum BLOB"
 
-_SELECT = "SELECT data, etag FROM grain_state WHERE grain_id = ? AND state_name = ?"
+_SELECT = "SELECT data, etag, checksum FROM grain_state WHERE grain_id = ? AND state_name = ?"
 _SELECT_ETAG = "SELECT etag FROM grain_state WHERE grain_id = ? AND state_name = ?"
 _INSERT = (
-    "INSERT INTO grain_state (grain_id, state_name, data, etag) VALUES (?, ?, ?, ?) "
+    "INSERT INTO grain_state (grain_id, state_name, data, etag, checksum) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (grain_id, state_name) DO NOTHING"
 )
 _UPDATE = (
-    "UPDATE grain_state SET data = ?, etag = ? WHERE grain_id = ? AND state_name = ? AND etag = ?"
+    "UPDATE grain_state SET data = ?, etag = ?, checksum = ? "
+    "WHERE grain_id = ? AND state_name = ? AND etag = ?"
 )
+
+
+def checksum(data: bytes) -> bytes:
+    """The checksum stored with a value."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _open(conn: sqlite3.Connection, path: str) -> None:
+    with conn:
+        conn.execute(_SCHEMA)
+    check_columns(conn, path, "grain_state", _COLUMNS)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(grain_state)")}
+    if "checksum" not in have:
+        with conn:
+            conn.execute(_ADD_CHECKSUM)
 _DELETE = "DELETE FROM grain_state WHERE grain_id = ? AND state_name = ? AND etag = ?"
 
 
@@ -60,9 +86,9 @@ def _write(
     new_etag: str,
 ) -> None:
     if etag is None:
-        cur = conn.execute(_INSERT, (key, state_name, data, new_etag))
+        cur = conn.execute(_INSERT, (key, state_name, data, new_etag, checksum(data)))
     else:
-        cur = conn.execute(_UPDATE, (data, new_etag, key, state_name, etag))
+        cur = conn.execute(_UPDATE, (data, new_etag, checksum(data), key, state_name, etag))
     if cur.rowcount != 1:
         raise _conflict(conn, key, state_name, etag, "write")
 
@@ -100,7 +126,7 @@ class SqliteGrainStorage(GrainStorage):
         return self._db.path
 
     async def open(self) -> None:
-        await self._db.execute(_SCHEMA)
+        await self._db.run(_open, self._db.path)
         self._opened = True
 
     async def close(self) -> None:
@@ -112,7 +138,14 @@ class SqliteGrainStorage(GrainStorage):
         row = await self._db.fetchone(_SELECT, (grain_id.canonical(), state_name))
         if row is None:
             return None
-        return StoredState(bytes(row[0]), row[1])
+        data = bytes(row[0])
+        if row[2] is not None and bytes(row[2]) != checksum(data):
+            raise StorageCorruptionError(
+                f"state {state_name!r} of grain {grain_id} in SQLite file {self._db.path} does "
+                "not match its checksum: it was changed outside orleanspy or the file is "
+                "damaged; restore the file from a backup, or clear the state to start over"
+            )
+        return StoredState(data, row[1])
 
     async def write(self, grain_id: GrainId, state_name: str, data: bytes, etag: str | None) -> str:
         if not self._opened:

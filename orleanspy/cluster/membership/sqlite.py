@@ -27,7 +27,7 @@ from orleanspy.cluster.membership.entry import (
     encode_entry,
 )
 from orleanspy.cluster.membership.table import MembershipTable
-from orleanspy.errors import MembershipError
+from orleanspy.errors import MembershipError, StorageError
 from orleanspy.ids import SiloAddress
 
 __all__ = ["SqliteMembershipTable"]
@@ -213,7 +213,7 @@ class SqliteMembershipTable(MembershipTable):
     def cluster_id(self) -> str:
         return self._cluster_id
 
-    def _failed(self, action: str, exc: sqlite3.Error) -> MembershipError:
+    def _failed(self, action: str, exc: sqlite3.Error | StorageError) -> MembershipError:
         return MembershipError(
             f"membership table {self._db.path!r} (cluster {self._cluster_id!r}): cannot "
             f"{action}: {exc}. Check that the file is on a local disk and writable, and that no "
@@ -225,7 +225,7 @@ class SqliteMembershipTable(MembershipTable):
             return
         try:
             await self._db.run(_open, self._cluster_id)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed("create the schema", exc) from exc
         self._opened = True
 
@@ -237,28 +237,28 @@ class SqliteMembershipTable(MembershipTable):
         can read the file is inside the cluster's trust boundary."""
         try:
             return await self._db.transaction(_cluster_key, self._cluster_id, os.urandom(32))
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed("read the cluster key", exc) from exc
 
     async def read_all(self) -> MembershipTableData:
         await self.open()
         try:
             return await self._db.run(_read, self._cluster_id, None)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed("read the rows", exc) from exc
 
     async def read_row(self, silo: SiloAddress) -> MembershipTableData:
         await self.open()
         try:
             return await self._db.run(_read, self._cluster_id, _key(silo))
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed(f"read the row of {silo}", exc) from exc
 
     async def insert_row(self, entry: MembershipEntry, table_version: TableVersion) -> bool:
         await self.open()
         try:
             return await self._db.transaction(_insert, self._cluster_id, entry, table_version)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed(f"insert the row of {entry.silo}", exc) from exc
 
     async def update_row(
@@ -269,7 +269,7 @@ class SqliteMembershipTable(MembershipTable):
             return await self._db.transaction(
                 _update, self._cluster_id, entry, etag, table_version
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed(f"update the row of {entry.silo}", exc) from exc
 
     async def update_i_am_alive(self, silo: SiloAddress, time: float) -> bool:
@@ -278,7 +278,7 @@ class SqliteMembershipTable(MembershipTable):
             changed = await self._db.execute(
                 _UPDATE_ALIVE, (float(time), self._cluster_id, _key(silo))
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed(f"update the I-am-alive time of {silo}", exc) from exc
         return changed == 1
 
@@ -288,12 +288,12 @@ class SqliteMembershipTable(MembershipTable):
             return await self._db.execute(
                 _CLEANUP, (self._cluster_id, SiloStatus.DEAD.value, float(before))
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed("delete defunct rows", exc) from exc
 
     async def delete_table(self) -> None:
         await self.open()
         try:
             await self._db.transaction(_delete_table, self._cluster_id)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StorageError) as exc:
             raise self._failed("delete the table", exc) from exc
