@@ -99,6 +99,9 @@ class Dispatcher:
         info = act.info if act is not None else self._catalog.info_for(grain_id)
         m = info.methods.get(method)
         if m is None or (msg.flags & FLAG_FROM_CLIENT and not m.client_ok):
+            if m is not None:
+                self.silo.log.warning("client_call_refused", grain=str(grain_id),
+                                      method=method, reason="not callable from a client")
             raise _refusal(info, method, m)
         msg.flags |= m.flags
         return act if act is not None else self._catalog.get_or_create(grain_id)

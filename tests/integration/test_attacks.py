@@ -360,6 +360,7 @@ async def test_a_client_cannot_reach_the_runtime_of_a_real_silo(
         assert "999" not in _read_now(received)
         assert await client.get_grain("Counter", "c").add(1) == 1
     assert silo.alive
+    assert silo.log_text().count('"event": "client_call_refused"') == len(attempts)
 
 
 async def _read(path: Path) -> str:
