@@ -37,7 +37,7 @@ from typing import Any, Final, final
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.connection import silo_key
-from orleanspy.cluster.directory import MAX_HOPS, DirectoryEntry, DirectoryRing, GrainDirectory
+from orleanspy.cluster.directory import DirectoryEntry, DirectoryRing, GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.service import MembershipService
@@ -45,11 +45,12 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
-from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
+from orleanspy.errors import ConfigurationError, SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle, DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
+from orleanspy.runtime.locator import forwarding_failed
 from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
@@ -94,6 +95,7 @@ class ClusterRuntime:
         opts = silo.options
         self.membership_options = membership_options or membership_options_of(opts)
         self._lease_stores = lease_stores
+        self._max_forwards = opts.max_forward_count
         self._table = table
         self._owns_table = table is None
         self.me = silo.address
@@ -385,12 +387,8 @@ class ClusterRuntime:
         """Send ``msg`` to its grain's activation wherever it is (or place it)."""
         if forwarded:
             hops = getattr(msg, "hops", 0) + 1
-            if hops > MAX_HOPS:
-                self._fail(msg, MessageRejectedError(
-                    f"forwarding failed: {msg.target}.{msg.method} was forwarded {MAX_HOPS} "
-                    "times without reaching its activation (the cluster is changing)",
-                    "forward_limit",
-                ))
+            if hops > self._max_forwards:
+                self._fail(msg, forwarding_failed(msg, self._max_forwards))
                 return
             msg.hops = hops
             self.forwarded += 1
@@ -485,7 +483,7 @@ class ClusterRuntime:
     def forward(self, msg: Message, silo: SiloAddress) -> None:
         """Send a message that reached a duplicate activation to the winner's silo."""
         hops = getattr(msg, "hops", 0) + 1
-        if hops > MAX_HOPS:
+        if hops > self._max_forwards:
             self.route(msg, forwarded=True)  # rejects it
             return
         msg.hops = hops
@@ -510,7 +508,8 @@ class ClusterRuntime:
             self.route(msg, forwarded=True)
             return
         cached = self.directory.cache.get(gid)
-        if cached is not None and cached != self.me and getattr(msg, "hops", 0) < MAX_HOPS:
+        if (cached is not None and cached != self.me
+                and getattr(msg, "hops", 0) < self._max_forwards):
             if sender is not None:
                 self.transport.notify(sender, "cache", [gid, encode_silo(cached)])
             self.route(msg, forwarded=True)

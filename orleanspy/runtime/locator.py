@@ -10,14 +10,25 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from orleanspy.errors import SiloUnavailableError
+from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
 from orleanspy.runtime.host import SiloHost
 
-__all__ = ["GrainLocator", "LocalHost", "LocalLocator"]
+__all__ = ["GrainLocator", "LocalHost", "LocalLocator", "forwarding_failed"]
+
+
+def forwarding_failed(msg: Message, limit: int) -> MessageRejectedError:
+    """The error of a message re-dispatched more than ``limit`` times (Orleans' "forwarding
+    failed"): its activation kept going away before the message reached it."""
+    return MessageRejectedError(
+        f"forwarding failed: {msg.target}.{msg.method} was forwarded {limit} times without "
+        "reaching an activation (each one deactivated first, or the cluster is changing; "
+        "max_forward_count)",
+        "forward_limit",
+    )
 
 
 class GrainLocator(Protocol):
@@ -84,6 +95,17 @@ class LocalLocator:
         if not forwarded:
             silo.dispatcher.deliver_here(msg)
             return
+        hops = getattr(msg, "hops", 0) + 1
+        limit = silo.options.max_forward_count
+        if hops > limit:
+            error = forwarding_failed(msg, limit)
+            if msg.reply is not None:
+                msg.reply(False, error)
+            else:
+                silo.log.warning("one_way_call_failed", grain=str(msg.target),
+                                 method=msg.method, error=repr(error))
+            return
+        msg.hops = hops
         if silo.stopping:
             if msg.reply is not None:
                 msg.reply(False, SiloUnavailableError(

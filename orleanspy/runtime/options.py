@@ -48,6 +48,7 @@ class SiloOptions:
     collection_age: float = 900.0
     collection_quantum: float = 60.0
     mailbox_capacity: int = 10_000
+    max_forward_count: int = 2
     max_frame_size: int = 16 * 1024 * 1024
     max_local_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     shutdown_timeout: float = 30.0
@@ -76,6 +77,8 @@ class SiloOptions:
             _check(n, name, value > 0, value, "must be > 0 seconds")
         _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,
                "must be >= 1")
+        _check(n, "max_forward_count", self.max_forward_count >= 0, self.max_forward_count,
+               "must be >= 0")
         _check(n, "max_pending_handshakes", self.max_pending_handshakes >= 1,
                self.max_pending_handshakes, "must be >= 1")
         if self.cluster_key is not None:
