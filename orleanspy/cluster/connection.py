@@ -269,6 +269,8 @@ class SiloConnection(FramedConnection):
                 return
             if kind == REQUEST:
                 msg.reply = partial(self.reply, obj[1])
+                if msg.timeout:  # the time the caller has left, on this silo's clock
+                    msg.deadline = self.clock.monotonic() + msg.timeout
             self.hub.deliver(msg, self.peer_silo)
         elif kind in (CONTROL, CONTROL_ONE_WAY):
             if len(obj) != 4 or type(obj[2]) is not str or type(obj[3]) is not list:
@@ -475,7 +477,11 @@ class SiloConnection(FramedConnection):
             return
         hub = self.hub
         corr = hub.next_id()
-        timeout = msg.timeout or hub.default_timeout
+        deadline = msg.deadline
+        if deadline:  # send the time the caller has left, not the whole timeout again
+            timeout = max(deadline - self.clock.monotonic(), 0.001)
+        else:
+            timeout = msg.timeout or hub.default_timeout
         try:
             chain = msg.chain
             payload = codec.packb([REQUEST, corr, target.type_name, target.key, msg.method,

@@ -55,6 +55,7 @@ class Message:
     __slots__ = (
         "args",
         "chain",
+        "deadline",
         "direction",
         "flags",
         "hops",
@@ -88,6 +89,9 @@ class Message:
         self.chain = chain
         self.flags = flags
         self.timeout = timeout
+        # When the caller stops waiting, on this process's monotonic clock (0: no deadline):
+        # a request still queued then is dropped before it starts.
+        self.deadline = 0.0
         # Where the outcome goes: called as reply(ok, value) or None for one-way calls.
         self.reply: Callable[[bool, Any], None] | None = None
         # A runtime-local callable to invoke instead of a method (timer ticks).

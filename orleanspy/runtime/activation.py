@@ -20,6 +20,7 @@ from orleanspy._util.eager import eager_start
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
     ActivationFailedError,
+    GrainCallTimeoutError,
     InconsistentStateError,
     InternalError,
     MessageRejectedError,
@@ -360,6 +361,10 @@ class Activation(Mailbox):
         return a ``TurnFuture`` if the turn suspended. Otherwise the outcome goes to
         ``msg.reply``.
         """
+        deadline = msg.deadline
+        if deadline and deadline < self.silo.clock.monotonic():
+            self._expire(msg)
+            return None
         self.running[msg.id] = msg
         blocking = self.blocking
         if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
@@ -406,6 +411,14 @@ class Activation(Mailbox):
             msg.reply = fut.reply
             return fut
         return None
+
+    def _expire(self, msg: Message) -> None:
+        """Drop a queued request whose caller's deadline passed before it could start."""
+        self.expired += 1
+        self.silo.log.debug("request_expired", grain=self.name, method=msg.method)
+        self._deliver(msg, False, GrainCallTimeoutError(
+            f"{self.name}.{msg.method} was dropped unstarted: its caller's deadline had passed"
+        ))
 
     def _task_done(self, msg: Message, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
@@ -489,6 +502,7 @@ class Activation(Mailbox):
             dropped_newest=self.dropped_newest,
             dropped_oldest=self.dropped_oldest,
             idle_seconds=max(0.0, self.silo.clock.monotonic() - self.last_active),
+            expired=self.expired,
         )
 
 

@@ -56,7 +56,7 @@ class Dispatcher:
 
     __slots__ = (
         "_activations", "_call_later", "_catalog", "_codec", "_default_timeout", "_local_only",
-        "_locator", "silo",
+        "_locator", "_monotonic", "silo",
     )
 
     def __init__(
@@ -69,6 +69,7 @@ class Dispatcher:
         self._locator = locator
         self._local_only = locator.local_only
         self._call_later = silo.clock.call_later  # bound once: the per-call expiry timer
+        self._monotonic = silo.clock.monotonic
         self._catalog = catalog
         self._activations = catalog.activations
         self._codec = codec
@@ -137,6 +138,7 @@ class Dispatcher:
         if result is NOT_NOW:
             fut = TurnFuture()
             msg.reply = fut.reply
+            msg.deadline = self._monotonic() + (timeout or self._default_timeout)
             act.enqueue(msg)
             result = fut
         if type(result) is TurnFuture:
@@ -168,6 +170,7 @@ class Dispatcher:
         msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
         t = timeout or self._default_timeout
         msg.timeout = t
+        msg.deadline = self._monotonic() + t
         fut = TurnFuture()
         msg.reply = fut.reply
         self._locator.route(msg, local_origin=True)

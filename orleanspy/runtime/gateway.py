@@ -95,6 +95,7 @@ class GatewayConnection(FramedConnection):
         self.silo = silo
         self.codec = silo.codec
         self.dispatcher = silo.dispatcher
+        self._monotonic = silo.clock.monotonic
         self.client = "?"
         self.in_flight = 0  # requests delivered and not answered yet
         self.draining = False  # close once in_flight reaches 0
@@ -125,6 +126,8 @@ class GatewayConnection(FramedConnection):
             return
         corr = obj[1]
         msg.flags = FLAG_FROM_CLIENT  # only methods open to clients may run it
+        if msg.timeout:  # dropped unstarted once the client stops waiting
+            msg.deadline = self._monotonic() + msg.timeout
         if self.gateway.accepting:
             if not one_way:
                 self.in_flight += 1

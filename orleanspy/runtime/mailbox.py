@@ -32,6 +32,7 @@ class Mailbox(Admission):
         "capacity",
         "dropped_newest",
         "dropped_oldest",
+        "expired",
         "max_queued",
         "policy",
         "rejected",
@@ -48,7 +49,7 @@ class Mailbox(Admission):
         self.capacity = capacity
         self.policy = policy
         self.max_queued = self.suspended = self.rejected = 0
-        self.dropped_newest = self.dropped_oldest = 0
+        self.dropped_newest = self.dropped_oldest = self.expired = 0
         self._pumping = False
 
     def _start(self, msg: Message, inline: bool) -> Any:

@@ -33,6 +33,8 @@ class ActivationStatistics:
     dropped_newest: int
     dropped_oldest: int
     idle_seconds: float
+    #: queued requests dropped because their caller's deadline had passed before they started
+    expired: int = 0
 
 
 class TurnFuture(asyncio.Future[Any]):
