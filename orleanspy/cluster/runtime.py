@@ -118,6 +118,7 @@ class ClusterRuntime:
         self._unregistering: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._view_changed = asyncio.Condition()
+        self._view_listeners: list[Callable[[], None]] = []
         self.forwarded = 0
         self.duplicates = 0
 
@@ -276,6 +277,25 @@ class ClusterRuntime:
         async with self._view_changed:
             self._view_changed.notify_all()
 
+    def add_view_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after each change of the view (the directory ring moved)."""
+        self._view_listeners.append(listener)
+
+    def owns(self, grain_id: GrainId) -> bool:
+        """Is this silo the owner of ``grain_id`` on the ring of active silos (the silo that
+        keeps its directory entry and serves its reminders)?"""
+        return self.directory.ring.owner(grain_id) == self.me
+
+    async def tell_owner(self, op: str, grain_id: GrainId) -> None:
+        """Send control request ``op`` with ``grain_id`` to the grain's owner on the ring."""
+        owner = self.directory.ring.owner(grain_id)
+        if owner is None or owner == self.me:
+            handler = self.transport.handlers.get(op)
+            if handler is not None:
+                await handler(grain_id)
+            return
+        await self.transport.request(owner, op, [grain_id])
+
     async def wait_for_view(
         self, predicate: Callable[[MembershipSnapshot], bool], timeout: float | None = None
     ) -> MembershipSnapshot:
@@ -298,6 +318,8 @@ class ClusterRuntime:
         if moved:
             self._spawn(self._hand_over(moved))
         self._reregister_changed(old_ring)
+        for listener in self._view_listeners:
+            listener()
 
     async def _hand_over(self, moved: list[tuple[GrainId, DirectoryEntry]]) -> None:
         """Give entries this silo no longer owns to their new owners (register-if-absent)."""

@@ -157,6 +157,13 @@ class Silo(SiloCore):
 
             lc.subscribe("cluster", SiloStage.CLUSTER, on_start=join, on_stop=leave)
         reminders = self.reminders
+        if cluster is not None:
+            # Each reminder is served by the owner of its grain on the ring (see
+            # reminders/service.py); the others tell it when they change one.
+            cluster.transport.handlers["reminders"] = reminders.sync
+            reminders.follow(cluster.owns, lambda gid: cluster.tell_owner("reminders", gid),
+                             refresh_period=opts.table_refresh_period)
+            cluster.add_view_listener(reminders.membership_changed)
         lc.subscribe(REMINDERS, SiloStage.SERVICES, on_start=reminders.start,
                      on_stop=reminders.stop, statistics=lambda: reminders.fired)
         if self.stream_providers:

@@ -1,9 +1,18 @@
 """ReminderService: schedules the durable reminders of the grains this silo owns.
 
-On start it reads the reminder table and schedules every row, so reminders registered
-before a restart fire again. A tick calls the grain's ``receive_reminder(name, status)``
-through the ordinary call path, which activates the grain if needed. Like Orleans, ticks
-missed while no silo ran are not replayed: the next tick is the next multiple of the period.
+A lone silo serves every row of its reminder table. In a cluster (``follow``) each reminder
+is served by exactly one active silo: the owner of its grain on the directory's hash ring,
+as Orleans' reminder service owns a range of the ring. The table is the source of truth: a
+silo schedules the rows it owns when it starts, again whenever the membership view changes
+(taking the rows it gained, dropping the ones it lost), and every ``refresh_period``; a
+``register`` or ``unregister`` on a silo that is not the owner writes the table and tells
+the owner at once, so the change takes effect there without waiting for a refresh.
+
+A tick calls the grain's ``receive_reminder(name, status)`` through the ordinary call path,
+which activates the grain if needed. Like Orleans, ticks missed while no silo ran are not
+replayed: the next tick is the next multiple of the period. A silo that takes a reminder
+over from another schedules its next tick strictly after the moment it took it, so the tick
+the previous owner may just have fired is not fired again.
 """
 
 from __future__ import annotations
@@ -11,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from orleanspy._util.clock import TimerHandle
 from orleanspy._util.tasks import TaskSet
@@ -46,19 +57,102 @@ class ReminderService:
         self._handles: dict[tuple[GrainId, str], TimerHandle] = {}
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
         self._tasks = TaskSet()  # reminder deliveries in flight
+        self._loops = TaskSet(on_error=self._loop_failed)  # refreshes
+        self._owns: Callable[[GrainId], bool] | None = None
+        self._notify: Callable[[GrainId], Awaitable[Any]] | None = None
+        self._refresh_period = 0.0
+        self._reconcile_wanted: asyncio.Event | None = None
         self.fired = 0
 
+    def follow(self, owns: Callable[[GrainId], bool],
+               notify: Callable[[GrainId], Awaitable[Any]], refresh_period: float) -> None:
+        """Serve only the reminders of the grains ``owns`` says this silo owns (a cluster);
+        ``notify(grain_id)`` tells that grain's owner its reminders changed; the table is
+        read again every ``refresh_period`` seconds and on ``membership_changed``."""
+        self._owns = owns
+        self._notify = notify
+        self._refresh_period = refresh_period
+
     async def start(self) -> None:
-        for entry in await self.table.read_all():
-            self._schedule(entry)
+        if self._owns is None:
+            for entry in await self.table.read_all():
+                self._schedule(entry)
+        else:
+            await self.reconcile()
+            self._reconcile_wanted = asyncio.Event()
+            self._loops.spawn(self._refresh_loop(), name="reminder-refresh")
         if self._entries:
             self._silo.log.info("reminders_loaded", count=len(self._entries))
 
     async def stop(self) -> None:
+        self._owns = lambda grain_id: False  # a late reconcile schedules nothing
+        await self._loops.close()
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
+        self._entries.clear()
         await self._tasks.close()
+
+    def membership_changed(self) -> None:
+        """The ring changed: take the reminders gained and drop the ones lost, soon."""
+        if self._reconcile_wanted is not None:
+            self._reconcile_wanted.set()
+
+    async def _refresh_loop(self) -> None:
+        wanted = self._reconcile_wanted
+        assert wanted is not None
+        clock = self._silo.clock
+        while True:
+            try:
+                async with clock.timeout(self._refresh_period):
+                    await wanted.wait()
+            except TimeoutError:
+                pass
+            wanted.clear()
+            try:
+                await self.reconcile()
+            except Exception as exc:  # the table is unreachable: keep what is scheduled
+                self._silo.log.warning("reminder_refresh_failed", error=repr(exc))
+
+    def _loop_failed(self, task: asyncio.Task[Any], exc: BaseException) -> None:
+        self._silo.log.error("reminder_refresh_loop_failed", error=repr(exc))
+
+    async def reconcile(self) -> None:
+        """Schedule every row this silo owns and nothing else (the table is the truth)."""
+        rows = await self.table.read_all()
+        owns = self._owns
+        wanted = {(e.grain_id, e.name): e for e in rows if owns is None or owns(e.grain_id)}
+        self._apply(wanted, lambda key: True)
+
+    async def sync(self, grain_id: GrainId) -> None:
+        """The reminders of ``grain_id`` changed elsewhere: serve them as the table says."""
+        owns = self._owns
+        rows = await self.table.read_rows(grain_id)
+        mine = owns is None or owns(grain_id)
+        wanted = {(e.grain_id, e.name): e for e in rows if mine}
+        self._apply(wanted, lambda key: key[0] == grain_id)
+
+    def _apply(self, wanted: dict[tuple[GrainId, str], ReminderEntry],
+               scope: Callable[[tuple[GrainId, str]], bool]) -> None:
+        for key in [k for k in self._entries if scope(k) and k not in wanted]:
+            self._cancel(key)
+        now = self._silo.clock.time()
+        for key, entry in wanted.items():
+            current = self._entries.get(key)
+            if current is None:
+                # Taken over (or found at start): never re-fire a tick that may just have
+                # fired on the previous owner.
+                self._schedule(entry, after=now)
+            elif (current.etag, current.start_at, current.period) != (
+                entry.etag, entry.start_at, entry.period
+            ):
+                self._schedule(entry, first=entry.start_at >= now)
+
+    def _cancel(self, key: tuple[GrainId, str]) -> None:
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        self._entries.pop(key, None)
 
     async def register(
         self, grain: ReminderOwner, name: str, due: float, period: float
@@ -80,16 +174,29 @@ class ReminderService:
         entry = ReminderEntry(grain.grain_id, name, self._silo.clock.time() + due, period)
         etag = await self.table.upsert(entry)
         entry = ReminderEntry(entry.grain_id, name, entry.start_at, period, etag)
-        self._schedule(entry, first=True)
+        if self._owns is None or self._owns(entry.grain_id):
+            self._schedule(entry, first=True)
+        else:
+            self._cancel((entry.grain_id, name))
+            await self._tell_owner(entry.grain_id)
         return entry
 
     async def unregister(self, grain_id: GrainId, name: str) -> bool:
-        key = (grain_id, name)
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-        self._entries.pop(key, None)
-        return await self.table.remove(grain_id, name, None)
+        self._cancel((grain_id, name))
+        removed = await self.table.remove(grain_id, name, None)
+        if self._owns is not None and not self._owns(grain_id):
+            await self._tell_owner(grain_id)
+        return removed
+
+    async def _tell_owner(self, grain_id: GrainId) -> None:
+        notify = self._notify
+        if notify is None:
+            return
+        try:
+            await notify(grain_id)
+        except Exception as exc:  # the owner's next refresh reads the table anyway
+            self._silo.log.warning("reminder_owner_not_told", grain=str(grain_id),
+                                   error=repr(exc))
 
     async def list(self, grain_id: GrainId) -> list[ReminderEntry]:
         return await self.table.read_rows(grain_id)
@@ -118,6 +225,10 @@ class ReminderService:
         self._handles.pop(key, None)
         entry = self._entries.get(key)
         if entry is None:
+            return
+        owns = self._owns
+        if owns is not None and not owns(key[0]):  # the ring moved it away a moment ago
+            self._entries.pop(key, None)
             return
         # An empty context: a tick is not part of the turn that registered it (no call chain).
         task = asyncio.get_running_loop().create_task(
