@@ -50,7 +50,7 @@ from orleanspy.grains.host import ActivationHandle, DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
-from orleanspy.runtime.locator import forwarding_failed
+from orleanspy.runtime.locator import fenced_error, forwarding_failed
 from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
@@ -239,7 +239,7 @@ class ClusterRuntime:
     def _declared_dead(self) -> None:
         self.silo.log.error("cluster_declared_dead_stopping")
         self._stopping = True
-        self.silo.request_stop()
+        self.silo.stop_declared_dead()
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
@@ -276,6 +276,12 @@ class ClusterRuntime:
         self._apply(snapshot)
         async with self._view_changed:
             self._view_changed.notify_all()
+
+    def fenced(self) -> bool:
+        """Must this silo refuse to serve? True while it cannot confirm that it is still a
+        live member of the cluster (``MembershipService.fenced``), and once it is dead."""
+        membership = self.membership
+        return membership is not None and membership.fenced()
 
     def add_view_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after each change of the view (the directory ring moved)."""
@@ -518,6 +524,9 @@ class ClusterRuntime:
     def deliver_remote(self, msg: Message, sender: SiloAddress | None) -> None:
         """A request or one-way message from another silo, addressed to this one."""
         silo = self.silo
+        if self.fenced():
+            self._fail(msg, fenced_error(silo.name))
+            return
         gid = msg.target
         if gid in silo.catalog.activations:
             silo.dispatcher.deliver_here(msg)

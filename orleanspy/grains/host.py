@@ -34,6 +34,9 @@ class DeactivationReason(StrEnum):
     ACTIVATION_FAILED = "activation_failed"
     INCONSISTENT_STATE = "inconsistent_state"
     DUPLICATE = "duplicate"
+    #: the cluster declared this silo dead: its grains live elsewhere now, so the activation
+    #: goes without ``on_deactivate`` and without writing its state
+    DECLARED_DEAD = "declared_dead"
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,7 +269,7 @@ class Activation(Mailbox):
         grain = self.grain
         token = current_turn.set((self, _TEARDOWN))
         try:
-            if grain is not None:
+            if grain is not None and self.reason is not DeactivationReason.DECLARED_DEAD:
                 try:
                     await grain.on_deactivate(self.reason)
                 except Exception as exc:

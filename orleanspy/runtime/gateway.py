@@ -16,6 +16,7 @@ refused; a request that arrives on a connection still draining is refused with
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
@@ -43,6 +44,7 @@ from orleanspy.messaging.frames import (
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
+from orleanspy.runtime.locator import fenced_error
 
 __all__ = ["Gateway", "GatewayConnection", "GatewayHost"]
 
@@ -83,6 +85,10 @@ class GatewayHost(Protocol):
     def dispatcher(self) -> _Deliverer: ...
     @property
     def clock(self) -> Clock: ...
+    @property
+    def fence(self) -> Callable[[], bool] | None:
+        """True while the silo must not serve (see ``ClusterRuntime.fenced``); None: never."""
+        ...
 
 
 class GatewayConnection(FramedConnection):
@@ -128,6 +134,11 @@ class GatewayConnection(FramedConnection):
         msg.flags = FLAG_FROM_CLIENT  # only methods open to clients may run it
         if msg.timeout:  # dropped unstarted once the client stops waiting
             msg.deadline = self._monotonic() + msg.timeout
+        fence = self.silo.fence
+        if fence is not None and fence():  # paused or cut off: the cluster may have moved on
+            if not one_way:
+                self._reply(corr, False, fenced_error(self.silo.name))
+            return
         if self.gateway.accepting:
             if not one_way:
                 self.in_flight += 1

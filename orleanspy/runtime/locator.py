@@ -17,7 +17,17 @@ from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
 from orleanspy.runtime.host import SiloHost
 
-__all__ = ["GrainLocator", "LocalHost", "LocalLocator", "forwarding_failed"]
+__all__ = ["GrainLocator", "LocalHost", "LocalLocator", "fenced_error", "forwarding_failed"]
+
+
+def fenced_error(silo: str) -> SiloUnavailableError:
+    """The error of a request that reached a silo which cannot confirm it is still a member
+    of its cluster (paused, cut off from the membership table) or was declared dead."""
+    return SiloUnavailableError(
+        f"silo {silo} cannot confirm that it is still a member of the cluster (it was paused "
+        "or cannot reach the membership table) and serves nothing until it can; call "
+        "another silo"
+    )
 
 
 def forwarding_failed(msg: Message, limit: int) -> MessageRejectedError:

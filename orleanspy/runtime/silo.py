@@ -23,7 +23,7 @@ import asyncio
 import importlib
 import inspect
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
@@ -147,7 +147,13 @@ class Silo:
         self.diagnostics = Diagnostics()
         #: The cluster side (``orleanspy.cluster.runtime.ClusterRuntime``), or None for a
         #: lone silo; the hosting layer supplies it through ``_build_cluster``.
+        self.declared_dead = False
         self.cluster: Any = self._build_cluster()
+        #: True while this silo must not serve requests from outside (a cluster silo that
+        #: cannot confirm its membership); None for a lone silo.
+        self.fence: Callable[[], bool] | None = (
+            self.cluster.fenced if self.cluster is not None else None
+        )
         #: Where grains live: the cluster runtime, or every grain here.
         self.locator: GrainLocator = self.cluster or LocalLocator(self)
         self.catalog = Catalog(self, self.registry)
@@ -354,16 +360,25 @@ class Silo:
             except TimeoutError:
                 return
 
+    def stop_declared_dead(self) -> None:
+        """The cluster declared this silo dead: stop at once — nothing is drained, no
+        ``on_deactivate`` runs and no state is written (the grains live elsewhere now)."""
+        self.declared_dead = True
+        self.request_stop()
+
     async def _deactivate_all(self) -> None:
-        await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)
+        dead = self.declared_dead
+        if not dead:
+            await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)
         acts = list(self.catalog)
+        reason = DeactivationReason.DECLARED_DEAD if dead else DeactivationReason.SHUTTING_DOWN
         for act in acts:
-            act.deactivate(DeactivationReason.SHUTTING_DOWN)
+            act.deactivate(reason)
         waits = [act.wait_deactivated() for act in acts]
         # The stop may itself run in a tracked task (``request_stop``): never wait for it.
         me = asyncio.current_task()
         try:
-            async with self.clock.timeout(self.options.shutdown_timeout):
+            async with self.clock.timeout(1.0 if dead else self.options.shutdown_timeout):
                 await asyncio.gather(*waits)
         except TimeoutError:
             stuck = [a.name for a in acts if a.state is not ActivationState.INVALID]
@@ -376,7 +391,7 @@ class Silo:
                     task.cancel()
         # Cancelled turns start their teardowns (on_deactivate, state flush) from their done
         # callbacks: wait for those too, bounded, before storage closes.
-        deadline = self.clock.monotonic() + self.options.shutdown_timeout
+        deadline = self.clock.monotonic() + (1.0 if dead else self.options.shutdown_timeout)
         while True:
             turns = [t for act in acts for t in act.tasks]
             pending = [*turns, *(t for t in self._tasks if t is not me)]

@@ -44,7 +44,7 @@ import dataclasses
 import random
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import final
+from typing import Any, final
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
@@ -144,6 +144,9 @@ class MembershipService:
         self._stopping = False
         self._stopped = False
         self._declared_dead = False
+        #: monotonic time at which the last table read that found this silo alive began
+        self.confirmed_at = 0.0
+        self._confirming: asyncio.Task[Any] | None = None
         self._stop_lock = asyncio.Lock()
         self._suspect_lock = asyncio.Lock()
         self._loops = PeriodicSteps(self._clock, self._log, lambda: self._stopping,
@@ -496,9 +499,41 @@ class MembershipService:
 
     # -- reading ---------------------------------------------------------------------------
     async def _read_all(self) -> MembershipTableData:
+        began = self._clock.monotonic()
         data = await self.table.read_all()
         self._apply(data)
+        mine = data.get(self.silo)
+        if mine is not None and mine[0].status is not _DEAD and not self._declared_dead:
+            self.confirmed_at = max(self.confirmed_at, began)
         return data
+
+    @property
+    def fence_timeout(self) -> float:
+        """How long this silo serves without confirming, by a table read, that it is still a
+        live member: ``num_missed_probes_limit x probe_timeout`` (the time the others need to
+        suspect it), and at least two table refresh periods."""
+        o = self.options
+        return max(o.num_missed_probes_limit * o.probe_timeout, 2 * o.table_refresh_period)
+
+    def fenced(self) -> bool:
+        """True while this silo has not confirmed its membership within ``fence_timeout``
+        (after a pause, say): it must not serve until a table read confirms it (or finds it
+        dead). Starts that read at once."""
+        if self._status is not _ACTIVE and self._status is not _SHUTTING_DOWN:
+            return self._declared_dead
+        if self._clock.monotonic() - self.confirmed_at <= self.fence_timeout:
+            return False
+        if self._confirming is None or self._confirming.done():
+            self._log.warning("membership_fenced", unconfirmed_for=round(
+                self._clock.monotonic() - self.confirmed_at, 3))
+            self._confirming = asyncio.ensure_future(self._confirm())
+        return True
+
+    async def _confirm(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as exc:
+            self._log.warning("membership_confirm_failed", error=repr(exc))
 
     def _apply(self, data: MembershipTableData) -> None:
         snapshot = MembershipSnapshot.from_table(data)
