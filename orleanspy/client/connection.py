@@ -12,10 +12,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import msgpack
+
 from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import RESPONSE, raw_header, undecodable
+from orleanspy.messaging.frames import GOAWAY, RESPONSE, raw_header, undecodable
 from orleanspy.messaging.wire import decode_error
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
@@ -26,6 +28,10 @@ class ConnectionOwner(Protocol):
 
     def connection_lost(self, conn: GatewayConnection) -> None:
         """``conn`` is closed (by either side): stop routing to it, fail its pending calls."""
+
+    def going_away(self, conn: GatewayConnection) -> None:
+        """``conn``'s silo is stopping: send new calls elsewhere; its pending calls will
+        still be answered on it."""
 
 
 class GatewayConnection(FramedConnection):
@@ -65,6 +71,10 @@ class GatewayConnection(FramedConnection):
             self.handshake.set_result(obj)
             return
         if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:
+            if obj == [GOAWAY]:  # the silo is stopping: no new calls here
+                self.owner.going_away(self)
+                self.send_now(msgpack.packb([GOAWAY]))
+                return
             raise ProtocolError("a response frame must be [2, id, ok, value]")
         fut = self.pending.pop(obj[1], None)
         if fut is None or fut.done():

@@ -357,11 +357,29 @@ class GatewayPool:
                 pass
 
     # -- ConnectionOwner ----------------------------------------------------------------------
+    def going_away(self, conn: GatewayConnection) -> None:
+        """``conn``'s silo is stopping: route new calls to the other gateways now; the calls
+        pending on it are answered there before the silo closes it."""
+        g = self.gateways[conn.index]
+        if g.conn is not conn:
+            return
+        g.conn = None
+        self._rebuild()
+        if not self.closed:
+            g.error = f"gateway {g.address} is stopping"
+            self._retry_later(g)
+            self.log.info("client_gateway_going_away", gateway=g.address, silo=g.silo,
+                          pending=len(conn.pending), live=len(self.live))
+            if self._wake is not None:
+                self._wake.set()
+
     def connection_lost(self, conn: GatewayConnection) -> None:
         """Stop routing to ``conn``, schedule its reconnection and fail its pending calls."""
         g = self.gateways[conn.index]
         if g.conn is not conn:
-            return  # already dropped, or a connection that never became the client's
+            # already dropped (or going away): only calls still pending on it fail
+            self._fail_pending(conn, g)
+            return
         g.conn = None
         self._rebuild()
         if not self.closed:
@@ -371,6 +389,9 @@ class GatewayPool:
                              pending=len(conn.pending), live=len(self.live))
             if self._wake is not None:
                 self._wake.set()
+        self._fail_pending(conn, g)
+
+    def _fail_pending(self, conn: GatewayConnection, g: KnownGateway) -> None:
         pending = conn.pending
         if pending:
             failed = list(pending.values())

@@ -219,6 +219,8 @@ class SiloConnection(FramedConnection):
         self.retired = False
         self._sent_drained = False
         self._got_drained = False
+        #: requests received on this connection and not answered yet
+        self.serving = 0
         #: corr -> (reply, deadline on the hub's clock)
         self.pending: dict[int, tuple[Reply, float]] = {}
         self.handshake: asyncio.Future[Any] | None = (
@@ -268,6 +270,7 @@ class SiloConnection(FramedConnection):
                     self.reply(obj[1], False, bad.error)
                 return
             if kind == REQUEST:
+                self.serving += 1
                 msg.reply = partial(self.reply, obj[1])
                 if msg.timeout:  # the time the caller has left, on this silo's clock
                     msg.deadline = self.clock.monotonic() + msg.timeout
@@ -455,6 +458,8 @@ class SiloConnection(FramedConnection):
 
     def reply(self, corr: int, ok: bool, value: Any) -> None:
         """Send the response to request ``corr`` (dropped if the connection is closed)."""
+        if self.serving > 0:
+            self.serving -= 1
         if not self.closed:
             self.send(response_payload(self.codec, corr, ok, value))
 

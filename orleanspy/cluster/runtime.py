@@ -65,7 +65,6 @@ LOAD_PERIOD: Final = 1.0
 UNREGISTER_WAIT: Final = 5.0
 
 _DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
-_GONE: Final = frozenset({SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD})
 
 
 @final
@@ -108,6 +107,7 @@ class ClusterRuntime:
             max_pending_handshakes=opts.max_pending_handshakes,
         )
         self.directory = GrainDirectory(silo.address, self.transport.request, self._valid)
+        self.transport.reroute = self._reroute
         self.placement = PlacementDirector(silo.address)
         self.membership: MembershipService | None = None
         self.snapshot = MembershipSnapshot.empty()
@@ -116,6 +116,7 @@ class ClusterRuntime:
         self._activation_ids = itertools.count(1)
         self._tasks = TaskSet()  # load publishing, hand-overs, lookups, unregistrations
         self._unregistering: set[asyncio.Task[Any]] = set()
+        self._unregistering_of: dict[GrainId, asyncio.Task[Any]] = {}
         self._stopping = False
         self._view_changed = asyncio.Condition()
         self._view_listeners: list[Callable[[], None]] = []
@@ -187,6 +188,8 @@ class ClusterRuntime:
                 pass
         if self.membership is not None:
             await self.membership.stop()
+        # Others stop sending here once they see this silo dead; answer what is in flight.
+        await self.transport.quiesce(min(self.silo.options.shutdown_timeout, UNREGISTER_WAIT))
         self._tasks.cancel()
         await self._tasks.wait()
         await self.transport.close()
@@ -261,10 +264,12 @@ class ClusterRuntime:
         return self.snapshot.status_of(silo) is _DEAD
 
     def _valid(self, silo: SiloAddress) -> bool:
-        """Do entries on ``silo`` still count? (Not dead, not shutting down.)"""
+        """Do entries on ``silo`` still count? Until it is dead: a silo that is shutting
+        down keeps serving the grains it hosts until each has deactivated and unregistered,
+        so a second activation never starts beside one still finishing its requests."""
         if silo == self.me:
-            return not self.silo.stopping
-        return self.snapshot.status_of(silo) not in _GONE
+            return not self.silo.declared_dead
+        return self.snapshot.status_of(silo) is not _DEAD
 
     @property
     def accepting(self) -> bool:
@@ -276,6 +281,16 @@ class ClusterRuntime:
         self._apply(snapshot)
         async with self._view_changed:
             self._view_changed.notify_all()
+
+    def _reroute(self, msg: Message, silo: SiloAddress) -> bool:
+        """A message that could not be sent to ``silo``: when that silo is dead or leaving,
+        route it anew (it was never delivered); else let it fail."""
+        status = self.snapshot.status_of(silo)
+        if status is not _DEAD and status is not SiloStatus.SHUTTING_DOWN:
+            return False
+        self.directory.cache.invalidate(msg.target, silo)
+        self.route(msg, forwarded=True)
+        return True
 
     def fenced(self) -> bool:
         """Must this silo refuse to serve? True while it cannot confirm that it is still a
@@ -318,7 +333,10 @@ class ClusterRuntime:
         self.snapshot = snapshot
         for change in snapshot.changes_since(previous):
             if change.current is _DEAD and change.silo != self.me:
-                self.transport.close_peer(change.silo)
+                if change.previous is SiloStatus.SHUTTING_DOWN:
+                    self.transport.retire_peer(change.silo)  # it answers what is in flight
+                else:
+                    self.transport.close_peer(change.silo)
                 self.placement.loads.pop(change.silo, None)
         old_ring, moved = self.directory.set_silos(snapshot.active_silos)
         if moved:
@@ -402,7 +420,13 @@ class ClusterRuntime:
         del self._registered[gid]
         task = self._spawn(self._unregister(gid, item[1]))
         self._unregistering.add(task)
+        self._unregistering_of[gid] = task
         task.add_done_callback(self._unregistering.discard)
+        task.add_done_callback(partial(self._unregistered, gid))
+
+    def _unregistered(self, gid: GrainId, task: asyncio.Task[Any]) -> None:
+        if self._unregistering_of.get(gid) is task:
+            del self._unregistering_of[gid]
 
     async def _unregister(self, gid: GrainId, entry: DirectoryEntry) -> None:
         try:
@@ -420,7 +444,16 @@ class ClusterRuntime:
                 return
             msg.hops = hops
             self.forwarded += 1
+        self._route(msg, local_origin)
+
+    def _route(self, msg: Message, local_origin: bool) -> None:
         gid = msg.target
+        leaving = self._unregistering_of.get(gid)
+        if leaving is not None and not leaving.done():
+            # This silo's activation of the grain just went away: route once its directory
+            # entry is gone, or the lookup would send the message straight back here.
+            leaving.add_done_callback(lambda _: self._route(msg, local_origin))
+            return
         info = self.silo.registry.get(gid.type_name)
         if info is not None and info.is_system_target:
             # A system target whose key ends with a silo's address lives on that silo (e.g. a
@@ -539,6 +572,9 @@ class ClusterRuntime:
             self.route(msg, forwarded=True)
             return
         cached = self.directory.cache.get(gid)
+        if cached is not None and cached == sender:  # it sent it on: the grain left there
+            self.directory.cache.invalidate(gid)
+            cached = None
         if (cached is not None and cached != self.me
                 and getattr(msg, "hops", 0) < self._max_forwards):
             if sender is not None:

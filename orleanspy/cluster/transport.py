@@ -129,6 +129,9 @@ class SiloTransport:
         self.secret = secret
         self.key = key
         self._verify_peer = verify_peer
+        #: called with a message that could not be sent to a silo (never delivered); True if
+        #: it took the message (routed it anew), False to fail it
+        self.reroute: Callable[[Message, SiloAddress], bool] | None = None
         self.guard: HandshakeGuard | None = HandshakeGuard(
             self.clock, log, port="silo", timeout=handshake_timeout,
             max_pending=max_pending_handshakes,
@@ -174,6 +177,17 @@ class SiloTransport:
         self.log = log
         if self.guard is not None:
             self.guard.log = log
+
+    async def quiesce(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until no request is in flight on any connection, in
+        either direction: a stopping silo answers what it was asked and hears back about
+        what it sent on before it closes its connections."""
+        clock = self.clock
+        deadline = clock.monotonic() + timeout
+        while clock.monotonic() < deadline:
+            if not any(conn.pending or conn.serving for conn in self._all):
+                return
+            await clock.sleep(0.01)
 
     async def close(self) -> None:
         """Close the listener and every connection (pending calls fail), end the tasks."""
@@ -297,6 +311,12 @@ class SiloTransport:
                 return current
         return conn
 
+    def retire_peer(self, silo: SiloAddress) -> None:
+        """``silo`` left gracefully: send nothing new to it, let the calls in flight finish."""
+        conn = self._conns.pop(silo, None)
+        if conn is not None and not conn.closed:
+            conn.retire()
+
     def close_peer(self, silo: SiloAddress) -> None:
         """Membership declared ``silo`` dead: close its connections, failing its calls."""
         for conn in list(self._all):
@@ -311,6 +331,8 @@ class SiloTransport:
             conn.send_message(msg)
             return
         if self._is_dead(silo) or self._closing:
+            if not self._closing and self.reroute is not None and self.reroute(msg, silo):
+                return  # never sent: it goes to the grain's next home
             _fail(msg, SiloUnavailableError(f"silo {silo} was declared dead"), self.log)
             return
         self._tasks.spawn(self._send_later(silo, msg))
@@ -320,6 +342,8 @@ class SiloTransport:
             conn = await self._connection(silo)
             await conn.wait_writable()
         except SiloUnavailableError as exc:
+            if self.reroute is not None and not self._closing and self.reroute(msg, silo):
+                return  # it never left: the silo is gone or leaving, route it anew
             _fail(msg, exc, self.log)
             return
         if conn.closed:

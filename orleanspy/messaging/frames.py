@@ -34,6 +34,7 @@ from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry
 
 __all__ = [
+    "GOAWAY",
     "ONE_WAY",
     "REJECTED",
     "REQUEST",
@@ -53,6 +54,9 @@ __all__ = [
 REQUEST: Final = 0
 ONE_WAY: Final = 1
 RESPONSE: Final = 2
+#: ``[6]``, gateway -> client: "I am stopping; send new calls elsewhere" (the calls already
+#: sent are still answered); client -> gateway: "understood, I send nothing more here".
+GOAWAY: Final = 6
 
 
 def check_size(size: int, limit: int) -> None:

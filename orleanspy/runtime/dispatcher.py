@@ -219,8 +219,13 @@ class Dispatcher:
     def deliver_here(self, msg: Message) -> None:
         """Hand a message to its activation on this silo (created if need be)."""
         try:
-            if self.silo.stopping and msg.direction is not Direction.RESPONSE:
-                raise SiloUnavailableError(f"silo {self.silo.name} is shutting down")
+            if self.silo.stopping and msg.target not in self._activations:
+                # A stopping silo serves the grains it still hosts; the others go on to their
+                # activation elsewhere (a lone silo has none to offer: refused there).
+                if self._local_only:
+                    raise SiloUnavailableError(f"silo {self.silo.name} is shutting down")
+                self._locator.route(msg, forwarded=True)
+                return
             act = self._locate(msg.target, msg.method, msg)
             act.enqueue(msg)
         except Exception as exc:

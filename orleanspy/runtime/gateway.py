@@ -6,11 +6,12 @@ closes that connection only; the silo keeps serving every other client. Until it
 is accepted a connection is bounded by the gateway's ``HandshakeGuard`` (a deadline, a small
 frame limit, a cap on how many may wait), see ``messaging/guard.py``.
 
-When the silo stops, the gateway stops accepting connections and closes each client
-connection as soon as its last request in flight is answered (at once if it has none), so a
-client with several gateways moves its new calls to the others instead of having them
-refused; a request that arrives on a connection still draining is refused with
-``SiloUnavailableError``.
+When the silo stops, the gateway stops accepting connections and sends each client a
+``GOAWAY`` frame: the client sends its new calls through its other gateways and answers
+``GOAWAY``; requests it sent before it saw the frame are still served (routed on to another
+silo if their grain is gone from this one). The connection closes once the client has
+answered and its last request in flight is answered, so a graceful stop costs a client with
+another gateway no failed call.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from orleanspy.errors import (
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
+    GOAWAY,
     ONE_WAY,
     REJECTED,
     REQUEST,
@@ -104,7 +106,8 @@ class GatewayConnection(FramedConnection):
         self._monotonic = silo.clock.monotonic
         self.client = "?"
         self.in_flight = 0  # requests delivered and not answered yet
-        self.draining = False  # close once in_flight reaches 0
+        self.draining = False  # close once in_flight reaches 0 and the client acknowledged
+        self.goaway_acked = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -122,6 +125,11 @@ class GatewayConnection(FramedConnection):
             self._handshake(obj)
             return
         if type(obj) is not list or not obj or obj[0] not in (REQUEST, ONE_WAY):
+            if obj == [GOAWAY]:  # the client sends nothing more here
+                self.goaway_acked = True
+                if self.draining and self.in_flight == 0:
+                    self.close()
+                return
             raise ProtocolError("a request frame must be a 9-element msgpack array")
         one_way = obj[0] == ONE_WAY
         try:
@@ -139,7 +147,7 @@ class GatewayConnection(FramedConnection):
             if not one_way:
                 self._reply(corr, False, fenced_error(self.silo.name))
             return
-        if self.gateway.accepting:
+        if self.gateway.accepting or not self.goaway_acked:
             if not one_way:
                 self.in_flight += 1
                 msg.reply = partial(self._answer, corr)
@@ -177,14 +185,19 @@ class GatewayConnection(FramedConnection):
         self._reply(corr, ok, value)
         if self.in_flight > 0:
             self.in_flight -= 1
-        if self.draining and self.in_flight == 0:
+        if self.draining and self.in_flight == 0 and self.goaway_acked:
             self.close()
 
     def drain(self) -> None:
-        """Close once every request in flight is answered (the silo is stopping)."""
+        """The silo is stopping: tell the client to go elsewhere (``GOAWAY``); close once it
+        has acknowledged and every request in flight is answered."""
+        if self.draining:
+            return
         self.draining = True
-        if self.in_flight == 0:
+        if not self.ready:
             self.close()
+            return
+        self.send_now(msgpack.packb([GOAWAY]))
 
     def _reply(self, corr: int, ok: bool, value: Any) -> None:
         if self.closed:
