@@ -183,7 +183,8 @@ class GrainDirectory:
     Args:
         me: this silo.
         request: ``await request(silo, op, args)`` sends a control request (the transport).
-        valid: True for a silo whose entries still count (not dead, not shutting down).
+        valid: True for a silo whose entries still count (until it is dead: a silo that is
+            shutting down keeps serving the grains it hosts until they have deactivated).
     """
 
     def __init__(self, me: SiloAddress, request: Request,
