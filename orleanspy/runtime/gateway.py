@@ -250,6 +250,13 @@ class Gateway:
         for conn in list(self.connections):
             conn.drain()
 
+    async def abort(self) -> None:
+        """Close the listener and every connection at once, as a crash would (no GOAWAY)."""
+        self.accepting = False
+        if self._server is not None:
+            self._server.close()
+        await self.close()
+
     async def close(self) -> None:
         for conn in list(self.connections):
             conn.close()

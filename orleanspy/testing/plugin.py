@@ -18,7 +18,9 @@ if _HAVE_PYTEST_ASYNCIO:
 
     @pytest_asyncio.fixture
     async def orleanspy_cluster() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-        """Factory: ``cluster = await orleanspy_cluster(grains=[...])``; stopped after the test."""
+        """Factory: ``cluster = await orleanspy_cluster(grains=[...])`` (one silo) or
+        ``await orleanspy_cluster(grains=[...], silos=3)`` (a cluster of three in-process
+        silos; see ``TestCluster``); every cluster made is stopped after the test."""
         from orleanspy.testing.cluster import TestCluster
 
         started: list[TestCluster] = []
