@@ -230,6 +230,10 @@ class ReminderService:
         if owns is not None and not owns(key[0]):  # the ring moved it away a moment ago
             self._entries.pop(key, None)
             return
+        fence = self._silo.fence
+        if fence is not None and fence():  # unsure it is still a member: skip this tick
+            self._schedule(entry, after=at)
+            return
         # An empty context: a tick is not part of the turn that registered it (no call chain).
         task = asyncio.get_running_loop().create_task(
             self._deliver(entry, at), context=contextvars.Context()

@@ -11,6 +11,7 @@ knows the silo's port, and the loop is the one the silo started on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from structlog.typing import FilteringBoundLogger
@@ -35,6 +36,12 @@ class SiloHost(Protocol):
 
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def fence(self) -> Callable[[], bool] | None:
+        """True while the silo must not serve (a cluster silo that cannot confirm it is
+        still a member); None for a lone silo."""
+        ...
 
     @property
     def diagnostics(self) -> Diagnostics: ...
