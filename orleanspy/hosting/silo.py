@@ -43,6 +43,7 @@ from orleanspy.storage.memory import MemoryGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
 from orleanspy.streams.pubsub import PubSubRendezvous
+from orleanspy.streams.pulling.agent import PullingAgent
 
 __all__ = ["Silo", "open_grain_storage", "open_reminder_table", "queue_lease_store"]
 
@@ -168,6 +169,8 @@ class Silo(SiloCore):
                      on_stop=reminders.stop, statistics=lambda: reminders.fired)
         if self.stream_providers:
             self.register_grain_class(PubSubRendezvous)
+            # Known on every silo, agent or not: a rendezvous here reaches agents elsewhere.
+            self.register_grain_class(PullingAgent)
         for name, provider in self.stream_providers.items():
             provider.bind(name, self)
             lc.subscribe(f"{STREAMS_PREFIX}{name}", SiloStage.STREAMS, on_start=provider.start,
