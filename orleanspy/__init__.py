@@ -21,6 +21,7 @@ from orleanspy.errors import (
     StorageCorruptionError,
     StorageError,
     StreamDeliveryError,
+    StreamDeliveryInterrupted,
     StreamError,
 )
 from orleanspy.grains.context import allow_call_chain_reentrancy
@@ -87,6 +88,7 @@ __all__ = [
     "StorageCorruptionError",
     "StorageError",
     "StreamDeliveryError",
+    "StreamDeliveryInterrupted",
     "StreamError",
     "SystemTarget",
     "TickStatus",

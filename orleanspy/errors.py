@@ -21,6 +21,7 @@ Hierarchy::
     │   ├── QueueCacheMissError       asked-for events are gone (requested, low, high)
     │   ├── EventsMissedError         a laggard lost events first..last (flow control max/tagged)
     │   ├── StreamDeliveryError       delivery failed past the maximum delivery time
+    │   ├── StreamDeliveryInterrupted a consumer's handler failed part-way through a batch
     │   ├── FaultedSubscriptionError  the subscription was faulted
     │   └── GatingRevokedError        a tagged consumer stopped gating (timeout)
     ├── MembershipError
@@ -57,6 +58,7 @@ __all__ = [
     "StorageCorruptionError",
     "StorageError",
     "StreamDeliveryError",
+    "StreamDeliveryInterrupted",
     "StreamError",
     "WouldBlockError",
 ]
@@ -219,6 +221,21 @@ class EventsMissedError(StreamError):
 
 class StreamDeliveryError(StreamError):
     """Delivering an event kept failing for longer than the maximum delivery time."""
+
+
+class StreamDeliveryInterrupted(StreamError):
+    """A consumer's ``on_next`` failed on the event at index ``delivered`` of a delivery: the
+    events before it were handled; the agent retries from that event."""
+
+    def __init__(self, delivered: int, message: str) -> None:
+        super().__init__(delivered, message)
+
+    @property
+    def delivered(self) -> int:
+        return int(self.args[0])
+
+    def __str__(self) -> str:
+        return str(self.args[1])
 
 
 class FaultedSubscriptionError(StreamError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
-from orleanspy.errors import StreamError
+from orleanspy.errors import StreamDeliveryInterrupted, StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
 from orleanspy.grains.host import (
     ActivationHandle,
@@ -113,8 +113,16 @@ class Grain:
                 f"{namespace}/{key}: after a reactivation, resume it in on_activate "
                 "(stream.get_subscriptions() then handle.resume(handler))"
             )
-        for item, token in events:
-            await on_next(item, token)
+        for i, (item, token) in enumerate(events):
+            try:
+                await on_next(item, token)
+            except Exception as exc:
+                if i == 0:
+                    raise
+                # The events before it were handled: the agent retries from this one only.
+                raise StreamDeliveryInterrupted(
+                    i, f"on_next failed at token {token}: {exc!r}"
+                ) from exc
 
     async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
         """Runtime extension: a stream error for one subscription (on_error, if any)."""

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from orleanspy._util.backoff import Backoff
 from orleanspy._util.clock import Clock
 from orleanspy.diagnostics import DeliveryAbandoned, DeliveryFailed, DeliveryRetried, Diagnostics
-from orleanspy.errors import EventsMissedError, FaultedSubscriptionError, StreamDeliveryError
+from orleanspy.errors import (
+    EventsMissedError,
+    FaultedSubscriptionError,
+    StreamDeliveryError,
+    StreamDeliveryInterrupted,
+)
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
 from orleanspy.streams.adapters.base import BatchContainer
@@ -133,6 +138,8 @@ class Delivery:
         )
         self.stopped = asyncio.Event()  # set when the agent stops: back-offs end early
         self.delivered = self.failures = 0
+        #: events given up after the error protocol (counted in ``delivered`` by the loop)
+        self.skipped = 0
         self.log = get_logger(__name__, provider=provider, queue=queue)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -233,6 +240,12 @@ class Delivery:
                 self.failures += 1
                 if sub.detached:
                     return False  # unsubscribed meanwhile: nobody to retry for
+                if isinstance(exc, StreamDeliveryInterrupted) and 0 < exc.delivered < len(events):
+                    # The consumer handled a prefix: retry from the failing event only, with a
+                    # fresh budget (the prefix was progress).
+                    events = events[exc.delivered:]
+                    deadline = clock.monotonic() + self.options.max_delivery_time
+                    attempt = 1
                 hub = self.diagnostics
                 if hub.listening:
                     hub.emit(DeliveryFailed(self.silo, self.provider, str(sid), record.sub_id,
@@ -254,7 +267,15 @@ class Delivery:
                         hub.emit(DeliveryAbandoned(self.silo, self.provider, str(sid),
                                                    record.sub_id, self.options.failure,
                                                    repr(exc)))
-                    return await self._error_protocol(sub, events, exc)
+                    # The failing event is handled alone (its own token in the error); the
+                    # events after it are delivered as usual.
+                    outcome = await self._error_protocol(sub, events[:1], exc)
+                    if not outcome or len(events) == 1:
+                        return outcome
+                    events = events[1:]
+                    deadline = clock.monotonic() + self.options.max_delivery_time
+                    attempt = 0
+                    continue
                 self.log.debug("stream_delivery_retry", subscription=record.sub_id,
                                error=repr(exc))
                 if hub.listening:
@@ -283,6 +304,7 @@ class Delivery:
         error.__cause__ = exc
         await self.notify(sub, error)
         self.on_failure(record, sub.stream_id, events[0][1], exc)
+        self.skipped += len(events)
         if self.options.failure == "fault" and not record.implicit:
             await self.notify(sub, FaultedSubscriptionError(
                 f"subscription {record.sub_id} on {sub.stream_id} was faulted after a failed "

@@ -506,7 +506,8 @@ class PullingAgent(SystemTarget):
             queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
             under_pressure=stats.under_pressure or self._pressured, pull_period=self.period,
             read=self.read,
-            delivered=delivery.delivered if delivery else 0, acknowledged=self.acknowledged,
+            delivered=delivery.delivered - delivery.skipped if delivery else 0,
+            acknowledged=self.acknowledged,
             failures=self.read_failures + (delivery.failures if delivery else 0),
             streams=len(self.streams), subscriptions=len(lag), lag=lag,
             spilled=len(self.spiller), spill_count=self.spiller.count,
@@ -514,7 +515,8 @@ class PullingAgent(SystemTarget):
 
     @property
     def delivered(self) -> int:
-        return self.delivery.delivered if self.delivery is not None else 0
+        delivery = self.delivery
+        return delivery.delivered - delivery.skipped if delivery is not None else 0
 
     @property
     def failures(self) -> int:
