@@ -16,6 +16,7 @@ turns, so waiting cannot deadlock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,39 +63,66 @@ class PubSubRendezvous(Grain):
 
     state = persistent_state(PubSubState, storage="pubsub")
 
+    async def _write_or_undo(self, undo: Callable[[], None]) -> None:
+        """Write the state; if the write fails, undo the change in memory and raise: a change
+        that is not stored never takes effect (nor is it told to the agents)."""
+        try:
+            await self.state.write()
+        except BaseException:
+            undo()
+            raise
+
     async def register_producer(self, agent: tuple[Any, ...]) -> list[SubscriptionRecord]:
         agent = _agent_key(agent)
-        if agent not in self.state.value.producers:
-            self.state.value.producers.append(agent)
-            await self.state.write()
+        producers = self.state.value.producers
+        if agent not in producers:
+            producers.append(agent)
+            await self._write_or_undo(lambda: producers.remove(agent))
         return [r for r in self.state.value.subscriptions.values() if not r.faulted]
 
     async def unregister_producer(self, agent: tuple[Any, ...]) -> None:
         agent = _agent_key(agent)
-        if agent in self.state.value.producers:
-            self.state.value.producers.remove(agent)
-            await self.state.write()
+        producers = self.state.value.producers
+        if agent in producers:
+            at = producers.index(agent)
+            producers.remove(agent)
+            await self._write_or_undo(lambda: producers.insert(at, agent))
 
     async def add_subscription(self, record: SubscriptionRecord) -> None:
-        self.state.value.subscriptions[record.sub_id] = record
-        await self.state.write()
+        subscriptions = self.state.value.subscriptions
+        previous = subscriptions.get(record.sub_id)
+        subscriptions[record.sub_id] = record
+
+        def undo() -> None:
+            if previous is None:
+                subscriptions.pop(record.sub_id, None)
+            else:
+                subscriptions[record.sub_id] = previous
+
+        await self._write_or_undo(undo)
         await self._tell_agents("add_subscriber", record)
 
     async def update_subscription(self, sub_id: str, token: SequenceToken | None) -> bool:
         record = self.state.value.subscriptions.get(sub_id)
         if record is None:
             return False
+        before = (record.token, record.faulted)
         record.token = token
         record.faulted = False
-        await self.state.write()
+
+        def undo() -> None:
+            record.token, record.faulted = before
+
+        await self._write_or_undo(undo)
         await self._tell_agents("add_subscriber", record)
         return True
 
     async def remove_subscription(self, sub_id: str) -> bool:
-        record = self.state.value.subscriptions.pop(sub_id, None)
+        subscriptions = self.state.value.subscriptions
+        record = subscriptions.pop(sub_id, None)
         if record is None:
             return False
-        await self.state.write()
+        await self._write_or_undo(lambda: subscriptions.__setitem__(sub_id, record))
         await self._tell_agents("remove_subscriber", record)
         return True
 
@@ -102,7 +130,7 @@ class PubSubRendezvous(Grain):
         record = self.state.value.subscriptions.get(sub_id)
         if record is not None and not record.faulted:
             record.faulted = True
-            await self.state.write()
+            await self._write_or_undo(lambda: setattr(record, "faulted", False))
 
     async def subscriptions_of(
         self, consumer_type: str, consumer_key: Any

@@ -1,0 +1,115 @@
+"""The rendezvous changes its memory only when its write succeeds: a subscribe whose write
+failed is not live, and an unsubscribe whose write failed still tells the agents when it is
+retried."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.ids import GrainId
+from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
+from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.pubsub import PubSubRendezvous
+
+WAIT = 10.0
+GOT: list[Any] = []
+ARRIVED: dict[Any, asyncio.Event] = {}
+
+
+class FlakyStorage(MemoryGrainStorage):
+    """Memory storage whose next write fails once when told to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next = False
+
+    async def write(self, grain_id: GrainId, state_name: str, data: bytes,
+                    etag: str | None) -> str:
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("disk full (a test)")
+        return await super().write(grain_id, state_name, data, etag)
+
+
+class Watcher(Grain):
+    async def join(self) -> None:
+        stream = self.get_stream_provider("s").get_stream("ns", "k")
+        self.handle = await stream.subscribe(self._got)
+
+    async def leave(self) -> None:
+        await self.handle.unsubscribe()
+
+    async def _got(self, item: Any, token: Any = None) -> None:
+        GOT.append(item)
+        ARRIVED.setdefault(item, asyncio.Event()).set()
+
+
+async def arrival(item: Any) -> None:
+    async with asyncio.timeout(WAIT):
+        await ARRIVED.setdefault(item, asyncio.Event()).wait()
+
+
+@pytest.fixture
+async def setup() -> Any:
+    GOT.clear()
+    ARRIVED.clear()
+    storage = FlakyStorage()
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(),
+        StreamProviderOptions(total_queues=1, pull_period=0.01, max_delivery_time=0.5),
+    )
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Watcher],
+                stream_providers={"s": provider}, storage={"pubsub": storage})
+    await silo.start()
+    yield silo, storage, provider
+    await silo.stop()
+
+
+async def records(silo: Silo) -> list[Any]:
+    rendezvous = silo.get_grain(PubSubRendezvous, ("s", "ns", "k"))
+    return await rendezvous.subscriptions_of("Watcher", "w")
+
+
+async def test_a_subscribe_whose_write_failed_is_not_live(setup: Any) -> None:
+    silo, storage, provider = setup
+    stream = provider.get_stream("ns", "k")
+    await stream.on_next("warm-up")  # the agent knows the stream and its rendezvous
+    storage.fail_next = True
+    with pytest.raises(Exception, match="disk full"):
+        await silo.get_grain(Watcher, "w").join()
+    assert await records(silo) == []
+    (agent,) = provider.agents.values()
+    assert agent.snapshot().subscriptions == 0  # the agent was never told of it
+    await silo.get_grain(Watcher, "w").join()  # a subscribe whose write succeeds
+    assert len(await records(silo)) == 1
+    await stream.on_next("marker")
+    await arrival("marker")
+
+
+async def test_an_unsubscribe_whose_write_failed_still_tells_the_agent_on_retry(
+    setup: Any,
+) -> None:
+    silo, storage, provider = setup
+    stream = provider.get_stream("ns", "k")
+    watcher = silo.get_grain(Watcher, "w")
+    await watcher.join()
+    await stream.on_next(1)
+    await arrival(1)
+    storage.fail_next = True
+    with pytest.raises(Exception, match="disk full"):
+        await watcher.leave()
+    assert len(await records(silo)) == 1  # still subscribed: the removal was not stored
+    await watcher.leave()  # the retry removes it for good and tells the agent
+    assert await records(silo) == []
+    (agent,) = provider.agents.values()
+    assert agent.snapshot().subscriptions == 0  # the agent was told: nothing to deliver to
+    failures = agent.failures
+    await stream.on_next(2)
+    await stream.on_next(3)
+    assert GOT == [1]
+    assert agent.failures == failures
