@@ -124,6 +124,8 @@ class PullingAgent(SystemTarget):
         self.receiver: QueueAdapterReceiver | None = None
         self.streams: dict[StreamId, dict[str, Subscription]] = {}
         self._registering: set[StreamId] = set()
+        #: subscriptions the rendezvous announced while their stream was registering
+        self._early: dict[StreamId, dict[str, SubscriptionRecord]] = {}
         self._pump: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = asyncio.Event()
@@ -258,7 +260,10 @@ class PullingAgent(SystemTarget):
                 subs = self.streams.get(sid)
                 if subs is None:
                     if sid not in self._registering:
-                        await self._register_stream(sid, item.token)
+                        # In the background: a cold stream never holds the warm ones back.
+                        self._registering.add(sid)
+                        pin = self.cache.cursor(sid, item.token, gating=True, max_mode=False)
+                        self.spawn(self._register_stream(sid, item.token, pin))
                 else:
                     for sub in subs.values():
                         self.restart(sub)
@@ -304,13 +309,32 @@ class PullingAgent(SystemTarget):
     def _rendezvous(self, sid: StreamId) -> Any:
         return self.silo.get_grain(PubSubRendezvous, (self.provider.name, sid.namespace, sid.key))
 
-    async def _register_stream(self, sid: StreamId, first: SequenceToken) -> None:
-        """A stream seen for the first time: learn its subscriptions, keep its items meanwhile."""
-        self._registering.add(sid)
-        pin = self.cache.cursor(sid, first, gating=True, max_mode=False)
+    async def _register_stream(self, sid: StreamId, first: SequenceToken, pin: Any) -> None:
+        """A stream seen for the first time: learn its subscriptions from its rendezvous.
+
+        ``pin`` (a gating cursor at the stream's first item) keeps the stream's items in the
+        cache — unacknowledged — until then; a registration that fails is retried with
+        back-off for as long as the agent runs, so nothing is acknowledged undelivered.
+        """
+        attempt = 0
         try:
-            records = await self._rendezvous(sid).register_producer(self.key_tuple)
+            while True:
+                try:
+                    records = await self._rendezvous(sid).register_producer(self.key_tuple)
+                    break
+                except Exception as exc:
+                    attempt += 1
+                    if self._stopping:
+                        return
+                    self.log.warning("stream_register_failed", stream=str(sid),
+                                     attempt=attempt, error=repr(exc))
+                    delay = min(self.options.read_backoff * 2 ** (attempt - 1),
+                                self.options.max_delivery_backoff)
+                    await self.clock.sleep(delay)
+                    if self._stopping:
+                        return
             records += self.provider.implicit_records(sid)
+            records += self._early.pop(sid, {}).values()
             subs = self.streams.setdefault(sid, {})
             for record in records:
                 if record.sub_id not in subs:
@@ -318,6 +342,7 @@ class PullingAgent(SystemTarget):
         finally:
             self.cache.remove_cursor(pin)
             self._registering.discard(sid)
+            self._early.pop(sid, None)
 
     def _under_pressure(self) -> bool:
         """Stop reading? Entered at the cache's pressure mark; left (hysteresis) once the cache
@@ -346,7 +371,9 @@ class PullingAgent(SystemTarget):
         sid = StreamId(record.namespace, record.key)
         subs = self.streams.get(sid)
         if subs is None:
-            return  # not registered yet: register_producer will return this record
+            if sid in self._registering:  # the rendezvous may have answered already: keep it
+                self._early.setdefault(sid, {})[record.sub_id] = record
+            return  # not read yet: register_producer will return this record
         old = subs.get(record.sub_id)
         if old is not None and record.token is None:
             # Resumed without a token (e.g. after a reactivation): it goes on where it was.
@@ -368,8 +395,10 @@ class PullingAgent(SystemTarget):
 
     @always_interleave
     async def remove_subscriber(self, record: SubscriptionRecord) -> None:
-        subs = self.streams.get(StreamId(record.namespace, record.key))
+        sid = StreamId(record.namespace, record.key)
+        subs = self.streams.get(sid)
         if subs is None:
+            self._early.get(sid, {}).pop(record.sub_id, None)
             return
         sub = subs.pop(record.sub_id, None)
         if sub is not None:

@@ -1,0 +1,102 @@
+"""An agent registers a new stream at its rendezvous in the background: a registration that
+fails is retried without acknowledging the stream's events, and a registration that hangs
+holds back neither the other streams of the queue nor a subscription made meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.ids import GrainId
+from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
+from orleanspy.streams.adapters import MemoryAdapterFactory
+
+WAIT = 10.0
+GOT: list[tuple[str, Any]] = []
+ARRIVED: dict[Any, asyncio.Event] = {}
+
+
+class ControlledStorage(MemoryGrainStorage):
+    """Memory storage whose writes can fail once, or wait at a gate, for one grain key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next_for: str | None = None
+        self.hold_for: str | None = None
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def write(self, grain_id: GrainId, state_name: str, data: bytes,
+                    etag: str | None) -> str:
+        key = str(grain_id)
+        if self.fail_next_for is not None and self.fail_next_for in key:
+            self.fail_next_for = None
+            raise OSError("storage unavailable (a test)")
+        if self.hold_for is not None and self.hold_for in key:
+            self.held.set()
+            await self.release.wait()
+        return await super().write(grain_id, state_name, data, etag)
+
+
+class Reader(Grain):
+    async def join(self, key: str) -> None:
+        stream = self.get_stream_provider("s").get_stream("ns", key)
+        await stream.subscribe(self._got)
+
+    async def _got(self, item: Any, token: Any = None) -> None:
+        GOT.append((self.key, item))
+        ARRIVED.setdefault((self.key, item), asyncio.Event()).set()
+
+
+async def arrival(who: str, item: Any, timeout: float = WAIT) -> None:
+    async with asyncio.timeout(timeout):
+        await ARRIVED.setdefault((who, item), asyncio.Event()).wait()
+
+
+@pytest.fixture
+async def setup() -> Any:
+    GOT.clear()
+    ARRIVED.clear()
+    storage = ControlledStorage()
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(),
+        StreamProviderOptions(total_queues=1, pull_period=0.01, read_backoff=0.05),
+    )
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Reader],
+                stream_providers={"s": provider}, storage={"pubsub": storage})
+    await silo.start()
+    yield silo, storage, provider
+    storage.release.set()
+    await silo.stop()
+
+
+async def test_a_failed_registration_is_retried_and_loses_no_event(setup: Any) -> None:
+    silo, storage, provider = setup
+    await silo.get_grain(Reader, "r").join("a")
+    storage.fail_next_for = "ns"  # the agent's register_producer write fails once
+    stream = provider.get_stream("ns", "a")
+    await stream.on_next("e1")
+    await stream.on_next("e2")
+    await arrival("r", "e2")
+    assert [item for who, item in GOT if who == "r"] == ["e1", "e2"]
+
+
+async def test_a_hanging_registration_holds_back_no_other_stream(setup: Any) -> None:
+    silo, storage, provider = setup
+    await silo.get_grain(Reader, "warm").join("warm")
+    await silo.get_grain(Reader, "cold").join("cold")
+    await provider.get_stream("ns", "warm").on_next("w0")
+    await arrival("warm", "w0")  # the warm stream is registered
+    storage.hold_for = "cold"  # the cold stream's registration will hang
+    await provider.get_stream("ns", "cold").on_next("c1")
+    async with asyncio.timeout(WAIT):
+        await storage.held.wait()
+    await provider.get_stream("ns", "warm").on_next("w1")
+    await arrival("warm", "w1", timeout=2.0)  # not behind the cold stream's registration
+    storage.hold_for = None
+    storage.release.set()
+    await arrival("cold", "c1")
