@@ -194,6 +194,9 @@ class QueueCache:
         self._pins: dict[int, int] = {}
         self._purged_token: dict[StreamId, SequenceToken] = {}
         self._purged_any: SequenceToken | None = None
+        #: the token of the first item this cache ever held: the agent read the queue from
+        #: its acknowledgement point, so anything older had been acknowledged (is gone)
+        self._first_token: SequenceToken | None = None
         self.added = 0
         self.purged = 0
 
@@ -236,6 +239,10 @@ class QueueCache:
         items = self._items
         tails = self._tails
         pos = self._end
+        if self._first_token is None:
+            containers = list(containers)
+            if containers:
+                self._first_token = containers[0].token
         size = 0
         tail: CacheItem | None = None
         run: StreamId | None = None  # the stream of the previous container
@@ -304,10 +311,11 @@ class QueueCache:
         cursor = CacheCursor(self, stream_id, gating, tag, max_mode)
         if start is not None:
             purged = self._purged_token.get(stream_id)
+            oldest = self._first_token
             if (purged is not None and start <= purged) or (
                 purged is None and stream_id not in self._heads and self._purged_any is not None
                 and start <= self._purged_any
-            ):
+            ) or (oldest is not None and start < oldest):
                 head = self._heads.get(stream_id)
                 tail = self._tails.get(stream_id)
                 raise QueueCacheMissError(
