@@ -29,7 +29,7 @@ from orleanspy.errors import (
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
 from orleanspy.streams.adapters.base import BatchContainer
-from orleanspy.streams.cache import CacheCursor
+from orleanspy.streams.cache import CacheCursor, CacheItem
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
@@ -52,8 +52,8 @@ class Subscription:
     from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
 
     __slots__ = (
-        "after", "buffer", "consumer", "cursor", "detached", "member", "progress_at", "record",
-        "spilled_from", "stream_id", "task",
+        "after", "buffer", "consumer", "cursor", "detached", "inflight", "inflight_spilled",
+        "member", "progress_at", "record", "spilled_from", "stream_id", "task",
     )
 
     def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
@@ -68,6 +68,12 @@ class Subscription:
         self.spilled_from: CacheCursor | None = None
         self.after = -1
         self.buffer: list[BatchContainer] = []
+        #: the cache items of the delivery in flight. Cache items link to the next one of
+        #: their stream, so nothing else may hold them across the delivery's await: a spill
+        #: swaps them for their containers (``inflight_spilled``), and the cache's purges can
+        #: then free every later item.
+        self.inflight: list[CacheItem] | None = None
+        self.inflight_spilled: list[BatchContainer] | None = None
 
     def __repr__(self) -> str:
         return f"<subscription {self.record.sub_id} on {self.stream_id}>"
@@ -178,19 +184,26 @@ class Delivery:
                         f"{gap[0]}..{gap[1]}: the faster consumers' flow control purged them",
                         gap[0], gap[1],
                     ))
-                items = cursor.peek(batch_size)
+                items: list[CacheItem] | None = cursor.peek(batch_size)
                 if not items:
                     return
                 events = [pair for item in items for pair in item.container.items()]
+                sub.inflight, items = items, None  # held by ``sub`` only (see ``inflight``)
                 ok = await self.deliver(sub, events)
+                items, sub.inflight = sub.inflight, None
                 if ok is None:
                     return  # abandoned (stopping): the cursor stays, nothing is acknowledged
                 if sub.spilled_from is cursor:
                     # Spilled while this delivery ran: the queue reads go on after it, and
                     # what the cache purged meanwhile is this one's to acknowledge.
-                    host.spilled_delivered(sub, [i.container for i in items])
+                    handed, sub.inflight_spilled = sub.inflight_spilled, None
+                    if handed:
+                        host.spilled_delivered(sub, handed)
                     if ok:
                         self.delivered += len(events)
+                    del events
+                    continue
+                if items is None:
                     continue
                 if sub.cursor is not cursor:
                     continue  # re-attached (resume) or removed meanwhile

@@ -236,6 +236,9 @@ class Spiller:
         sub.after = cursor.item.token.sequence - 1  # its next (or in-flight) item comes next
         sub.spilled_from = cursor
         sub.cursor = None
+        if sub.inflight is not None:  # a delivery in flight: keep its containers, not items
+            sub.inflight_spilled = [item.container for item in sub.inflight]
+            sub.inflight = None
         self.host.cache.remove_cursor(cursor)
         self.book.add(sub)
         self.count += 1
