@@ -100,3 +100,24 @@ async def test_a_hanging_registration_holds_back_no_other_stream(setup: Any) -> 
     storage.hold_for = None
     storage.release.set()
     await arrival("cold", "c1")
+
+
+async def test_a_subscription_made_while_the_stream_registers_is_kept(setup: Any) -> None:
+    """The rendezvous answers the registration, then takes the subscription and tells the
+    agent before the agent has read the answer: the agent keeps it and attaches it."""
+    silo, storage, provider = setup
+    storage.hold_for = "late"  # the registration's write waits at the gate
+    await provider.get_stream("ns", "late").on_next("l0")
+    async with asyncio.timeout(WAIT):
+        await storage.held.wait()
+    # The subscription waits behind the registration at the rendezvous (one turn at a time).
+    joining = asyncio.ensure_future(silo.get_grain(Reader, "late").join("late"))
+    await asyncio.sleep(0.05)
+    assert not joining.done()
+    storage.hold_for = None
+    storage.release.set()
+    async with asyncio.timeout(WAIT):
+        await joining
+    await provider.get_stream("ns", "late").on_next("l1")
+    await arrival("late", "l1")
+    assert [item for who, item in GOT if who == "late"] == ["l0", "l1"]
