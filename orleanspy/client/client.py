@@ -23,6 +23,7 @@ from orleanspy.client.connection import GatewayConnection
 from orleanspy.client.deadlines import Deadlines
 from orleanspy.client.gateways import GatewayPool
 from orleanspy.client.options import ClientOptions
+from orleanspy.client.stream_receiver import StreamReceiver
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import class_info
@@ -93,6 +94,7 @@ class ClusterClient:
         self._deadlines = Deadlines(self.clock)
         self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log,
                                  self._deadlines.trim)
+        self._streams: StreamReceiver | None = None
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -135,7 +137,11 @@ class ClusterClient:
         await self._pool.connect()
 
     async def close(self) -> None:
-        """Close every connection; calls still pending fail with SiloUnavailableError."""
+        """Close every connection; calls still pending fail with SiloUnavailableError.
+        Stream subscriptions stay on the silos for their provider's ``client_timeout``
+        (unsubscribe first to end them at once)."""
+        if self._streams is not None:
+            await self._streams.close()
         self._deadlines.cancel()
         await self._pool.close()
 
@@ -168,9 +174,15 @@ class ClusterClient:
             )
 
     def get_stream_provider(self, name: str) -> ClientStreamProvider:
-        """Publish to the silos' stream provider ``name``:
-        ``client.get_stream_provider("events").get_stream("ns", key).on_next(item)``."""
+        """The silos' stream provider ``name``, to publish
+        (``client.get_stream_provider("events").get_stream("ns", key).on_next(item)``) and
+        to subscribe (``.subscribe(handler)``)."""
         return ClientStreamProvider(self, name)
+
+    def _stream_receiver(self) -> StreamReceiver:
+        if self._streams is None:
+            self._streams = StreamReceiver(self)
+        return self._streams
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
         cls = self.codec.policy.resolve(cls_name) if cls_name else None

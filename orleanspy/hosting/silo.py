@@ -41,6 +41,7 @@ from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.memory import MemoryGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
+from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
 from orleanspy.streams.pubsub import PubSubRendezvous
 from orleanspy.streams.pulling.agent import PullingAgent
@@ -171,6 +172,7 @@ class Silo(SiloCore):
             self.register_grain_class(PubSubRendezvous)
             # Known on every silo, agent or not: a rendezvous here reaches agents elsewhere.
             self.register_grain_class(PullingAgent)
+            self.register_grain_class(ClientStreamConsumer)
         for name, provider in self.stream_providers.items():
             provider.bind(name, self)
             lc.subscribe(f"{STREAMS_PREFIX}{name}", SiloStage.STREAMS, on_start=provider.start,

@@ -26,6 +26,7 @@ import msgpack
 from orleanspy._util.clock import Clock
 from orleanspy.errors import (
     ConfigurationError,
+    MessageRejectedError,
     ProtocolError,
     SerializationError,
     SiloUnavailableError,
@@ -48,7 +49,11 @@ from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 from orleanspy.runtime.locator import fenced_error
 
-__all__ = ["Gateway", "GatewayConnection", "GatewayHost"]
+__all__ = ["CLIENT_CONSUMER_TYPE", "Gateway", "GatewayConnection", "GatewayHost"]
+
+#: The grain that stands for a client's stream subscriptions, keyed by the client's id
+#: (``orleanspy.streams.client_consumer``): only that client may call it.
+CLIENT_CONSUMER_TYPE = "orleanspy.ClientStreamConsumer"
 
 
 class _HostOptions(Protocol):
@@ -140,6 +145,14 @@ class GatewayConnection(FramedConnection):
             return
         corr = obj[1]
         msg.flags = FLAG_FROM_CLIENT  # only methods open to clients may run it
+        if msg.target.type_name == CLIENT_CONSUMER_TYPE and msg.target.key != self.client:
+            if not one_way:
+                self._reply(corr, False, MessageRejectedError(
+                    f"{CLIENT_CONSUMER_TYPE} {msg.target.key!r} is not callable from a "
+                    "client: it belongs to another client",
+                    "not_callable",
+                ))
+            return
         if msg.timeout:  # dropped unstarted once the client stops waiting
             msg.deadline = self._monotonic() + msg.timeout
         fence = self.silo.fence

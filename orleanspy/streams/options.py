@@ -122,6 +122,11 @@ class StreamProviderOptions:
             renews every third of it and then also re-checks the balance.
         lease_retry_period: while a queue this silo should own is still leased to a silo
             that is handing it off, the lease is tried again this often.
+        client_timeout: how long a ClusterClient that stopped polling (disconnected, or
+            closed without unsubscribing) keeps its subscriptions; then they are removed.
+        inactivity_period: an agent forgets a stream (its subscriptions and registration)
+            that had no event for this long and has nothing cached or in delivery; the next
+            event registers it again (as in Orleans, default 30 minutes).
     """
 
     total_queues: int = 8
@@ -144,6 +149,8 @@ class StreamProviderOptions:
     balancer: str = "sticky"
     lease_duration: float = 30.0
     lease_retry_period: float = 0.5
+    client_timeout: float = 60.0
+    inactivity_period: float = 1800.0
 
     def __post_init__(self) -> None:
         n = "StreamProviderOptions"
@@ -168,6 +175,8 @@ class StreamProviderOptions:
             raise ConfigurationError(f"{n}.balancer = {self.balancer!r}: {exc}") from None
         check("lease_duration", self.lease_duration > 0, "must be > 0 seconds")
         check("lease_retry_period", self.lease_retry_period > 0, "must be > 0 seconds")
+        check("client_timeout", self.client_timeout > 0, "must be > 0 seconds")
+        check("inactivity_period", self.inactivity_period > 0, "must be > 0 seconds")
         check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")
         for name in ("max_outstanding_events", "max_outstanding_bytes"):
             value = getattr(self, name)

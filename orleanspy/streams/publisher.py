@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar, overload
 from orleanspy.grains.interface import client_endpoint, grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.ids import StreamId, StreamKey
-from orleanspy.streams.stream import StreamProducer
+from orleanspy.streams.stream import ErrorHandler, StreamHandler, StreamProducer
+from orleanspy.streams.tokens import SequenceToken
 
 __all__ = ["PUBLISHER_TYPE", "ClientStream", "ClientStreamProvider", "StreamPublisher"]
 
@@ -36,14 +37,17 @@ class StreamPublisher(SystemTarget):
 
 
 class ClientStream(Generic[T]):
-    """A stream of items ``T`` as a ClusterClient sees it: it can publish (subscribing is
-    grain-side)."""
+    """A stream of items ``T`` as a ClusterClient sees it: publish, and subscribe (the
+    events come through the gateways, one delivery at a time per subscription)."""
 
-    __slots__ = ("_publisher", "stream_id")
+    __slots__ = ("_client", "_provider", "_publisher", "stream_id")
 
-    def __init__(self, publisher: Any, stream_id: StreamId) -> None:
+    def __init__(self, publisher: Any, stream_id: StreamId, client: Any = None,
+                 provider: str = "") -> None:
         self._publisher = publisher
         self.stream_id = stream_id
+        self._client = client
+        self._provider = provider
 
     def __repr__(self) -> str:
         return f"<ClientStream {self.stream_id}>"
@@ -54,14 +58,35 @@ class ClientStream(Generic[T]):
     async def on_next_batch(self, items: Iterable[T]) -> None:
         await self._publisher.publish(self.stream_id.namespace, self.stream_id.key, list(items))
 
+    async def subscribe(
+        self,
+        handler: StreamHandler[T],
+        token: SequenceToken | None = None,
+        *,
+        on_error: ErrorHandler | None = None,
+        tag: str | None = None,
+    ) -> Any:
+        """Subscribe this client: every event published after this returns is delivered to
+        ``handler`` (``async (item, token)``, a consumer object or a ``StreamObserver``);
+        with ``token``, delivery starts there. Returns a ``ClientSubscriptionHandle``."""
+        return await self._client._stream_receiver().subscribe(
+            self._provider, self.stream_id, handler, token, on_error, tag)
+
+    async def get_subscriptions(self) -> list[Any]:
+        """This client's subscriptions to the stream (``ClientSubscriptionHandle``s)."""
+        return list(await self._client._stream_receiver().subscriptions(
+            self._provider, self.stream_id))
+
 
 class ClientStreamProvider:
-    """``client.get_stream_provider(name)``: streams of that provider, for publishing."""
+    """``client.get_stream_provider(name)``: streams of that provider, to publish and to
+    subscribe."""
 
-    __slots__ = ("_publisher", "name")
+    __slots__ = ("_client", "_publisher", "name")
 
     def __init__(self, client: Any, name: str) -> None:
         self.name = name
+        self._client = client
         self._publisher = client.get_grain(PUBLISHER_TYPE, name)
 
     @overload
@@ -73,5 +98,8 @@ class ClientStreamProvider:
     def get_stream(
         self, namespace: str, key: StreamKey, item_type: type[Any] | None = None
     ) -> ClientStream[Any]:
-        """The stream ``(namespace, key)``; ``item_type`` names its items for type checkers."""
-        return ClientStream(self._publisher, StreamId(namespace, key))
+        """The stream ``(namespace, key)``; ``item_type`` names its items for type checkers
+        and lets this client decode them (its module is allowed in the client's codec)."""
+        if isinstance(item_type, type) and item_type.__module__ != "builtins":
+            self._client.codec.policy.allow_module(item_type.__module__)
+        return ClientStream(self._publisher, StreamId(namespace, key), self._client, self.name)

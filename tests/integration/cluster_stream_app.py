@@ -15,7 +15,7 @@ from orleanspy import Grain
 from orleanspy.streams.provider import implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["ExplicitSink", "NumberSink"]
+__all__ = ["ExplicitSink", "FeedProducer", "NumberSink"]
 
 
 def _append(path: str, line: str) -> None:
@@ -48,3 +48,13 @@ class ExplicitSink(Grain):
     async def _on_next(self, item: Any, token: SequenceToken) -> None:
         path = os.path.join(self.silo.options.data_dir, "explicit.txt")
         await asyncio.to_thread(_append, path, f"{self.key} {item} {os.getpid()}\n")
+
+
+class FeedProducer(Grain):
+    """Publishes numbers on stream ``feed/KEY`` (the client subscription tests)."""
+
+    async def produce(self, start: int, count: int) -> int:
+        stream = self.get_stream_provider("s").get_stream("feed", self.key)
+        for n in range(start, start + count):
+            await stream.on_next(n)
+        return os.getpid()
