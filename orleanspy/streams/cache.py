@@ -347,6 +347,10 @@ class QueueCache:
         self._cursors.setdefault(stream_id, set()).add(cursor)
         return cursor
 
+    def holds(self, stream_id: StreamId) -> bool:
+        """Does the cache hold an item of ``stream_id``?"""
+        return stream_id in self._heads
+
     def purged_sequence(self, stream_id: StreamId) -> int:
         """The sequence of the stream's last purged container (-1: none purged)."""
         token = self._purged_token.get(stream_id)

@@ -30,7 +30,7 @@ from orleanspy.streams.publisher import StreamPublisher
 from orleanspy.streams.pubsub import SubscriptionRecord
 from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.pulling.manager import PullingManager
-from orleanspy.streams.stream import AsyncStream
+from orleanspy.streams.stream import IMPLICIT_ATTR, AsyncStream
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ __all__ = ["PersistentStreamProvider", "implicit_namespaces", "implicit_subscrip
 
 T = TypeVar("T")
 
-_IMPLICIT_ATTR = "_orleanspy_implicit_namespaces"
+_IMPLICIT_ATTR = IMPLICIT_ATTR
 
 FailureHandler = Callable[[SubscriptionRecord, StreamId, SequenceToken, BaseException], None]
 

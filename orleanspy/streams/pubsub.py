@@ -126,6 +126,15 @@ class PubSubRendezvous(Grain):
         await self._tell_agents("remove_subscriber", record)
         return True
 
+    async def resume_implicit(self, record: SubscriptionRecord) -> None:
+        """An implicit subscription resumes (from ``record.token``, a checkpoint): tell the
+        agents that deliver the stream. Nothing is stored: implicit subscriptions follow from
+        the consumer's class, and an agent that registers the stream later starts them at its
+        first unacknowledged event, which is never after an acknowledged checkpoint."""
+        if not record.implicit:
+            raise ValueError(f"subscription {record.sub_id} is not implicit")
+        await self._tell_agents("add_subscriber", record)
+
     async def fault_subscription(self, sub_id: str) -> None:
         record = self.state.value.subscriptions.get(sub_id)
         if record is not None and not record.faulted:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from orleanspy.errors import StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
@@ -17,6 +18,8 @@ __all__ = [
 ]
 
 HANDLERS = "_orleanspy_stream_handlers"
+#: the namespaces a grain class subscribes to implicitly (set by ``implicit_subscription``)
+IMPLICIT_ATTR = "_orleanspy_implicit_namespaces"
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -107,9 +110,19 @@ class StreamSubscriptionHandle:
         sid = self.stream_id
         return activation.silo.get_grain(PubSubRendezvous, (self.provider, sid.namespace, sid.key))
 
+    @property
+    def implicit(self) -> bool:
+        """An implicit subscription (``@implicit_subscription``): resumable, not removable."""
+        return self.sub_id.startswith("implicit:")
+
     async def unsubscribe(self) -> None:
         """Stop deliveries to this subscription and forget it."""
         activation = _consumer()
+        if self.implicit:
+            raise StreamError(
+                f"{self.sub_id} on {self.stream_id} is implicit: it follows from the grain "
+                "class's @implicit_subscription and cannot be unsubscribed"
+            )
         await self._rendezvous(activation).remove_subscription(self.sub_id)
         activation.grain.__dict__.get(HANDLERS, {}).pop(self.sub_id, None)
 
@@ -122,7 +135,16 @@ class StreamSubscriptionHandle:
         activation.grain.__dict__.setdefault(HANDLERS, {})[self.sub_id] = as_observer(
             handler, on_error
         )
-        await self._rendezvous(activation).update_subscription(self.sub_id, token)
+        rendezvous = self._rendezvous(activation)
+        if self.implicit:
+            sid = self.stream_id
+            await rendezvous.resume_implicit(SubscriptionRecord(
+                sub_id=self.sub_id, namespace=sid.namespace, key=sid.key,
+                consumer_type=activation.grain_id.type_name,
+                consumer_key=activation.grain_id.key, token=token,
+            ))
+        else:
+            await rendezvous.update_subscription(self.sub_id, token)
         return self
 
 
@@ -183,4 +205,11 @@ class AsyncStream(Generic[T]):
         records: list[SubscriptionRecord] = await ref.subscriptions_of(
             activation.grain_id.type_name, activation.grain_id.key
         )
-        return [StreamSubscriptionHandle(self._provider.name, sid, r.sub_id) for r in records]
+        handles = [StreamSubscriptionHandle(self._provider.name, sid, r.sub_id) for r in records]
+        type_name = activation.grain_id.type_name
+        if activation.grain_id.key == sid.key and sid.namespace in getattr(
+            type(activation.grain), IMPLICIT_ATTR, ()
+        ):
+            handles.insert(0, StreamSubscriptionHandle(self._provider.name, sid,
+                                                       f"implicit:{type_name}"))
+        return handles

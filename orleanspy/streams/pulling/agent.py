@@ -126,6 +126,9 @@ class PullingAgent(SystemTarget):
         self._registering: set[StreamId] = set()
         #: subscriptions the rendezvous announced while their stream was registering
         self._early: dict[StreamId, dict[str, SubscriptionRecord]] = {}
+        #: when each known stream last had an event read (the inactivity sweep)
+        self._last_event: dict[StreamId, float] = {}
+        self._next_sweep = 0.0
         self._pump: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = asyncio.Event()
@@ -230,6 +233,7 @@ class PullingAgent(SystemTarget):
     async def read_once(self) -> None:
         """One cycle: purge and ack, check pressure, read while reads come back full."""
         self._revoke_unresponsive()
+        self._sweep()
         await self._ack()
         cache = self.cache
         while not self._stopping:
@@ -256,7 +260,10 @@ class PullingAgent(SystemTarget):
             if hub.listening:
                 hub.emit(QueueRead(str(self.silo.address), self.provider.name, str(self.queue),
                                    len(batch), self.read))
+            now = self.clock.monotonic()
+            last_event = self._last_event
             for sid, item in first.items():
+                last_event[sid] = now
                 subs = self.streams.get(sid)
                 if subs is None:
                     if sid not in self._registering:
@@ -335,6 +342,7 @@ class PullingAgent(SystemTarget):
                         return
             records += self.provider.implicit_records(sid)
             records += self._early.pop(sid, {}).values()
+            self._last_event.setdefault(sid, self.clock.monotonic())
             subs = self.streams.setdefault(sid, {})
             for record in records:
                 if record.sub_id not in subs:
@@ -343,6 +351,51 @@ class PullingAgent(SystemTarget):
             self.cache.remove_cursor(pin)
             self._registering.discard(sid)
             self._early.pop(sid, None)
+
+    def _sweep(self) -> None:
+        """Forget the streams that had no event for ``inactivity_period`` and have nothing
+        cached or in delivery: their subscriptions leave this agent and it unregisters from
+        their rendezvous. The next event of such a stream registers it again (and gets its
+        subscriptions back from the rendezvous), so the agent's table follows the streams
+        that are alive, not every stream it ever read."""
+        now = self.clock.monotonic()
+        if now < self._next_sweep:
+            return
+        period = self.options.inactivity_period
+        self._next_sweep = now + min(period / 2, 60.0)
+        cache = self.cache
+        for sid in [s for s, at in self._last_event.items() if now - at >= period]:
+            subs = self.streams.get(sid)
+            if subs is None:
+                del self._last_event[sid]
+                continue
+            if cache.holds(sid) or any(
+                s.task is not None or s.spilled_from is not None for s in subs.values()
+            ):
+                continue
+            del self.streams[sid]
+            del self._last_event[sid]
+            for sub in subs.values():
+                self._detach(sub)
+            self.log.debug("stream_inactive", stream=str(sid), subscriptions=len(subs))
+            # Events that arrive while it unregisters stay cached (the pin) and register the
+            # stream again once the unregistration is done.
+            self._registering.add(sid)
+            pin = cache.cursor(sid, gating=True, max_mode=False)
+            self.spawn(self._retire_stream(sid, pin))
+
+    async def _retire_stream(self, sid: StreamId, pin: Any) -> None:
+        try:
+            await self._rendezvous(sid).unregister_producer(self.key_tuple)
+        except Exception as exc:  # it stays listed: harmless, it is told what it ignores
+            self.log.warning("stream_unregister_failed", stream=str(sid), error=repr(exc))
+        if pin.is_set and not self._stopping:
+            self._last_event[sid] = self.clock.monotonic()
+            await self._register_stream(sid, pin.item.token, pin)
+            return
+        self.cache.remove_cursor(pin)
+        self._registering.discard(sid)
+        self._early.pop(sid, None)
 
     def _under_pressure(self) -> bool:
         """Stop reading? Entered at the cache's pressure mark; left (hysteresis) once the cache
