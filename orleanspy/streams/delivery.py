@@ -52,7 +52,8 @@ class Subscription:
     from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
 
     __slots__ = (
-        "after", "buffer", "consumer", "cursor", "detached", "inflight", "inflight_spilled",
+        "abandoned", "after", "buffer", "consumer", "cursor", "detached", "inflight",
+        "inflight_spilled",
         "member", "progress_at", "record", "spilled_from", "stream_id", "task",
     )
 
@@ -65,6 +66,7 @@ class Subscription:
         self.member = False  # a gating member of the tagged group
         self.progress_at = 0.0  # when it last delivered (or was caught up)
         self.detached = False  # removed, faulted or replaced by a resume
+        self.abandoned = False  # a delivery failed while the agent stops: left to the next owner
         self.spilled_from: CacheCursor | None = None
         self.after = -1
         self.buffer: list[BatchContainer] = []
@@ -84,6 +86,11 @@ class DeliveryHost(Protocol):
 
     @property
     def stopping(self) -> bool: ...
+
+    @property
+    def draining(self) -> bool:
+        """Stopping gracefully: deliveries go on, a failure is abandoned at once."""
+        ...
 
     def subscriber_count(self, stream_id: StreamId) -> int: ...
 
@@ -167,6 +174,7 @@ class Delivery:
                     spilled = [p for c in containers for p in c.items()]
                     ok = await self.deliver(sub, spilled, owned=True)
                     if ok is None:
+                        sub.abandoned = True
                         return  # abandoned (stopping): not delivered, not acknowledged
                     if sub.spilled_from is not None and not sub.detached:
                         host.spilled_delivered(sub, containers)
@@ -192,6 +200,7 @@ class Delivery:
                 ok = await self.deliver(sub, events)
                 items, sub.inflight = sub.inflight, None
                 if ok is None:
+                    sub.abandoned = True
                     return  # abandoned (stopping): the cursor stays, nothing is acknowledged
                 if sub.spilled_from is cursor:
                     # Spilled while this delivery ran: the queue reads go on after it, and
@@ -214,7 +223,7 @@ class Delivery:
                 host.cursor_advanced()
         finally:
             sub.task = None
-            if not host.stopping and not sub.detached and (
+            if not host.stopping and not host.draining and not sub.detached and (
                 sub.spilled_from is not None or (sub.cursor is not None and sub.cursor.is_set)
             ):
                 host.restart(sub)
@@ -263,7 +272,7 @@ class Delivery:
                 if hub.listening:
                     hub.emit(DeliveryFailed(self.silo, self.provider, str(sid), record.sub_id,
                                             attempt, repr(exc)))
-                if self.host.stopping:
+                if self.host.stopping or self.host.draining:
                     self.log.info("stream_delivery_abandoned", subscription=record.sub_id,
                                   stream=str(sid), token=str(events[0][1]), error=repr(exc))
                     if hub.listening:

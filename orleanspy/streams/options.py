@@ -122,6 +122,9 @@ class StreamProviderOptions:
             renews every third of it and then also re-checks the balance.
         lease_retry_period: while a queue this silo should own is still leased to a silo
             that is handing it off, the lease is tried again this often.
+        handoff_timeout: on a graceful stop or a planned hand-off of a queue, how long its
+            agent keeps delivering what it has cached (so that the next owner delivers
+            nothing twice) before it stops; then what is left is delivered by the next owner.
         client_timeout: how long a ClusterClient that stopped polling (disconnected, or
             closed without unsubscribing) keeps its subscriptions; then they are removed.
         inactivity_period: an agent forgets a stream (its subscriptions and registration)
@@ -149,6 +152,7 @@ class StreamProviderOptions:
     balancer: str = "sticky"
     lease_duration: float = 30.0
     lease_retry_period: float = 0.5
+    handoff_timeout: float = 5.0
     client_timeout: float = 60.0
     inactivity_period: float = 1800.0
 
@@ -175,6 +179,7 @@ class StreamProviderOptions:
             raise ConfigurationError(f"{n}.balancer = {self.balancer!r}: {exc}") from None
         check("lease_duration", self.lease_duration > 0, "must be > 0 seconds")
         check("lease_retry_period", self.lease_retry_period > 0, "must be > 0 seconds")
+        check("handoff_timeout", self.handoff_timeout >= 0, "must be >= 0 seconds")
         check("client_timeout", self.client_timeout > 0, "must be > 0 seconds")
         check("inactivity_period", self.inactivity_period > 0, "must be > 0 seconds")
         check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")

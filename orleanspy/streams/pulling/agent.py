@@ -131,6 +131,7 @@ class PullingAgent(SystemTarget):
         self._next_sweep = 0.0
         self._pump: asyncio.Task[None] | None = None
         self._stopping = False
+        self._draining = False
         self._wake = asyncio.Event()
         self.delivery: Delivery | None = None
         self._pressured = False
@@ -166,16 +167,28 @@ class PullingAgent(SystemTarget):
         await self.receiver.initialize()
         self._pump = asyncio.get_running_loop().create_task(self._run())
 
+    @property
+    def draining(self) -> bool:
+        """Stopping gracefully: no more reads; what is cached is still delivered."""
+        return self._draining
+
     async def stop(self) -> None:
-        """Stop reading, let running deliveries finish, acknowledge, shut the receiver."""
-        if self._stopping:
+        """Stop reading; deliver what is cached (for up to ``handoff_timeout``), so that
+        the queue's next owner delivers nothing twice; acknowledge; shut the receiver.
+
+        A delivery that fails while draining is abandoned at once: its events stay
+        unacknowledged and the next owner delivers them (at least once).
+        """
+        if self._stopping or self._draining:
             return
-        self._stopping = True
+        self._draining = True
         if self.delivery is not None:
-            self.delivery.stopped.set()
+            self.delivery.stopped.set()  # back-offs end: a failing delivery is abandoned
         self._wake.set()
         if self._pump is not None:
             await asyncio.gather(self._pump, return_exceptions=True)
+        await self._drain()
+        self._stopping = True
         tasks = [s.task for subs in self.streams.values() for s in subs.values() if s.task]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -189,6 +202,27 @@ class PullingAgent(SystemTarget):
             except Exception as exc:
                 self.log.warning("stream_unregister_failed", stream=str(sid), error=repr(exc))
         self.streams.clear()
+
+    async def _drain(self) -> None:
+        """Let the delivery loops deliver what is cached, until every subscription that is
+        served from the cache has caught up (and no stream is registering), or
+        ``handoff_timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.handoff_timeout
+        while True:
+            await self._ack()
+            subs = [s for subs in self.streams.values() for s in subs.values()
+                    if s.spilled_from is None and not s.abandoned]
+            for sub in subs:
+                self.restart(sub)  # no-op without cached events (or a task already)
+            tasks = [s.task for s in subs if s.task is not None]
+            left = deadline - loop.time()
+            if (not tasks and not self._registering) or left <= 0:
+                return
+            if tasks:
+                await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            else:  # a registration or a turn between loops: look again shortly
+                await asyncio.sleep(min(left, 0.01))
 
     async def _ack_handed_off(self) -> None:
         """Hand-off (stop, after the deliveries finished): also acknowledge the cached
@@ -215,7 +249,7 @@ class PullingAgent(SystemTarget):
     async def _run(self) -> None:
         clock = self.clock
         await clock.sleep(random.uniform(0, self.options.pull_period))
-        while not self._stopping:
+        while not self._stopping and not self._draining:
             try:
                 await self.read_once()
             except Exception as exc:  # loop boundary: log, back off, go on
@@ -236,7 +270,7 @@ class PullingAgent(SystemTarget):
         self._sweep()
         await self._ack()
         cache = self.cache
-        while not self._stopping:
+        while not self._stopping and not self._draining:
             if self._pressured or cache.under_pressure():
                 await self._ack()  # purge what the last reads' consumers are done with
                 if (self._pressured or cache.under_pressure()) and self.spiller.spill_laggards():

@@ -103,6 +103,18 @@ class PullingManager:
                     self.log.warning("stream_lease_release_failed", error=repr(exc))
                 await self._leases.close()
 
+    async def restart_agent(self, queue: QueueId) -> bool:
+        """Hand ``queue`` over from its agent to a new one on this silo, as a planned move
+        does (the old agent delivers what it cached and acknowledges; the new one reads from
+        the acknowledgement point). Serialised with balancing rounds. False if this silo does
+        not pull ``queue``."""
+        async with self._balance_lock:
+            if self._stopping or queue not in self.agents:
+                return False
+            await self._stop_agent(queue)
+            await self._start_agent(queue)
+            return True
+
     async def _start_agent(self, queue: QueueId) -> None:
         provider = self.provider
         silo = provider.silo

@@ -10,36 +10,13 @@ from typing import Any
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions
-from orleanspy.ids import GrainId
-from orleanspy.storage.memory import MemoryGrainStorage
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.testing.gates import GatedStorage
 
 WAIT = 10.0
 GOT: list[tuple[str, Any]] = []
 ARRIVED: dict[Any, asyncio.Event] = {}
-
-
-class ControlledStorage(MemoryGrainStorage):
-    """Memory storage whose writes can fail once, or wait at a gate, for one grain key."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_next_for: str | None = None
-        self.hold_for: str | None = None
-        self.held = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def write(self, grain_id: GrainId, state_name: str, data: bytes,
-                    etag: str | None) -> str:
-        key = str(grain_id)
-        if self.fail_next_for is not None and self.fail_next_for in key:
-            self.fail_next_for = None
-            raise OSError("storage unavailable (a test)")
-        if self.hold_for is not None and self.hold_for in key:
-            self.held.set()
-            await self.release.wait()
-        return await super().write(grain_id, state_name, data, etag)
 
 
 class Reader(Grain):
@@ -61,7 +38,7 @@ async def arrival(who: str, item: Any, timeout: float = WAIT) -> None:
 async def setup() -> Any:
     GOT.clear()
     ARRIVED.clear()
-    storage = ControlledStorage()
+    storage = GatedStorage()
     provider = PersistentStreamProvider(
         MemoryAdapterFactory(),
         StreamProviderOptions(total_queues=1, pull_period=0.01, read_backoff=0.05),
@@ -70,14 +47,15 @@ async def setup() -> Any:
                 stream_providers={"s": provider}, storage={"pubsub": storage})
     await silo.start()
     yield silo, storage, provider
-    storage.release.set()
+    for gate in storage.write_gates:
+        gate.open()
     await silo.stop()
 
 
 async def test_a_failed_registration_is_retried_and_loses_no_event(setup: Any) -> None:
     silo, storage, provider = setup
     await silo.get_grain(Reader, "r").join("a")
-    storage.fail_next_for = "ns"  # the agent's register_producer write fails once
+    storage.fail_writes("ns")  # the agent's register_producer write fails once
     stream = provider.get_stream("ns", "a")
     await stream.on_next("e1")
     await stream.on_next("e2")
@@ -91,14 +69,13 @@ async def test_a_hanging_registration_holds_back_no_other_stream(setup: Any) -> 
     await silo.get_grain(Reader, "cold").join("cold")
     await provider.get_stream("ns", "warm").on_next("w0")
     await arrival("warm", "w0")  # the warm stream is registered
-    storage.hold_for = "cold"  # the cold stream's registration will hang
+    gate = storage.hold_writes("cold")  # the cold stream's registration will hang
     await provider.get_stream("ns", "cold").on_next("c1")
     async with asyncio.timeout(WAIT):
-        await storage.held.wait()
+        await gate.reached.wait()
     await provider.get_stream("ns", "warm").on_next("w1")
     await arrival("warm", "w1", timeout=2.0)  # not behind the cold stream's registration
-    storage.hold_for = None
-    storage.release.set()
+    gate.open()
     await arrival("cold", "c1")
 
 
@@ -106,16 +83,16 @@ async def test_a_subscription_made_while_the_stream_registers_is_kept(setup: Any
     """The rendezvous answers the registration, then takes the subscription and tells the
     agent before the agent has read the answer: the agent keeps it and attaches it."""
     silo, storage, provider = setup
-    storage.hold_for = "late"  # the registration's write waits at the gate
+    gate = storage.hold_writes("late")  # the registration's write waits at the gate
     await provider.get_stream("ns", "late").on_next("l0")
     async with asyncio.timeout(WAIT):
-        await storage.held.wait()
+        await gate.reached.wait()
     # The subscription waits behind the registration at the rendezvous (one turn at a time).
     joining = asyncio.ensure_future(silo.get_grain(Reader, "late").join("late"))
     await asyncio.sleep(0.05)
     assert not joining.done()
-    storage.hold_for = None
-    storage.release.set()
+    assert gate.count == 1  # the subscription has not written yet: it waits its turn
+    gate.open()
     async with asyncio.timeout(WAIT):
         await joining
     await provider.get_stream("ns", "late").on_next("l1")
