@@ -50,7 +50,11 @@ class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
         first = self._yielded
         if first is not _NOTHING:
             self._yielded = _NOTHING
-            return None if first is _BARE else first
+            if first is _BARE:
+                return None
+            if getattr(first, "_asyncio_future_blocking", None) is False:
+                first._asyncio_future_blocking = True  # unmarked by ``eager_start``: see there
+            return first
         return self._coro.send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
@@ -192,6 +196,13 @@ else:
                 del _current_tasks[loop]
             else:
                 _current_tasks[loop] = previous
+        if getattr(yielded, "_asyncio_future_blocking", None):
+            # ``await fut`` marks the future "blocking" until a Task takes it, and a second
+            # ``await`` of a still-marked pending future fails ("await wasn't used with
+            # future"). The Task takes it only in a later loop pass, so another turn that
+            # awaits the same future in this pass would fail: unmark it now, and the
+            # Continuation marks it again when it hands it to the Task.
+            yielded._asyncio_future_blocking = False
         task = loop.create_task(Continuation(coro, yielded), context=context)
         _free[depth] = None  # this stand-in now belongs to the task
         stand_in.bind(task)
