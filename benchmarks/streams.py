@@ -78,8 +78,8 @@ FANOUT = 100
 BATCH = 100
 QUEUE_CAPACITY = 100_000  # MemoryAdapterFactory's default capacity_per_queue
 SQLITE_CHUNK = 1000
-PULL_PERIOD = 0.01
-DELIVERY_BATCH = [1]  # containers per delivery call (--delivery-batch); the default is 1
+PULL_PERIOD: list[float | None] = [None]  # --pull-period; None: the provider's default
+DELIVERY_BATCH: list[int | None] = [None]  # --delivery-batch; None: the provider's default
 BATCH_HANDLER = [False]  # consumers take whole deliveries (--batch-handler)
 BP_CACHE = 512
 BP_SLOWDOWN = 10
@@ -210,9 +210,14 @@ _ids = itertools.count()
 
 
 def _provider_options(**overrides: Any) -> StreamProviderOptions:
-    return StreamProviderOptions(
-        **{"pull_period": PULL_PERIOD, "batch_size": DELIVERY_BATCH[0], **overrides}
-    )
+    """Default settings, unless ``--pull-period`` / ``--delivery-batch`` say otherwise."""
+    chosen: dict[str, Any] = {}
+    if PULL_PERIOD[0] is not None:
+        chosen["pull_period"] = PULL_PERIOD[0]
+        chosen["max_pull_period"] = max(PULL_PERIOD[0], 1.0)
+    if DELIVERY_BATCH[0] is not None:
+        chosen["batch_size"] = DELIVERY_BATCH[0]
+    return StreamProviderOptions(**{**chosen, **overrides})
 
 
 def _silo(providers: dict[str, PersistentStreamProvider]) -> Silo:
@@ -844,9 +849,12 @@ def main() -> None:
                         help="approximate length of the backpressure run (default 8)")
     parser.add_argument("--flow-control", default="min", choices=["min", "max"],
                         help="flow control of the backpressure run (default min)")
-    parser.add_argument("--delivery-batch", type=int, default=1,
+    parser.add_argument("--delivery-batch", type=int, default=None,
                         help="StreamProviderOptions.batch_size: containers per delivery call "
-                        "(default 1, as the acceptance figures use)")
+                        "(default: the provider's default)")
+    parser.add_argument("--pull-period", type=float, default=None,
+                        help="StreamProviderOptions.pull_period (default: the provider's "
+                        "default, as the acceptance figures use)")
     parser.add_argument("--batch-handler", action="store_true",
                         help="consumers subscribe a batch observer (on_next_batch: one turn "
                         "per delivery) instead of on_next per event")
@@ -858,6 +866,7 @@ def main() -> None:
                         help="events for --profile (default 30000; fanout: /100)")
     args = parser.parse_args()
     DELIVERY_BATCH[0] = args.delivery_batch
+    PULL_PERIOD[0] = args.pull_period
     BATCH_HANDLER[0] = args.batch_handler
     quiet_logging()
     if args.profile:

@@ -427,6 +427,12 @@ class QueueCache:
         else:
             heads[sid] = nxt
 
+    def size_after_purge(self) -> int:
+        """How many items a purge now would leave (nothing is removed)."""
+        if not self._items:
+            return 0
+        return self._end - max(self._items[0].pos, self._purge_limit())
+
     def _purge_limit(self) -> int:
         """Position below which items may go."""
         end = self._end

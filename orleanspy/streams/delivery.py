@@ -53,8 +53,8 @@ class Subscription:
 
     __slots__ = (
         "abandoned", "after", "buffer", "consumer", "cursor", "detached", "inflight",
-        "inflight_spilled",
-        "member", "progress_at", "record", "spilled_from", "stream_id", "task",
+        "inflight_spilled", "member", "next_seq", "progress_at", "record", "retrying",
+        "spilled_from", "stream_id", "task",
     )
 
     def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
@@ -67,6 +67,8 @@ class Subscription:
         self.progress_at = 0.0  # when it last delivered (or was caught up)
         self.detached = False  # removed, faulted or replaced by a resume
         self.abandoned = False  # a delivery failed while the agent stops: left to the next owner
+        self.next_seq = -1  # the container of the next event a failing delivery retries
+        self.retrying = False  # waiting out a back-off between attempts
         self.spilled_from: CacheCursor | None = None
         self.after = -1
         self.buffer: list[BatchContainer] = []
@@ -192,7 +194,11 @@ class Delivery:
                         f"{gap[0]}..{gap[1]}: the faster consumers' flow control purged them",
                         gap[0], gap[1],
                     ))
-                items: list[CacheItem] | None = cursor.peek(batch_size)
+                # A cursor that may miss events (max flow control, a tagged non-member)
+                # takes one container a time: a batch would hand it events that its flow
+                # control purges (and reports as missed) meanwhile.
+                items: list[CacheItem] | None = cursor.peek(
+                    batch_size if cursor.gating else 1)
                 if not items:
                     return
                 events = [pair for item in items for pair in item.container.items()]
@@ -268,6 +274,10 @@ class Delivery:
                     events = events[exc.delivered:]
                     deadline = clock.monotonic() + self.options.max_delivery_time
                     attempt = 1
+                if not owned:
+                    sub.next_seq = events[0][1].sequence
+                    self.narrow(sub)
+                    events = self._kept(sub, events)
                 hub = self.diagnostics
                 if hub.listening:
                     hub.emit(DeliveryFailed(self.silo, self.provider, str(sid), record.sub_id,
@@ -303,11 +313,42 @@ class Delivery:
                 if hub.listening:
                     hub.emit(DeliveryRetried(self.silo, self.provider, str(sid), record.sub_id,
                                              attempt, delay))
+                sub.retrying = True
                 try:  # back off, but wake up for a stop
                     async with clock.timeout(delay):
                         await self.stopped.wait()
                 except TimeoutError:
                     pass
+                finally:
+                    sub.retrying = False
+                if not owned:
+                    events = self._kept(sub, events)  # narrowed during the back-off
+
+    @staticmethod
+    def narrow(sub: Subscription) -> None:
+        """A cursor that does not gate (any more: a tagged member past its timeout) retries
+        only the container of its next event: the rest of the failing delivery is no longer
+        held for it, and what its flow control purges meanwhile is reported as missed,
+        exactly as if each delivery carried one container. Called between attempts only."""
+        cursor = sub.cursor
+        items = sub.inflight
+        if cursor is None or cursor.gating or items is None or len(items) < 2:
+            return
+        keep = [item for item in items if item.token.sequence <= sub.next_seq]
+        if keep and len(keep) < len(items):
+            sub.inflight = keep
+            cursor.inflight_last = keep[-1].pos
+
+    @staticmethod
+    def _kept(sub: Subscription, events: list[Event]) -> list[Event]:
+        """``events`` without those a narrowed in-flight delivery no longer carries."""
+        items = sub.inflight
+        if items is None:
+            return events
+        last = items[-1].token.sequence
+        if events[-1][1].sequence <= last:
+            return events
+        return [e for e in events if e[1].sequence <= last]
 
     def _copy_values(self, events: list[Event]) -> list[Event]:
         values = [e for e, _ in events]

@@ -250,6 +250,7 @@ class PullingAgent(SystemTarget):
         clock = self.clock
         await clock.sleep(random.uniform(0, self.options.pull_period))
         while not self._stopping and not self._draining:
+            self._wake.clear()  # a wake-up during the cycle runs the next one at once
             try:
                 await self.read_once()
             except Exception as exc:  # loop boundary: log, back off, go on
@@ -257,7 +258,6 @@ class PullingAgent(SystemTarget):
                 self.log.warning("queue_read_failed", error=repr(exc))
                 await clock.sleep(self.options.read_backoff)
                 continue
-            self._wake.clear()
             try:
                 async with clock.timeout(self.period):
                     await self._wake.wait()
@@ -558,6 +558,8 @@ class PullingAgent(SystemTarget):
                     sub.progress_at = now
                 elif now - sub.progress_at > timeout:
                     cursor.set_gating(False)
+                    if sub.retrying and self.delivery is not None:
+                        self.delivery.narrow(sub)  # what it has not taken is not held for it
                     self.log.warning("stream_member_stopped_gating",
                                      subscription=sub.record.sub_id, stream=str(sid))
                     self._notify_later(sub, GatingRevokedError(
@@ -593,7 +595,13 @@ class PullingAgent(SystemTarget):
         self.spiller.delivered(sub, containers)
 
     def cursor_advanced(self) -> None:
-        if self.period > self.options.pull_period and self._released():
+        """A delivery moved a cursor. While the reader waits out a back-off for room (the
+        cache under pressure), wake it once a purge would release the pressure: the cache
+        shrinks only when the reader purges, so otherwise a consumer that has room would
+        wait for the whole period."""
+        if self.period > self.options.pull_period and (
+            self._released() or self.cache.size_after_purge() <= self.cache.max_size // 2
+        ):
             self._wake.set()
 
     async def fault(self, sub: Subscription) -> None:
