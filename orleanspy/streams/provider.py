@@ -14,7 +14,7 @@ crash the new owner reads from the last acknowledgement (at-least-once).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
@@ -172,6 +172,11 @@ class PersistentStreamProvider:
         return AsyncStream(self, StreamId(namespace, key))
 
     get_stream = stream
+
+    def sender(self, stream_id: StreamId) -> Callable[[list[Any]], Awaitable[None]]:
+        """A publisher bound to the stream's queue (``AsyncStream`` keeps it): no lookup per
+        event."""
+        return self.adapter.sender(self.mapper.queue_for(stream_id), stream_id)
 
     async def enqueue(self, stream_id: StreamId, events: list[Any]) -> None:
         queues = self._queue_of

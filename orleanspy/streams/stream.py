@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 from orleanspy.errors import StreamError
@@ -151,24 +152,40 @@ class StreamSubscriptionHandle:
 class AsyncStream(Generic[T]):
     """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
-    __slots__ = ("_provider", "stream_id")
+    __slots__ = ("_provider", "_send", "stream_id")
 
     def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
+        self._send: Callable[[list[Any]], Awaitable[None]] | None = None
 
     def __repr__(self) -> str:
         return f"<AsyncStream {self._provider.name}:{self.stream_id}>"
 
+    def _sender(self) -> Callable[[list[Any]], Awaitable[None]]:
+        """What publishes to this stream: the provider's shortcut to the stream's queue if
+        it has one (found once per stream object), else its ``enqueue``."""
+        make = getattr(self._provider, "sender", None)
+        send = make(self.stream_id) if make is not None else partial(
+            self._provider.enqueue, self.stream_id)
+        self._send = send
+        return send
+
     async def on_next(self, item: T) -> None:
         """Publish one event (durable once this returns, for durable adapters)."""
-        await self._provider.enqueue(self.stream_id, [item])
+        send = self._send
+        if send is None:
+            send = self._sender()
+        await send([item])
 
     async def on_next_batch(self, items: Iterable[T]) -> None:
         """Publish several events as one batch (one queue message)."""
         events = list(items)
         if events:
-            await self._provider.enqueue(self.stream_id, events)
+            send = self._send
+            if send is None:
+                send = self._sender()
+            await send(events)
 
     async def subscribe(
         self,

@@ -25,8 +25,9 @@ here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from orleanspy._util.clock import Clock
@@ -239,6 +240,13 @@ class QueueAdapter(ABC):
             QueueFullError: a bounded queue stayed full for the adapter's enqueue timeout.
             RuntimeError: called before ``open`` or after ``close``.
         """
+
+    def sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], Awaitable[None]]:
+        """``enqueue`` bound to one queue and stream (what a stream keeps to publish). An
+        adapter may return something faster with the same guarantees."""
+        return partial(self.enqueue, queue, stream_id)
 
     @abstractmethod
     def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver:

@@ -35,7 +35,8 @@ import asyncio
 import contextlib
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from operator import itemgetter
 from typing import Any, Final, final
 
@@ -321,11 +322,22 @@ class MemoryQueueAdapter(QueueAdapter):
         return 0 if q is None else len(q.pending)
 
     async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
-        self._check_open("enqueue()")
+        await self._put(self._broker.queue(queue), queue, stream_id, events)
+
+    def sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], Awaitable[None]]:
+        """``enqueue`` with the queue found once: a stream publishes without a lookup."""
+        return partial(self._put, self._broker.queue(queue), queue, stream_id)
+
+    async def _put(
+        self, q: _MemoryQueue, queue: QueueId, stream_id: StreamId, events: Sequence[Any]
+    ) -> None:
+        if self._state != "open":
+            self._check_open("enqueue()")
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
-        payload = self._codec.packb(list(events))
-        q = self._broker.queue(queue)
+        payload = self._codec.packb(events if type(events) is list else list(events))
         if len(q.pending) >= q.capacity:
             await self._wait_for_room(queue, q)
             if self._state != "open":
