@@ -32,6 +32,7 @@ __all__ = [
     "EchoClient",
     "EchoServer",
     "Figure",
+    "LockedActor",
     "progress",
     "quiet_logging",
     "report",
@@ -139,6 +140,12 @@ class BareActor:
         self.count += 1
         return self.count
 
+    async def bump(self) -> int:
+        """Suspends once (as a method that writes state or calls another grain does)."""
+        await asyncio.sleep(0)
+        self.count += 1
+        return self.count
+
     async def _work(self) -> None:
         get = self.queue.get
         while True:
@@ -159,6 +166,25 @@ class BareActor:
 
     def stop(self) -> None:
         self.task.cancel()
+
+
+# -- ceiling: the caller runs the method under the actor's lock ---------------------------------
+class LockedActor:
+    """One turn at a time without a mailbox: the caller itself runs the method while it holds
+    the actor's ``asyncio.Lock``. The same guarantee as a mailbox for non-reentrant calls, and
+    the cheapest way to get it in asyncio; a ceiling, not a design (no placement, no
+    messages, no timeouts)."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = asyncio.Lock()
+
+    async def increment(self) -> int:
+        async with self.lock:
+            self.count += 1
+            return self.count
 
 
 # -- baseline 2: TCP echo with the gateway's framing ----------------------------------------

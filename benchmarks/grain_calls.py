@@ -17,6 +17,14 @@ so that machine noise hits both sides alike; see docs/benchmarks.md):
 4. ``client_to_silo``: a ClusterClient with 100 calls in flight to a silo in another
    process over loopback, vs an asyncio-streams TCP echo server (same framing, msgpack
    decode/encode) in another process and a client matching responses by id.
+5. ``suspending_1`` / ``suspending_100`` / ``suspending_10000``: a method that awaits once
+   (``asyncio.sleep(0)``, as a method that writes state or calls another grain does) with 1,
+   100 and 10,000 concurrent callers, each on its own grain, vs BareActors whose method
+   awaits the same way.
+6. ``get_grain_per_call``: ``silo.get_grain(Counter, key).increment()`` with the reference
+   made for every call, one sequential caller, vs ``LockedActor``: the caller runs the
+   method under the actor's ``asyncio.Lock`` (the one-turn-at-a-time ceiling in asyncio).
+   ``local_sequential_vs_lock`` is figure 1 against the same ceiling.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from _common import (
     EchoClient,
     EchoServer,
     Figure,
+    LockedActor,
     progress,
     quiet_logging,
     report,
@@ -59,6 +68,11 @@ class Counter(Grain):
         self.count = 0
 
     async def increment(self) -> int:
+        self.count += 1
+        return self.count
+
+    async def bump(self) -> int:
+        await asyncio.sleep(0)
         self.count += 1
         return self.count
 
@@ -111,6 +125,47 @@ async def local_calls(silo: Silo, ncallers: int, seconds: float, trials: int) ->
     if ncallers == 1:
         return Figure("local_sequential", ours, "calls/s", base, 1.0)
     return Figure(f"local_concurrent_{ncallers}x{ncallers}", ours, "calls/s", base, 1.0)
+
+
+# -- figures 5 and 6: suspending methods, references per call, the lock ceiling ----------------
+async def suspending_calls(silo: Silo, ncallers: int, seconds: float, trials: int) -> Figure:
+    refs = [silo.get_grain(Counter, f"bump-{ncallers}-{i}") for i in range(ncallers)]
+    actors = [BareActor() for _ in range(ncallers)]
+    try:
+        ours, base = await compare(
+            partial(run_callers, [r.bump for r in refs]),
+            partial(run_callers, [partial(a.call, "bump") for a in actors]),
+            ncallers=ncallers, seconds=seconds, trials=trials,
+        )
+    finally:
+        for a in actors:
+            a.stop()
+    target = 1.0 if ncallers <= CALLERS else 0.8
+    return Figure(f"suspending_{ncallers}", ours, "calls/s", base, target,
+                  f"{ncallers} callers, each on its own grain; the method awaits once")
+
+
+async def lock_ceiling(silo: Silo, seconds: float, trials: int) -> list[Figure]:
+    locked = LockedActor()
+    ref = silo.get_grain(Counter, "cached")
+
+    async def per_call() -> int:
+        return int(await silo.get_grain(Counter, "per-call").increment())
+
+    ours_per_call, base = await compare(
+        partial(run_callers, [per_call]), partial(run_callers, [locked.increment]),
+        ncallers=1, seconds=seconds, trials=trials,
+    )
+    ours_cached, base2 = await compare(
+        partial(run_callers, [ref.increment]), partial(run_callers, [locked.increment]),
+        ncallers=1, seconds=seconds, trials=trials,
+    )
+    return [
+        Figure("get_grain_per_call", ours_per_call, "calls/s", base, 0.25,
+               "reference made per call; baseline: the caller runs the method under a lock"),
+        Figure("local_sequential_vs_lock", ours_cached, "calls/s", max(base, base2), 0.25,
+               "bound method kept; baseline: the caller runs the method under a lock"),
+    ]
 
 
 # -- figure 3: activations ------------------------------------------------------------------
@@ -306,13 +361,20 @@ async def profile(which: str, seconds: float, callers: int) -> None:
 # -- main -----------------------------------------------------------------------------------
 async def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
-    only = set(args.only or ("local", "activation", "remote"))
+    only = set(args.only or ("local", "suspending", "activation", "remote"))
     if "local" in only:
         progress("local calls ...")
         async with Silo(_silo_options(), grains=[Counter]) as silo:
             figures.append(await local_calls(silo, 1, args.seconds, args.trials))
             progress("100 callers on 100 grains ...")
             figures.append(await local_calls(silo, CALLERS, args.seconds, args.trials))
+    if "suspending" in only:
+        async with Silo(_silo_options(), grains=[Counter]) as silo:
+            for n in (1, CALLERS, 10_000):
+                progress(f"suspending method, {n} callers ...")
+                figures.append(await suspending_calls(silo, n, args.seconds, args.trials))
+            progress("references per call and the lock ceiling ...")
+            figures.extend(await lock_ceiling(silo, args.seconds, args.trials))
     if "activation" in only:
         progress("activations ...")
         figures.append(await activations(ACTIVATIONS, args.activation_callers, args.trials))
@@ -330,9 +392,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="trials per side (best is kept)")
     parser.add_argument("--activation-callers", type=int, default=1,
                         help="concurrent callers for the activation figure (default 1)")
-    parser.add_argument("--only", action="append", choices=["local", "activation", "remote"],
+    parser.add_argument("--only", action="append",
+                        choices=["local", "suspending", "activation", "remote"],
                         help="run only these figures (repeatable): local = figures 1-2, "
-                        "activation = 3, remote = 4 (default: all)")
+                        "activation = 3, remote = 4, suspending = 5-6 (default: all)")
     parser.add_argument("--profile", choices=["local", "concurrent", "activation", "remote"],
                         help="profile orleanspy's side of one figure instead (stderr)")
     parser.add_argument("--serve", choices=["silo", "echo"], help=argparse.SUPPRESS)
