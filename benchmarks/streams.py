@@ -50,7 +50,6 @@ import argparse
 import asyncio
 import gc
 import itertools
-import math
 import sqlite3
 import sys
 import tempfile
@@ -243,6 +242,22 @@ async def _until(predicate: Callable[[], bool], timeout: float = DONE_TIMEOUT) -
             await asyncio.sleep(0.001)
 
 
+async def _queue_empty(adapter: Any, queue: Any) -> bool:
+    if hasattr(adapter, "pending_count"):
+        return int(await adapter.pending_count(queue)) == 0
+    return int(adapter.queue_length(queue)) == 0
+
+
+async def _until_async(predicate: Callable[[], Awaitable[bool]],
+                       timeout: float = DONE_TIMEOUT) -> None:
+    """Poll an adapter's count (no event to wait on) every millisecond."""
+    async with asyncio.timeout(timeout):
+        for _ in itertools.count():
+            if await predicate():
+                return
+            await asyncio.sleep(0.001)
+
+
 # -- our side: one trial --------------------------------------------------------------------
 async def stream_trial(
     silo: Silo,
@@ -269,8 +284,7 @@ async def stream_trial(
         await silo.get_grain(StreamConsumer, ck).subscribe(provider, key)
     refs = [silo.get_grain(StreamProducer, f"p{p}") for p in range(producers)]
     agent = _agent(silo, provider, key)
-    containers = n if batch <= 1 else producers * math.ceil(per / batch)
-    acked = agent.acknowledged + containers
+    adapter = silo.stream_providers[provider].adapter
     gc.collect()
     if profiler is not None:
         profiler.start()
@@ -280,8 +294,8 @@ async def stream_trial(
     ))
     async with asyncio.timeout(DONE_TIMEOUT):
         await asyncio.gather(*(t.done for t in tallies))
-    if wait_ack:
-        await _until(lambda: agent.acknowledged >= acked)
+    if wait_ack:  # every container acknowledged: the queue holds nothing of the stream
+        await _until_async(lambda: _queue_empty(adapter, agent.queue))
     elapsed = time.perf_counter() - t0
     if profiler is not None:
         profiler.stop()

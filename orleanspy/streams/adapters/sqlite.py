@@ -39,8 +39,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.sqlite import SqliteDatabase
@@ -88,6 +89,8 @@ _SELECT_STREAM_FROM: Final = (
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
 _MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
 _STREAM_ID_CACHE_SIZE: Final = 4096
+#: single events of one stream that share a row at most (a msgpack array16 header)
+_COALESCE_MAX: Final = 4096
 
 
 @functools.cache
@@ -140,6 +143,7 @@ class _GroupCommit:
         "_deletes",
         "_flusher",
         "_inserts",
+        "_open",
         "_waiters",
         "commits",
         "deleted",
@@ -149,6 +153,9 @@ class _GroupCommit:
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
         self._inserts: list[Any] = []  # flattened rows: _COLUMNS values each
+        #: (queue, stream) -> where its row of single events is in ``_inserts`` (its events
+        #: value is a list of encoded events until the round is taken)
+        self._open: dict[tuple[str, StreamId], int] = {}
         self._deletes: dict[str, list[int]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -158,6 +165,33 @@ class _GroupCommit:
         """Add a row; the future resolves once it is committed."""
         self._inserts += row
         return self._committed()
+
+    def insert_event(
+        self, queue: str, stream_id: StreamId, namespace: str, key: bytes, event: bytes
+    ) -> asyncio.Future[None]:
+        """Add one encoded event of ``stream_id``; events of one stream added before the next
+        commit share one row (one container). The future resolves once it is committed."""
+        at = self._open.get((queue, stream_id))
+        if at is not None and len(self._inserts[at + 3]) < _COALESCE_MAX:
+            self._inserts[at + 3].append(event)
+        else:
+            self._open[(queue, stream_id)] = len(self._inserts)
+            self._inserts += (queue, namespace, key, [event], 0)
+        return self._committed()
+
+    def _take(self) -> list[Any]:
+        """The rows of this round, each row of single events encoded as one list."""
+        inserts = self._inserts
+        for at in self._open.values():
+            events = inserts[at + 3]
+            n = len(events)
+            header = (bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big"))
+            payload = header + b"".join(events)
+            inserts[at + 3] = payload
+            inserts[at + 4] = len(payload)
+        self._open = {}
+        self._inserts = []
+        return inserts
 
     def delete(self, queue: str, seqs: list[int]) -> asyncio.Future[None]:
         """Add seqs of ``queue`` to delete; the future resolves once that is committed."""
@@ -180,8 +214,8 @@ class _GroupCommit:
         waiters: list[asyncio.Future[None]] = []
         try:
             while self._waiters:
-                inserts, deletes, waiters = self._inserts, self._deletes, self._waiters
-                self._inserts, self._deletes, self._waiters = [], {}, []
+                inserts, deletes, waiters = self._take(), self._deletes, self._waiters
+                self._deletes, self._waiters = {}, []
                 try:
                     await self._db.transaction(_write, inserts, deletes)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
@@ -199,7 +233,7 @@ class _GroupCommit:
         except BaseException:
             for waiter in (*waiters, *self._waiters):
                 waiter.cancel()
-            self._inserts, self._deletes, self._waiters = [], {}, []
+            self._inserts, self._deletes, self._waiters, self._open = [], {}, [], {}
             raise
         finally:
             self._flusher = None
@@ -382,6 +416,31 @@ class SqliteQueueAdapter(QueueAdapter):
         await self._writer.insert(
             (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
         )
+
+    def sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], Awaitable[None]]:
+        """What a stream publishes with: single events published before the next commit
+        share one row (one container, each event with its own token), so concurrent
+        producers of a stream cost one row per commit; each caller still returns only once
+        its event is committed. A batch (``on_next_batch``) is a row of its own."""
+        return partial(self._send, str(queue), stream_id, stream_id.namespace,
+                       self._codec.packb(stream_id.key))
+
+    async def _send(
+        self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
+        events: Sequence[Any],
+    ) -> None:
+        if self._state != "open":
+            self._check_open("enqueue()")
+        if not events:
+            raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+        pack = self._codec.packb
+        if len(events) == 1:
+            await self._writer.insert_event(queue, stream_id, namespace, key, pack(events[0]))
+            return
+        payload = pack(list(events))
+        await self._writer.insert((queue, namespace, key, payload, len(payload)))
 
     def create_receiver(self, queue: QueueId) -> SqliteQueueReceiver:
         self._check_open("create_receiver()")
