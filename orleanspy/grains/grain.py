@@ -113,16 +113,18 @@ class Grain:
                 f"{namespace}/{key}: after a reactivation, resume it in on_activate "
                 "(stream.get_subscriptions() then handle.resume(handler))"
             )
-        for i, (item, token) in enumerate(events):
-            try:
+        done = 0
+        try:
+            for item, token in events:
                 await on_next(item, token)
-            except Exception as exc:
-                if i == 0:
-                    raise
-                # The events before it were handled: the agent retries from this one only.
-                raise StreamDeliveryInterrupted(
-                    i, f"on_next failed at token {token}: {exc!r}"
-                ) from exc
+                done += 1
+        except Exception as exc:
+            if done == 0:
+                raise
+            # The events before it were handled: the agent retries from this one only.
+            raise StreamDeliveryInterrupted(
+                done, f"on_next failed at token {events[done][1]}: {exc!r}"
+            ) from exc
 
     async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
         """Runtime extension: a stream error for one subscription (on_error, if any)."""

@@ -201,7 +201,13 @@ class Delivery:
                     batch_size if cursor.gating else 1)
                 if not items:
                     return
-                events = [pair for item in items for pair in item.container.items()]
+                events: list[Event] = []
+                for item in items:
+                    container = item.container
+                    if len(container.events) == 1:  # one event: its token is the container's
+                        events.append((container.events[0], item.token))
+                    else:
+                        events += container.items()
                 sub.inflight, items = items, None  # held by ``sub`` only (see ``inflight``)
                 ok = await self.deliver(sub, events)
                 items, sub.inflight = sub.inflight, None

@@ -51,7 +51,7 @@ from orleanspy.streams.adapters.base import (
     QueueFullError,
 )
 from orleanspy.streams.ids import QueueId, StreamId
-from orleanspy.streams.tokens import SequenceToken
+from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = ["MemoryAdapterFactory", "MemoryQueueAdapter", "MemoryQueueReceiver"]
 
@@ -217,7 +217,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             self._index = i + len(chunk)
             self._last_sequence = chunk[-1][0]
             return [
-                BatchContainer(sid, SequenceToken(seq), tuple(unpack(payload)), len(payload))
+                BatchContainer(sid, container_token(seq), tuple(unpack(payload)), len(payload))
                 for seq, sid, payload in chunk
             ]
         batch: list[BatchContainer] = []
@@ -228,7 +228,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             if sequence in pending:
                 append(
                     BatchContainer(
-                        stream_id, SequenceToken(sequence), tuple(unpack(payload)), len(payload)
+                        stream_id, container_token(sequence), tuple(unpack(payload)), len(payload)
                     )
                 )
                 if len(batch) == max_count:
@@ -252,7 +252,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             if sequence in pending and (stream_id is None or sid == stream_id):
                 batch.append(
                     BatchContainer(
-                        sid, SequenceToken(sequence), tuple(unpack(payload)), len(payload)
+                        sid, container_token(sequence), tuple(unpack(payload)), len(payload)
                     )
                 )
                 if len(batch) == max_count:
