@@ -47,6 +47,18 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
+def _events_of(items: list[CacheItem]) -> list[Event]:
+    """The events of cached items, each with its own token."""
+    events: list[Event] = []
+    for item in items:
+        container = item.container
+        if len(container.events) == 1:  # one event: its token is the container's
+            events.append((container.events[0], item.token))
+        else:
+            events += container.items()
+    return events
+
+
 class Subscription:
     """One subscription as its queue's agent serves it: from a cache cursor or, spilled,
     from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
@@ -201,13 +213,7 @@ class Delivery:
                     batch_size if cursor.gating else 1)
                 if not items:
                     return
-                events: list[Event] = []
-                for item in items:
-                    container = item.container
-                    if len(container.events) == 1:  # one event: its token is the container's
-                        events.append((container.events[0], item.token))
-                    else:
-                        events += container.items()
+                events = _events_of(items)  # in a function: no local keeps an item alive
                 sub.inflight, items = items, None  # held by ``sub`` only (see ``inflight``)
                 ok = await self.deliver(sub, events)
                 items, sub.inflight = sub.inflight, None
