@@ -17,6 +17,8 @@ so that machine noise hits both sides alike; see docs/benchmarks.md):
 4. ``client_to_silo``: a ClusterClient with 100 calls in flight to a silo in another
    process over loopback, vs an asyncio-streams TCP echo server (same framing, msgpack
    decode/encode) in another process and a client matching responses by id.
+   ``client_to_silo_vs_coalescing_echo``: the same calls against an echo that reads each
+   chunk once and writes the frames of one loop pass together (``CoalescingEchoServer``).
 5. ``suspending_1`` / ``suspending_100`` / ``suspending_10000``: a method that awaits once
    (``asyncio.sleep(0)``, as a method that writes state or calls another grain does) with 1,
    100 and 10,000 concurrent callers, each on its own grain, vs BareActors whose method
@@ -43,6 +45,8 @@ from typing import Any
 
 from _common import (
     BareActor,
+    CoalescingEchoClient,
+    CoalescingEchoServer,
     EchoClient,
     EchoServer,
     Figure,
@@ -263,14 +267,17 @@ class Server:
                 proc.wait()
 
 
-async def remote_calls(seconds: float, trials: int, ncallers: int = CALLERS) -> Figure:
+async def remote_calls(seconds: float, trials: int, ncallers: int = CALLERS) -> list[Figure]:
     silo_server = Server("silo")
     echo_server = Server("echo")
+    tuned_server = Server("tuned")
     client = ClusterClient(gateways=[f"127.0.0.1:{silo_server.port}"])
     echo = EchoClient()
+    tuned = CoalescingEchoClient()
     try:
         await client.connect()
         await echo.connect(echo_server.port)
+        await tuned.connect(tuned_server.port)
         ours_calls = [client.get_grain(Counter, i).increment for i in range(ncallers)]
         base_calls = [partial(echo.call, "BenchCounter", i, "increment") for i in range(ncallers)]
         ours, base = await compare(
@@ -278,14 +285,27 @@ async def remote_calls(seconds: float, trials: int, ncallers: int = CALLERS) -> 
             partial(run_callers, base_calls),
             ncallers=ncallers, seconds=seconds, trials=trials,
         )
+        tuned_calls = [partial(tuned.call, "BenchCounter", i, "increment")
+                       for i in range(ncallers)]
+        ours2, base2 = await compare(
+            partial(run_callers, ours_calls),
+            partial(run_callers, tuned_calls),
+            ncallers=ncallers, seconds=seconds, trials=trials,
+        )
     finally:
         await client.close()
         await echo.close()
+        await tuned.close()
         silo_server.stop()
         echo_server.stop()
-    return Figure(
-        "client_to_silo", ours, "calls/s", base, 0.5, f"{ncallers} calls in flight, loopback"
-    )
+        tuned_server.stop()
+    return [
+        Figure("client_to_silo", ours, "calls/s", base, 0.5,
+               f"{ncallers} calls in flight, loopback"),
+        Figure("client_to_silo_vs_coalescing_echo", ours2, "calls/s", base2, 0.9,
+               "as above; baseline: an echo that reads each chunk once and writes the frames "
+               "of one loop pass with one write"),
+    ]
 
 
 async def serve(kind: str, profile: bool) -> None:
@@ -308,7 +328,7 @@ async def serve(kind: str, profile: bool) -> None:
             profiler.stop()
         await silo.stop()
     else:
-        server = EchoServer()
+        server: Any = EchoServer() if kind == "echo" else CoalescingEchoServer()
         await server.start()
         print(server.port, flush=True)
         await done.wait()
@@ -380,7 +400,7 @@ async def run(args: argparse.Namespace) -> list[Figure]:
         figures.append(await activations(ACTIVATIONS, args.activation_callers, args.trials))
     if "remote" in only:
         progress("client -> silo over loopback ...")
-        figures.append(await remote_calls(args.seconds, args.trials))
+        figures.extend(await remote_calls(args.seconds, args.trials))
     return figures
 
 
@@ -398,7 +418,7 @@ def main() -> None:
                         "activation = 3, remote = 4, suspending = 5-6 (default: all)")
     parser.add_argument("--profile", choices=["local", "concurrent", "activation", "remote"],
                         help="profile orleanspy's side of one figure instead (stderr)")
-    parser.add_argument("--serve", choices=["silo", "echo"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["silo", "echo", "tuned"], help=argparse.SUPPRESS)
     parser.add_argument("--profile-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
