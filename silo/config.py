@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import parse_backend_url
+from orleanspy.runtime.options import BACKENDS_OF
 from orleanspy.spark.options import SparkOptions
 from silo.spark_config import parse_spark
 from silo.streams_config import parse_streams
@@ -57,7 +58,6 @@ _CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 _MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 _FIELDS: Final = SiloOptions.field_names()
-_BACKENDS: Final = frozenset({"memory", "sqlite"})
 # back-end URL fields -> a valid value quoted in their errors
 _URL_FIELDS: Final = {"storage": "sqlite:orleanspy.db", "reminders": "sqlite:orleanspy.db",
                       "membership": "sqlite:cluster.db"}
@@ -148,7 +148,7 @@ def _validate(name: str, setting: _Setting) -> None:
     """Check one value with SiloOptions' own rules, naming the source on failure; a back-end
     URL is parsed by the one URL parser first, so its error names the accepted forms."""
     if name in _URL_FIELDS and isinstance(setting.value, str):
-        parse_backend_url(setting.value, key=setting.source, allow=_BACKENDS,
+        parse_backend_url(setting.value, key=setting.source, allow=BACKENDS_OF[name],
                           example=_URL_FIELDS[name])
     try:
         SiloOptions(**{name: setting.value})

@@ -31,15 +31,17 @@ from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.runtime import ClusterRuntime
 from orleanspy.reminders.base import ReminderTable
 from orleanspy.reminders.memory import MemoryReminderTable
+from orleanspy.reminders.redis import RedisReminderTable
 from orleanspy.reminders.service import ReminderService
 from orleanspy.reminders.sqlite import SqliteReminderTable
 from orleanspy.runtime.gateway import Gateway
 from orleanspy.runtime.locator import GrainLocator
-from orleanspy.runtime.options import SiloOptions
+from orleanspy.runtime.options import BACKENDS_OF, SiloOptions
 from orleanspy.runtime.silo import GATEWAY, REMINDERS, STREAMS_PREFIX
 from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
@@ -51,24 +53,29 @@ __all__ = ["Silo", "open_grain_storage", "open_reminder_table", "queue_lease_sto
 #: Stage at which the gateway listens: before the cluster joins (see the module doc).
 GATEWAY_LISTEN = SiloStage.CLUSTER - 100
 
-_BACKENDS = frozenset({"memory", "sqlite"})
+_STATE_BACKENDS = BACKENDS_OF["storage"]
 
 
 def open_grain_storage(url: str, data_dir: str) -> GrainStorage:
-    """The grain storage of a ``SiloOptions.storage`` URL (``memory`` or ``sqlite:PATH``)."""
+    """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH`` or
+    ``redis://HOST:PORT/DB?prefix=P``)."""
     parsed = parse_backend_url(url, key="SiloOptions.storage", data_dir=data_dir,
-                               allow=_BACKENDS, example="sqlite:state.db")
+                               allow=_STATE_BACKENDS, example="sqlite:state.db")
     if parsed.scheme == "memory":
         return MemoryGrainStorage()
+    if parsed.scheme == "redis":
+        return RedisGrainStorage(parsed.text)
     return SqliteGrainStorage(parsed.path)
 
 
 def open_reminder_table(url: str, data_dir: str) -> ReminderTable:
-    """The reminder table of a ``SiloOptions.reminders`` URL."""
+    """The reminder table of a ``SiloOptions.reminders`` URL (as for storage)."""
     parsed = parse_backend_url(url, key="SiloOptions.reminders", data_dir=data_dir,
-                               allow=_BACKENDS, example="sqlite:reminders.db")
+                               allow=_STATE_BACKENDS, example="sqlite:reminders.db")
     if parsed.scheme == "memory":
         return MemoryReminderTable()
+    if parsed.scheme == "redis":
+        return RedisReminderTable(parsed.text)
     return SqliteReminderTable(parsed.path)
 
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from typing import Final
 
 from orleanspy._util.urls import parse_backend_url
 from orleanspy.errors import ConfigurationError
 
 __all__ = ["SiloOptions"]
+
+#: the back ends each URL setting accepts
+BACKENDS_OF: Final[dict[str, frozenset[str]]] = {
+    "storage": frozenset({"memory", "sqlite", "redis"}),
+    "reminders": frozenset({"memory", "sqlite", "redis"}),
+    "membership": frozenset({"memory", "sqlite"}),
+}
 
 
 def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None:
@@ -93,11 +101,10 @@ class SiloOptions:
                "must be 'console' or 'json'")
         _check(n, "log_level", self.log_level in ("debug", "info", "warning", "error"),
                self.log_level, "must be debug, info, warning or error")
-        embedded = frozenset({"memory", "sqlite"})
         for name in ("storage", "reminders", "membership"):
             url = getattr(self, name)
             if url is not None:  # membership None: a lone silo
-                parse_backend_url(url, key=f"{n}.{name}", allow=embedded,
+                parse_backend_url(url, key=f"{n}.{name}", allow=BACKENDS_OF[name],
                                   data_dir=self.data_dir, example=f"sqlite:{name}.db")
         if self.probe_timeout is not None:
             _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,

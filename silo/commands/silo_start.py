@@ -80,10 +80,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="file holding the key silos prove to each other (cluster_key; "
                    "default: a key kept in the membership table)")
     p.add_argument("--storage", metavar="URL",
-                   help="grain storage: memory or sqlite:PATH, relative to --data-dir "
-                   "(default: sqlite:orleanspy.db)")
+                   help="grain storage: memory, sqlite:PATH (relative to --data-dir) or "
+                   "redis://HOST:PORT/DB?prefix=P (default: sqlite:orleanspy.db)")
     p.add_argument("--reminders", metavar="URL",
-                   help="reminder table: memory or sqlite:PATH (default: sqlite:orleanspy.db)")
+                   help="reminder table: memory, sqlite:PATH or redis://HOST:PORT/DB?prefix=P "
+                   "(default: sqlite:orleanspy.db)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="folder of the SQLite files (default: .orleanspy)")
     p.add_argument("--idle-age", type=float, metavar="SECONDS",

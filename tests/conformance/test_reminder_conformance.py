@@ -13,6 +13,7 @@ import pytest
 from orleanspy.ids import GrainId
 from orleanspy.reminders.base import ReminderEntry, ReminderTable
 from orleanspy.reminders.memory import MemoryReminderTable
+from orleanspy.reminders.redis import RedisReminderTable
 from orleanspy.reminders.sqlite import SqliteReminderTable
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.testing.conformance import DISTINCT_KEYS, ReminderTableConformance, key_shape
@@ -29,6 +30,15 @@ class TestMemoryReminderTableConformance(ReminderTableConformance):
 class TestSqliteReminderTableConformance(ReminderTableConformance):
     async def make_table(self, tmp_path: Path) -> ReminderTable:
         return SqliteReminderTable(str(tmp_path / "reminders.db"))
+
+
+class TestRedisReminderTableConformance(ReminderTableConformance):
+    @pytest.fixture(autouse=True)
+    def _redis(self, redis_url: str) -> None:
+        self.url = redis_url  # Redis reachable (else skipped, or failed under CI)
+
+    async def make_table(self, tmp_path: Path) -> ReminderTable:
+        return RedisReminderTable(self.url)
 
 
 class TestSqliteInMemoryReminderTableConformance(ReminderTableConformance):

@@ -17,6 +17,7 @@ from orleanspy.errors import InconsistentStateError
 from orleanspy.ids import GrainId
 from orleanspy.storage.base import GrainStorage, StoredState
 from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.testing.conformance import DISTINCT_KEYS, GrainStorageConformance, key_shape
 
@@ -32,6 +33,15 @@ class TestMemoryGrainStorageConformance(GrainStorageConformance):
 class TestSqliteGrainStorageConformance(GrainStorageConformance):
     async def make_storage(self, tmp_path: Path) -> GrainStorage:
         return SqliteGrainStorage(str(tmp_path / "state.db"))
+
+
+class TestRedisGrainStorageConformance(GrainStorageConformance):
+    @pytest.fixture(autouse=True)
+    def _redis(self, redis_url: str) -> None:
+        self.url = redis_url  # Redis reachable (else skipped, or failed under CI)
+
+    async def make_storage(self, tmp_path: Path) -> GrainStorage:
+        return RedisGrainStorage(self.url)
 
 
 class TestSqliteInMemoryGrainStorageConformance(GrainStorageConformance):
@@ -105,6 +115,7 @@ async def test_sqlite_storage_clear_survives_reopen(tmp_path: Path) -> None:
 _KILLED_WRITER = """
 import asyncio, os, signal, sys
 from orleanspy.ids import GrainId
+from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 
 async def main():

@@ -73,3 +73,18 @@ async def test_kill_9_loses_changes_that_were_never_written(silo_launcher: SiloL
     second = await silo_launcher.start()
     async with second.client() as client:
         assert await client.get_grain("Counter", "carol").get() == 1
+
+
+async def test_state_and_reminders_on_redis_survive_kill_9(
+    silo_launcher: SiloLauncher, redis_url: str
+) -> None:
+    """The same with ``--storage`` and ``--reminders`` on Redis (its own key prefix)."""
+    backends = ("--storage", redis_url, "--reminders", redis_url)
+    first = await silo_launcher.start(*backends)
+    async with first.client() as client:
+        assert await client.get_grain("Counter", "redis-bob").add(4) == 4
+    assert await first.kill() == -9
+
+    second = await silo_launcher.start(*backends)
+    async with second.client() as client:
+        assert await client.get_grain("Counter", "redis-bob").get() == 4

@@ -204,12 +204,14 @@ def test_load_config_bad_backend_url_names_the_key_and_the_forms(tmp_path: Path)
         load_config(path, environ={})
     message = str(info.value)
     assert message.startswith(f"{path}: key silo.storage = 'postgres:db': unknown back end")
-    assert "memory | sqlite:PATH" in message
+    assert "memory | redis://HOST:PORT/DB | sqlite:PATH" in message
     with pytest.raises(ConfigurationError, match=r"environment variable ORLEANSPY_MEMBERSHIP "
                        r"= 'sqlite:': no file named; use memory \| sqlite:PATH"):
         load_config(environ={"ORLEANSPY_MEMBERSHIP": "sqlite:"})
-    with pytest.raises(ConfigurationError, match=r"flag --reminders = 'redis://h': unknown"):
-        load_config(None, {"reminders": "redis://h"}, environ={})
+    with pytest.raises(ConfigurationError, match=r"flag --membership = 'redis://h': unknown"):
+        load_config(None, {"membership": "redis://h"}, environ={})
+    redis = load_config(None, {"reminders": "redis://h:6379/0?prefix=p"}, environ={})
+    assert redis.options.reminders == "redis://h:6379/0?prefix=p"
 
 
 def test_stream_adapter_urls_resolve_against_the_data_dir(tmp_path: Path) -> None:

@@ -1,0 +1,80 @@
+"""RedisClient: one Redis connection pool per back-end URL, keys under the URL's prefix.
+
+A URL is ``redis://[user:password@]host[:port][/db][?prefix=P]`` (or ``rediss://`` for TLS);
+every key the runtime writes starts with ``P:`` (default ``orleanspy``), so several clusters
+or test runs can share one server. ``open`` checks the server answers and raises a
+``StorageError`` naming the URL (password hidden) otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+from orleanspy.errors import ConfigurationError, StorageError
+
+__all__ = ["RedisClient", "redact", "split_prefix"]
+
+DEFAULT_PREFIX = "orleanspy"
+
+
+def split_prefix(url: str) -> tuple[str, str]:
+    """``(url without ?prefix=, prefix)``."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    prefixes = query.pop("prefix", [DEFAULT_PREFIX])
+    prefix = prefixes[-1]
+    if not prefix or any(c in prefix for c in " {}"):
+        raise ConfigurationError(
+            f"redis URL {redact(url)!r}: prefix {prefix!r} must be non-empty without spaces "
+            "or braces (e.g. ?prefix=prod)"
+        )
+    rest = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                       urlencode(query, doseq=True), parts.fragment))
+    return rest, prefix
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class RedisClient:
+    """A ``redis.asyncio`` client for one URL and its key prefix."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.server_url, self.prefix = split_prefix(url)
+        self._redis: Any = None
+
+    def __repr__(self) -> str:
+        return f"RedisClient({redact(self.url)!r})"
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    @property
+    def redis(self) -> Any:
+        if self._redis is None:
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.Redis.from_url(self.server_url, decode_responses=False)
+        return self._redis
+
+    async def open(self) -> None:
+        try:
+            await self.redis.ping()
+        except Exception as exc:
+            raise StorageError(
+                f"cannot reach Redis at {redact(self.server_url)}: {exc}; start redis-server "
+                "there or fix the URL"
+            ) from exc
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None

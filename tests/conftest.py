@@ -1,0 +1,68 @@
+"""Fixtures shared by every suite.
+
+Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379``), a key prefix of its own per test,
+and the keys deleted afterwards.
+
+Unreachable Redis skips the test with the reason, except when ``CI`` is set: then it fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+_reachable: list[bool] = []
+
+
+def require_redis() -> None:
+    if not _reachable:
+        import redis
+
+        try:
+            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+            _reachable.append(True)
+        except Exception as exc:
+            _reachable.append(False)
+            _why.append(f"Redis at {REDIS_URL} is unreachable ({exc}); set REDIS_URL")
+    if not _reachable[0]:
+        if os.environ.get("CI"):
+            pytest.fail(_why[0])
+        pytest.skip(_why[0])
+
+
+_why: list[str] = []
+
+
+def prefix_for(tmp_path: Path) -> str:
+    """A key prefix of this test's own (the same for every call in one test)."""
+    return "orleanspy-test-" + hashlib.blake2b(str(tmp_path).encode(), digest_size=8).hexdigest()
+
+
+def url_for(tmp_path: Path) -> str:
+    return f"{REDIS_URL}?prefix={prefix_for(tmp_path)}"
+
+
+def delete_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A Redis URL with a key prefix of this test's own; skips (or fails under CI) without
+    Redis; deletes the test's keys afterwards."""
+    require_redis()
+    yield url_for(tmp_path)
+    delete_prefix(prefix_for(tmp_path))
