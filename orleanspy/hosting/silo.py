@@ -26,6 +26,7 @@ from orleanspy._util.lifecycle import SiloStage
 from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.runtime import ClusterRuntime
@@ -47,6 +48,7 @@ from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
 from orleanspy.streams.pubsub import PubSubRendezvous
 from orleanspy.streams.pulling.agent import PullingAgent
+from orleanspy.streams.redis_leases import RedisQueueLeaseStore
 
 __all__ = ["Silo", "open_grain_storage", "open_reminder_table", "queue_lease_store"]
 
@@ -85,6 +87,8 @@ def queue_lease_store(table: MembershipTable) -> QueueLeaseStore:
     the silos sharing an in-memory table share (it lives on the table)."""
     if isinstance(table, SqliteMembershipTable):
         return SqliteQueueLeaseStore(table.path, table.cluster_id)
+    if isinstance(table, RedisMembershipTable):
+        return RedisQueueLeaseStore(table.url, table.cluster_id)
     if isinstance(table, MemoryMembershipTable):
         store = table.shared.get("stream_leases")
         if store is None:

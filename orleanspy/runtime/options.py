@@ -15,7 +15,7 @@ __all__ = ["SiloOptions"]
 BACKENDS_OF: Final[dict[str, frozenset[str]]] = {
     "storage": frozenset({"memory", "sqlite", "redis"}),
     "reminders": frozenset({"memory", "sqlite", "redis"}),
-    "membership": frozenset({"memory", "sqlite"}),
+    "membership": frozenset({"memory", "sqlite", "redis"}),
 }
 
 

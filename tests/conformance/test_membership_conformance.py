@@ -17,6 +17,7 @@ from orleanspy.cluster.membership import (
     SiloStatus,
     SqliteMembershipTable,
 )
+from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
 from orleanspy.testing.membership_conformance import MembershipTableConformance, sample_entry
@@ -36,6 +37,18 @@ class TestSqliteMembershipTableConformance(MembershipTableConformance):
 
     async def make_table(self, tmp_path: Path) -> MembershipTable:
         return SqliteMembershipTable(str(tmp_path / "membership.db"), cluster_id="conformance")
+
+
+class TestRedisMembershipTableConformance(MembershipTableConformance):
+    durable = True
+    shared_storage = True
+
+    @pytest.fixture(autouse=True)
+    def _redis(self, redis_url: str) -> None:
+        self.url = redis_url  # Redis reachable (else skipped, or failed under CI)
+
+    async def make_table(self, tmp_path: Path) -> MembershipTable:
+        return RedisMembershipTable(self.url, cluster_id="conformance")
 
 
 class TestSqliteInMemoryMembershipTableConformance(MembershipTableConformance):
@@ -108,10 +121,14 @@ def test_sqlite_membership_rejects_empty_cluster_id() -> None:
 _RACER = """
 import asyncio, dataclasses, json, sys
 from orleanspy.cluster.membership import SqliteMembershipTable, SuspectVote
+from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.ids import SiloAddress
 
 async def main(path, n, rounds):
-    table = SqliteMembershipTable(path, cluster_id="race")
+    if path.startswith("redis://"):
+        table = RedisMembershipTable(path, cluster_id="race")
+    else:
+        table = SqliteMembershipTable(path, cluster_id="race")
     target = SiloAddress("127.0.0.1", 11111, 1)
     me = SiloAddress("127.0.0.1", 20000 + n, 1)
     wins = []
@@ -131,9 +148,18 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 
 
 @pytest.mark.slow
-async def test_sqlite_membership_processes_win_exactly_once_per_version(tmp_path: Path) -> None:
-    path = str(tmp_path / "membership.db")
-    table = SqliteMembershipTable(path, cluster_id="race")
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_membership_processes_win_exactly_once_per_version(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Four processes race 40 votes each on one row: each version is won exactly once."""
+    table: MembershipTable
+    if backend == "redis":
+        path = request.getfixturevalue("redis_url")
+        table = RedisMembershipTable(path, cluster_id="race")
+    else:
+        path = str(tmp_path / "membership.db")
+        table = SqliteMembershipTable(path, cluster_id="race")
     await table.open()
     assert await table.insert_row(sample_entry(SILO), (await table.read_all()).version)
     start = (await table.read_all()).version.version

@@ -164,7 +164,8 @@ def test_silo_options_probe_timeout_above_period_is_rejected():
     with pytest.raises(ConfigurationError, match="probe_timeout"):
         membership_options_of(SiloOptions(probe_period=1.0, probe_timeout=2.0))
     with pytest.raises(ConfigurationError, match="membership"):
-        SiloOptions(membership="redis://x")
+        SiloOptions(membership="postgres://x")
+    assert SiloOptions(membership="redis://x:6379/0").membership == "redis://x:6379/0"
 
 
 # -- transport ---------------------------------------------------------------------------

@@ -206,10 +206,11 @@ def test_load_config_bad_backend_url_names_the_key_and_the_forms(tmp_path: Path)
     assert message.startswith(f"{path}: key silo.storage = 'postgres:db': unknown back end")
     assert "memory | redis://HOST:PORT/DB | sqlite:PATH" in message
     with pytest.raises(ConfigurationError, match=r"environment variable ORLEANSPY_MEMBERSHIP "
-                       r"= 'sqlite:': no file named; use memory \| sqlite:PATH"):
+                       r"= 'sqlite:': no file named; use memory \| redis://HOST:PORT/DB \| "
+                       r"sqlite:PATH"):
         load_config(environ={"ORLEANSPY_MEMBERSHIP": "sqlite:"})
-    with pytest.raises(ConfigurationError, match=r"flag --membership = 'redis://h': unknown"):
-        load_config(None, {"membership": "redis://h"}, environ={})
+    with pytest.raises(ConfigurationError, match=r"flag --membership = 'etcd://h': unknown"):
+        load_config(None, {"membership": "etcd://h"}, environ={})
     redis = load_config(None, {"reminders": "redis://h:6379/0?prefix=p"}, environ={})
     assert redis.options.reminders == "redis://h:6379/0?prefix=p"
 

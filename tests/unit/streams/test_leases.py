@@ -20,16 +20,20 @@ from orleanspy.streams import (
     StreamProviderOptions,
 )
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
+from orleanspy.streams.redis_leases import RedisQueueLeaseStore
 
 WAIT = 10.0
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def store(request: Any, tmp_path: Path) -> AsyncIterator[QueueLeaseStore]:
-    s: QueueLeaseStore = (
-        MemoryQueueLeaseStore() if request.param == "memory"
-        else SqliteQueueLeaseStore(str(tmp_path / "membership.db"), "unit")
-    )
+    s: QueueLeaseStore
+    if request.param == "memory":
+        s = MemoryQueueLeaseStore()
+    elif request.param == "sqlite":
+        s = SqliteQueueLeaseStore(str(tmp_path / "membership.db"), "unit")
+    else:
+        s = RedisQueueLeaseStore(request.getfixturevalue("redis_url"), "unit")
     try:
         yield s
     finally:
