@@ -3,7 +3,7 @@
 Example::
 
     [streams.events]
-    adapter = "sqlite:streams.db"     # memory | generator | sqlite:PATH (relative to data_dir)
+    adapter = "sqlite:streams.db"     # memory | generator | sqlite:PATH | redis://HOST:PORT/DB
     total_queues = 8
     cache_size = 4096
     flow_control = "min"
@@ -31,6 +31,7 @@ from orleanspy.streams.adapters import (
     GeneratorAdapterFactory,
     GeneratorOptions,
     MemoryAdapterFactory,
+    RedisAdapterFactory,
     SqliteAdapterFactory,
 )
 from orleanspy.streams.adapters.base import QueueAdapterFactory
@@ -45,7 +46,7 @@ _OPTION_FIELDS: Final = tuple(
 )
 _GENERATOR_FIELDS: Final = ("namespace", "streams_per_queue", "events_per_stream")
 _KNOWN: Final = (*_OPTION_FIELDS, "adapter", "namespaces", "generator")
-_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite"})
+_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis"})
 _ADAPTER_WORDS: Final = frozenset({"generator"})
 
 
@@ -61,6 +62,8 @@ def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> Queu
                                example="sqlite:streams.db")
     if parsed.scheme == "memory":
         return MemoryAdapterFactory()
+    if parsed.scheme == "redis":
+        return RedisAdapterFactory(parsed.text)
     if parsed.scheme == "word":  # generator
         gen = table.get("generator", {})
         if not isinstance(gen, dict):

@@ -8,7 +8,9 @@ or test runs can share one server. ``open`` checks the server answers and raises
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from orleanspy.errors import ConfigurationError, StorageError
@@ -16,6 +18,13 @@ from orleanspy.errors import ConfigurationError, StorageError
 __all__ = ["RedisClient", "redact", "split_prefix"]
 
 DEFAULT_PREFIX = "orleanspy"
+
+T = TypeVar("T")
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # a command its caller stopped waiting for: nobody else reads it
 
 
 def split_prefix(url: str) -> tuple[str, str]:
@@ -65,9 +74,21 @@ class RedisClient:
             self._redis = aioredis.Redis.from_url(self.server_url, decode_responses=False)
         return self._redis
 
+    async def run(self, command: Awaitable[T]) -> T:
+        """Await a redis-py command in a task of its own. A cancelled caller (a silo
+        stopping, a timeout) stops waiting at once and the command finishes in the
+        background: redis-py's asyncio client can hang a task cancelled in the middle of a
+        command, so it never sees the cancellation."""
+        task = asyncio.ensure_future(command)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_retrieve)
+            raise
+
     async def open(self) -> None:
         try:
-            await self.redis.ping()
+            await self.run(self.redis.ping())
         except Exception as exc:
             raise StorageError(
                 f"cannot reach Redis at {redact(self.server_url)}: {exc}; start redis-server "

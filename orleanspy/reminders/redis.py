@@ -58,21 +58,22 @@ class RedisReminderTable(ReminderTable):
 
     async def read_all(self) -> list[ReminderEntry]:
         redis = self.client.redis
-        grains = sorted(g.decode() for g in await redis.smembers(self.client.key("reminders")))
+        grains = sorted(g.decode() for g in await self.client.run(
+            redis.smembers(self.client.key("reminders"))))
         if not grains:
             return []
-        async with redis.pipeline(transaction=False) as pipe:
-            for canonical in grains:
-                pipe.hgetall(self._hash(canonical))
-            rows = await pipe.execute()
+        pipe = redis.pipeline(transaction=False)  # execute() resets it
+        for canonical in grains:
+            pipe.hgetall(self._hash(canonical))
+        rows = await self.client.run(pipe.execute())
         return [self._entry(row[name]) for row in rows for name in sorted(row)]
 
     async def read_rows(self, grain_id: GrainId) -> list[ReminderEntry]:
-        row = await self.client.redis.hgetall(self._hash(grain_id.canonical()))
+        row = await self.client.run(self.client.redis.hgetall(self._hash(grain_id.canonical())))
         return [self._entry(row[name]) for name in sorted(row)]
 
     async def read_row(self, grain_id: GrainId, name: str) -> ReminderEntry | None:
-        raw = await self.client.redis.hget(self._hash(grain_id.canonical()), name)
+        raw = await self.client.run(self.client.redis.hget(self._hash(grain_id.canonical()), name))
         return None if raw is None else self._entry(raw)
 
     async def upsert(self, entry: ReminderEntry) -> str:
@@ -82,17 +83,17 @@ class RedisReminderTable(ReminderTable):
             [grain_id.type_name, self._codec.packb(grain_id.key), entry.name,
              float(entry.start_at), float(entry.period)])
         canonical = grain_id.canonical()
-        async with self.client.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._hash(canonical), entry.name, raw)
-            pipe.sadd(self.client.key("reminders"), canonical)
-            await pipe.execute()
+        pipe = self.client.redis.pipeline(transaction=True)  # execute() resets it
+        pipe.hset(self._hash(canonical), entry.name, raw)
+        pipe.sadd(self.client.key("reminders"), canonical)
+        await self.client.run(pipe.execute())
         return etag
 
     async def remove(self, grain_id: GrainId, name: str, etag: str | None) -> bool:
         if self._remove is None:
             self._remove = self.client.redis.register_script(_REMOVE)
         canonical = grain_id.canonical()
-        removed = await self._remove(
+        removed = await self.client.run(self._remove(
             keys=[self._hash(canonical), self.client.key("reminders")],
-            args=[name, etag or "", canonical])
+            args=[name, etag or "", canonical]))
         return bool(removed)

@@ -57,8 +57,8 @@ class RedisGrainStorage(GrainStorage):
         return self.client.key("state", grain_id.canonical(), state_name)
 
     async def read(self, grain_id: GrainId, state_name: str) -> StoredState | None:
-        data, etag = await self.client.redis.hmget(self._key(grain_id, state_name),
-                                                   ["data", "etag"])
+        data, etag = await self.client.run(self.client.redis.hmget(
+            self._key(grain_id, state_name), ["data", "etag"]))
         if etag is None:
             return None
         return StoredState(bytes(data or b""), etag.decode())
@@ -68,8 +68,8 @@ class RedisGrainStorage(GrainStorage):
         new_etag = uuid.uuid4().hex
         if self._write is None:
             self._write = self.client.redis.register_script(_WRITE)
-        ok, stored = await self._write(keys=[self._key(grain_id, state_name)],
-                                       args=[etag or "", bytes(data), new_etag])
+        ok, stored = await self.client.run(self._write(
+            keys=[self._key(grain_id, state_name)], args=[etag or "", bytes(data), new_etag]))
         if not ok:
             self._conflict("write", grain_id, state_name, stored, etag)
         return new_etag
@@ -77,8 +77,8 @@ class RedisGrainStorage(GrainStorage):
     async def clear(self, grain_id: GrainId, state_name: str, etag: str | None) -> None:
         if self._clear is None:
             self._clear = self.client.redis.register_script(_CLEAR)
-        ok, stored = await self._clear(keys=[self._key(grain_id, state_name)],
-                                       args=[etag or ""])
+        ok, stored = await self.client.run(self._clear(
+            keys=[self._key(grain_id, state_name)], args=[etag or ""]))
         if not ok:
             self._conflict("clear", grain_id, state_name, stored, etag)
 

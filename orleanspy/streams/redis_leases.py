@@ -79,10 +79,10 @@ class RedisQueueLeaseStore(QueueLeaseStore):
         script = self._scripts.get(source)
         if script is None:
             script = self._scripts[source] = self.client.redis.register_script(source)
-        return await script(keys=[self._key], args=args)
+        return await self.client.run(script(keys=[self._key], args=args))
 
     async def read_all(self) -> dict[str, Lease]:
-        raw = await self.client.redis.hgetall(self._key)
+        raw = await self.client.run(self.client.redis.hgetall(self._key))
         out = {}
         for queue, value in raw.items():
             expiry, _, owner = value.decode().partition(" ")

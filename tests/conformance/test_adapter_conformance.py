@@ -20,6 +20,7 @@ from orleanspy.streams.adapters import memory as memory_adapter
 from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterFactory, QueueFullError
 from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
 from orleanspy.streams.adapters.memory import MemoryAdapterFactory, MemoryQueueAdapter
+from orleanspy.streams.adapters.redis import RedisAdapterFactory
 from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory, SqliteQueueAdapter
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
@@ -57,6 +58,18 @@ class TestSqliteAdapterConformance(QueueAdapterConformance):
 
     async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
         return SqliteAdapterFactory(str(tmp_path / "queues.db"))
+
+
+class TestRedisAdapterConformance(QueueAdapterConformance):
+    at_least_once = True
+    durable = True
+
+    @pytest.fixture(autouse=True)
+    def _redis(self, redis_url: str) -> None:
+        self.url = redis_url  # Redis reachable (else skipped, or failed under CI)
+
+    async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
+        return RedisAdapterFactory(self.url)
 
 
 class TestSqliteInMemoryAdapterConformance(QueueAdapterConformance):

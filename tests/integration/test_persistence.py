@@ -76,7 +76,7 @@ async def test_kill_9_loses_changes_that_were_never_written(silo_launcher: SiloL
 
 
 async def test_state_and_reminders_on_redis_survive_kill_9(
-    silo_launcher: SiloLauncher, redis_url: str
+    redis_url: str, silo_launcher: SiloLauncher
 ) -> None:
     """The same with ``--storage`` and ``--reminders`` on Redis (its own key prefix)."""
     backends = ("--storage", redis_url, "--reminders", redis_url)

@@ -115,7 +115,7 @@ class RedisMembershipTable(MembershipTable):
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         try:
-            return await self._script(source)(keys=keys, args=args)
+            return await self.client.run(self._script(source)(keys=keys, args=args))
         except Exception as exc:
             raise MembershipError(
                 f"membership table on Redis ({self.client!r}) failed: {exc!r}"
@@ -183,10 +183,10 @@ class RedisMembershipTable(MembershipTable):
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         try:
-            async with self.client.redis.pipeline(transaction=True) as pipe:
-                pipe.delete(self._rows, self._alive, self._status)
-                pipe.hset(self._version, mapping={"version": 0, "etag": uuid.uuid4().hex})
-                await pipe.execute()
+            pipe = self.client.redis.pipeline(transaction=True)  # execute() resets it
+            pipe.delete(self._rows, self._alive, self._status)
+            pipe.hset(self._version, mapping={"version": 0, "etag": uuid.uuid4().hex})
+            await self.client.run(pipe.execute())
         except Exception as exc:
             raise MembershipError(f"membership table on Redis failed: {exc!r}") from exc
 
@@ -194,8 +194,8 @@ class RedisMembershipTable(MembershipTable):
         """A random key stored with the table by the first silo that asks (SET NX)."""
         redis = self.client.redis
         try:
-            await redis.set(self._key, os.urandom(32), nx=True)
-            key = await redis.get(self._key)
+            await self.client.run(redis.set(self._key, os.urandom(32), nx=True))
+            key = await self.client.run(redis.get(self._key))
         except Exception as exc:
             raise MembershipError(f"membership table on Redis failed: {exc!r}") from exc
         return bytes(key)

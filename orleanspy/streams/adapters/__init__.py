@@ -1,4 +1,4 @@
-"""Queue adapters (2): the contract and the memory, generator and SQLite implementations.
+"""Queue adapters (2): the contract and the memory, generator, SQLite and Redis implementations.
 
 Data path: producer (1) -> ``QueueAdapter.enqueue`` -> queue -> ``QueueAdapterReceiver``
 -> pulling agent (3). See ``base`` for the guarantees every adapter keeps.
@@ -15,6 +15,7 @@ from orleanspy.streams.adapters.base import (
 )
 from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
 from orleanspy.streams.adapters.memory import MemoryAdapterFactory
+from orleanspy.streams.adapters.redis import RedisAdapterFactory
 from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "QueueAdapterFactory",
     "QueueAdapterReceiver",
     "QueueFullError",
+    "RedisAdapterFactory",
     "SqliteAdapterFactory",
 ]

@@ -1,0 +1,276 @@
+"""RedisQueueAdapter: durable stream queues in Redis Streams, one Redis stream per queue (2).
+
+Data path: ``enqueue`` appends one entry (one container) to the queue's Redis stream
+``P:queue:{queue}`` with ID ``0-N``, ``N`` from the queue's counter ``P:queue-seq:{queue}``
+(one Lua script: the counter and the append are atomic, so IDs, and the tokens made from
+them, strictly increase per queue). The receiver reads past its position with ``XRANGE``;
+an acknowledgement deletes the entries (``XDEL``), so what the stream holds is exactly what
+is not yet acknowledged: a new receiver (a restart, a hand-off to another silo) starts at
+the oldest entry, and ``read_from`` re-reads kept entries (the adapter is rewindable).
+Nothing is trimmed otherwise: no cap loses an unacknowledged event.
+
+Why not consumer groups: a group tracks what a consumer *read* (its pending list) and needs
+``XAUTOCLAIM`` to move unacknowledged entries after a crash; the pulling agent already owns
+each queue exclusively (leases), tracks its own position, and acknowledges only what every
+subscription is past, so deleting on acknowledgement is simpler and keeps the same promise.
+A stale owner (its lease lost during a pause) can only delete entries it delivered itself.
+
+Producer writes are coalesced: every enqueue waiting when the flusher runs goes to Redis in
+one pipelined round trip (one script call per queue), and each caller returns once Redis
+has acknowledged its entry (with the server's persistence settings: ``appendonly yes`` and
+``appendfsync everysec`` or ``always`` for durability across a Redis crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+from orleanspy._util.redis import RedisClient
+from orleanspy.errors import ConfigurationError
+from orleanspy.messaging.codec import Codec
+from orleanspy.streams.adapters.base import (
+    BatchContainer,
+    QueueAdapter,
+    QueueAdapterFactory,
+    QueueAdapterReceiver,
+)
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.tokens import SequenceToken, container_token
+
+__all__ = ["RedisAdapterFactory", "RedisQueueAdapter", "RedisQueueReceiver"]
+
+# KEYS: stream, counter; ARGV: triples (namespace, packed key, packed events)
+_APPEND: Final = """
+for i = 1, #ARGV, 3 do
+  local n = redis.call('INCR', KEYS[2])
+  redis.call('XADD', KEYS[1], '0-' .. n, 's', ARGV[i], 'k', ARGV[i + 1], 'e', ARGV[i + 2])
+end
+return 1
+"""
+_PAGE: Final = 256
+
+
+def _sequence(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[1])
+
+
+class _Writer:
+    """Appends waiting to go to Redis: one pipelined round trip per flush."""
+
+    def __init__(self, adapter: RedisQueueAdapter) -> None:
+        self.adapter = adapter
+        self.pending: dict[str, list[Any]] = {}
+        self.waiters: list[asyncio.Future[None]] = []
+        self.flusher: asyncio.Task[None] | None = None
+
+    def add(self, queue: str, namespace: str, key: bytes, payload: bytes) -> asyncio.Future[None]:
+        self.pending.setdefault(queue, []).extend((namespace, key, payload))
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        if self.flusher is None:
+            self.flusher = asyncio.get_running_loop().create_task(self._flush())
+        return waiter
+
+    async def wait_idle(self) -> None:
+        if self.flusher is not None:
+            await asyncio.shield(self.flusher)
+
+    async def _flush(self) -> None:
+        try:
+            while self.waiters:
+                pending, waiters = self.pending, self.waiters
+                self.pending, self.waiters = {}, []
+                try:
+                    await self.adapter._append(pending)
+                except Exception as exc:  # fail this round's callers, go on with the next
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+        finally:
+            self.flusher = None
+
+
+@final
+class RedisQueueAdapter(QueueAdapter):
+    """The queues of one provider on the Redis server of ``url``."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self._name = name
+        self.client = RedisClient(url)
+        self._codec = Codec()
+        self._state = "new"
+        self._writer = _Writer(self)
+        self._script: Any = None
+
+    def __repr__(self) -> str:
+        return f"RedisQueueAdapter({self._name!r}, {self.client!r})"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def is_rewindable(self) -> bool:
+        return True
+
+    def stream_key(self, queue: QueueId | str) -> str:
+        return self.client.key("queue", str(queue))
+
+    def _check_open(self, action: str) -> None:
+        if self._state != "open":
+            when = "before open()" if self._state == "new" else "after close()"
+            raise RuntimeError(f"cannot {action} on {self!r} {when}")
+
+    async def open(self) -> None:
+        if self._state == "new":
+            await self.client.open()
+            self._state = "open"
+
+    async def close(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        await self._writer.wait_idle()
+        await self.client.close()
+
+    async def pending_count(self, queue: QueueId) -> int:
+        """Entries of ``queue`` not yet acknowledged (read or not)."""
+        return int(await self.client.run(self.client.redis.xlen(self.stream_key(queue))))
+
+    async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
+        self._check_open("enqueue()")
+        if not events:
+            raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+        pack = self._codec.packb
+        payload = pack(list(events))
+        await self._writer.add(str(queue), stream_id.namespace, pack(stream_id.key), payload)
+
+    async def _append(self, pending: dict[str, list[Any]]) -> None:
+        if self._script is None:
+            self._script = self.client.redis.register_script(_APPEND)
+        script = self._script
+        pipe = self.client.redis.pipeline(transaction=False)  # execute() resets it
+        for queue, args in pending.items():
+            await script(keys=[self.stream_key(queue), self.client.key("queue-seq", queue)],
+                         args=args, client=pipe)
+        await self.client.run(pipe.execute())
+
+    def create_receiver(self, queue: QueueId) -> RedisQueueReceiver:
+        self._check_open("create_receiver()")
+        return RedisQueueReceiver(queue, self)
+
+
+@final
+class RedisQueueReceiver(QueueAdapterReceiver):
+    """Reads one queue's Redis stream past its own position."""
+
+    def __init__(self, queue: QueueId, adapter: RedisQueueAdapter) -> None:
+        self._queue = queue
+        self._adapter = adapter
+        self._key = adapter.stream_key(queue)
+        self._codec = Codec()
+        self._last = 0  # sequence of the last entry read
+        self._state = "new"
+        self._sids: dict[tuple[bytes, bytes], StreamId] = {}
+        self._reading: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisQueueReceiver({self._queue})"
+
+    def _check_ready(self, action: str) -> None:
+        if self._state != "ready":
+            when = "before initialize()" if self._state == "new" else "after shutdown()"
+            raise RuntimeError(f"cannot {action} on {self!r} {when}")
+
+    async def initialize(self) -> None:
+        if self._state == "new":
+            self._state = "ready"
+
+    def _container(self, entry_id: bytes, fields: dict[bytes, bytes]) -> BatchContainer:
+        ns, key, payload = fields[b"s"], fields[b"k"], fields[b"e"]
+        sid = self._sids.get((ns, key))
+        if sid is None:
+            if len(self._sids) > 4096:
+                self._sids.clear()
+            sid = self._sids[(ns, key)] = StreamId(ns.decode(), self._codec.unpackb(key))
+        return BatchContainer(sid, container_token(_sequence(entry_id)),
+                              tuple(self._codec.unpackb(payload)), len(payload))
+
+    async def get_messages(self, max_count: int) -> list[BatchContainer]:
+        if max_count < 0:
+            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        self._check_ready("get_messages()")
+        if max_count == 0:
+            return []
+        loop = asyncio.get_running_loop()
+        self._reading = loop.create_future()
+        try:
+            client = self._adapter.client
+            entries = await client.run(client.redis.xrange(
+                self._key, min=f"(0-{self._last}", max="+", count=max_count))
+        finally:
+            self._reading.set_result(None)
+            self._reading = None
+        if not entries:
+            return []
+        self._last = _sequence(entries[-1][0])
+        return [self._container(entry_id, fields) for entry_id, fields in entries]
+
+    async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
+        self._check_ready("messages_delivered()")
+        if batch:
+            ids = [f"0-{c.token.sequence}" for c in batch]
+            client = self._adapter.client
+            await client.run(client.redis.xdel(self._key, *ids))
+
+    async def read_from(
+        self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        if max_count < 0:
+            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        self._check_ready("read_from()")
+        out: list[BatchContainer] = []
+        start = f"0-{max(token.sequence, 0)}"
+        client = self._adapter.client
+        while len(out) < max_count:
+            page = await client.run(client.redis.xrange(self._key, min=start, max="+",
+                                                        count=_PAGE))
+            for entry_id, fields in page:
+                container = self._container(entry_id, fields)
+                if stream_id is None or container.stream_id == stream_id:
+                    out.append(container)
+                    if len(out) == max_count:
+                        break
+            if len(page) < _PAGE:
+                break
+            start = f"(0-{_sequence(page[-1][0])}"
+        return out
+
+    async def shutdown(self) -> None:
+        if self._reading is not None:
+            await asyncio.shield(self._reading)
+        self._state = "stopped"
+
+
+@final
+class RedisAdapterFactory(QueueAdapterFactory):
+    """Makes Redis Streams adapters on the server of ``url``
+    (``redis://HOST:PORT/DB?prefix=P``)."""
+
+    def __init__(self, url: str) -> None:
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(
+                f"RedisAdapterFactory.url must be redis://HOST:PORT/DB?prefix=P, got {url!r}")
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"RedisAdapterFactory({self.url!r})"
+
+    def create_adapter(self, provider_name: str) -> RedisQueueAdapter:
+        return RedisQueueAdapter(provider_name, self.url)

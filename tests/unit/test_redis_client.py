@@ -1,0 +1,36 @@
+"""A caller cancelled while it awaits a Redis command stops at once (the command finishes in
+the background), and the connection keeps serving the next commands correctly."""
+
+from __future__ import annotations
+
+import asyncio
+
+from orleanspy._util.redis import RedisClient, redact, split_prefix
+
+
+async def test_a_cancelled_caller_stops_at_once_and_the_client_goes_on(redis_url: str) -> None:
+    client = RedisClient(redis_url)
+    await client.open()
+    key = client.key("cancel-probe")
+    try:
+        await client.run(client.redis.set(key, b"v"))
+        for delay in (0.0, 0.0005, 0.001, 0.002):
+            async def reader() -> None:
+                while True:
+                    assert await client.run(client.redis.get(key)) == b"v"
+
+            task = asyncio.ensure_future(reader())
+            await asyncio.sleep(delay)
+            task.cancel()
+            done, _ = await asyncio.wait([task], timeout=2.0)
+            assert done, "a cancelled caller was left hanging in a Redis command"
+        assert await client.run(client.redis.get(key)) == b"v"  # replies still match
+    finally:
+        await client.run(client.redis.delete(key))
+        await client.close()
+
+
+def test_urls_keep_their_prefix_and_hide_their_password() -> None:
+    assert split_prefix("redis://h:1/2?prefix=p") == ("redis://h:1/2", "p")
+    assert split_prefix("redis://h:1/2") == ("redis://h:1/2", "orleanspy")
+    assert redact("redis://u:secret@h:1/0") == "redis://u:***@h:1/0"
