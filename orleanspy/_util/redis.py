@@ -86,6 +86,16 @@ class RedisClient:
             task.add_done_callback(_retrieve)
             raise
 
+    async def execute(self, pipe: Any) -> Any:
+        """Run a pipeline (as ``run`` does) and release its connection whatever happens."""
+        async def go() -> Any:
+            try:
+                return await pipe.execute()
+            finally:
+                await pipe.reset()
+
+        return await self.run(go())
+
     async def open(self) -> None:
         try:
             await self.run(self.redis.ping())

@@ -65,7 +65,7 @@ class RedisReminderTable(ReminderTable):
         pipe = redis.pipeline(transaction=False)  # execute() resets it
         for canonical in grains:
             pipe.hgetall(self._hash(canonical))
-        rows = await self.client.run(pipe.execute())
+        rows = await self.client.execute(pipe)
         return [self._entry(row[name]) for row in rows for name in sorted(row)]
 
     async def read_rows(self, grain_id: GrainId) -> list[ReminderEntry]:
@@ -86,7 +86,7 @@ class RedisReminderTable(ReminderTable):
         pipe = self.client.redis.pipeline(transaction=True)  # execute() resets it
         pipe.hset(self._hash(canonical), entry.name, raw)
         pipe.sadd(self.client.key("reminders"), canonical)
-        await self.client.run(pipe.execute())
+        await self.client.execute(pipe)
         return etag
 
     async def remove(self, grain_id: GrainId, name: str, etag: str | None) -> bool:

@@ -186,7 +186,7 @@ class RedisMembershipTable(MembershipTable):
             pipe = self.client.redis.pipeline(transaction=True)  # execute() resets it
             pipe.delete(self._rows, self._alive, self._status)
             pipe.hset(self._version, mapping={"version": 0, "etag": uuid.uuid4().hex})
-            await self.client.run(pipe.execute())
+            await self.client.execute(pipe)
         except Exception as exc:
             raise MembershipError(f"membership table on Redis failed: {exc!r}") from exc
 

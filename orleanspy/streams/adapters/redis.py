@@ -159,7 +159,7 @@ class RedisQueueAdapter(QueueAdapter):
         for queue, args in pending.items():
             await script(keys=[self.stream_key(queue), self.client.key("queue-seq", queue)],
                          args=args, client=pipe)
-        await self.client.run(pipe.execute())
+        await self.client.execute(pipe)
 
     def create_receiver(self, queue: QueueId) -> RedisQueueReceiver:
         self._check_open("create_receiver()")
