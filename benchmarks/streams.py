@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import gc
 import itertools
+import os
 import sqlite3
 import sys
 import tempfile
@@ -65,7 +66,11 @@ import msgpack
 from _common import Figure, progress, quiet_logging
 
 from orleanspy import Grain, Silo, SiloOptions, grain_type
-from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
+from orleanspy.streams.adapters import (
+    MemoryAdapterFactory,
+    RedisAdapterFactory,
+    SqliteAdapterFactory,
+)
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider
@@ -501,6 +506,119 @@ async def handwritten_sqlite(path: str, n: int, producers: int = 10) -> float:
     return n / elapsed
 
 
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+
+
+async def handwritten_redis(url: str, n: int, producers: int = 10) -> float:
+    """The same per-event work by hand with redis-py: ``producers`` tasks each ``await`` the
+    XADD of their event, a writer sending every waiting XADD in one pipelined round trip and
+    resolving the waiters, a reader reading the stream in order (XRANGE), counting, and
+    deleting what it read (XDEL, the acknowledgement). Events/s until the consumer has all
+    ``n`` and the stream is empty."""
+    import redis.asyncio as aioredis
+
+    per = n // producers
+    n = per * producers
+    client = aioredis.Redis.from_url(url)
+    key = f"orleanspy-bench-hand:{next(_ids)}"
+    loop = asyncio.get_running_loop()
+    tally = Tally(n)
+    waiting: list[tuple[bytes, asyncio.Future[None]]] = []
+    wake, added = asyncio.Event(), asyncio.Event()
+    pack, unpack = msgpack.packb, msgpack.unpackb
+
+    async def enqueue(event: Any) -> None:
+        fut = loop.create_future()
+        waiting.append((pack([event]), fut))
+        wake.set()
+        await fut
+
+    async def producer(p: int) -> None:
+        for i in range(per):
+            await enqueue([p, i, BODY])
+
+    async def writer() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            batch = waiting[:]
+            waiting.clear()
+            pipe = client.pipeline(transaction=False)
+            for payload, _ in batch:
+                pipe.xadd(key, {"e": payload})
+            await pipe.execute()
+            for _, fut in batch:
+                fut.set_result(None)
+            added.set()
+
+    async def reader() -> None:
+        last = "-"
+        while tally.count < n:
+            await added.wait()
+            added.clear()
+            while True:
+                page = await client.xrange(key, min=last, max="+", count=SQLITE_CHUNK)
+                if not page:
+                    break
+                for _id, fields in page:
+                    for event in unpack(fields[b"e"]):
+                        tally.add(event)
+                await client.xdel(key, *[i for i, _ in page])
+                last = "(" + page[-1][0].decode()
+
+    gc.collect()
+    t0 = time.perf_counter()
+    write_task = loop.create_task(writer())
+    try:
+        await asyncio.gather(reader(), *(producer(p) for p in range(producers)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        write_task.cancel()
+        await asyncio.gather(write_task, return_exceptions=True)
+        await client.delete(key)
+        await client.aclose()
+    tally.check("hand-written redis-py pipeline")
+    return n / elapsed
+
+
+async def raw_redis(url: str, n: int, batch: int = 1) -> float:
+    """Bulk: XADD the N events (``batch`` events an entry) in pipelines of 1000 entries, read
+    them back with XRANGE 1000 at a time (decoding each), XDEL each page. Events/s."""
+    import redis.asyncio as aioredis
+
+    per = n // PRODUCERS
+    n = per * PRODUCERS
+    client = aioredis.Redis.from_url(url)
+    key = f"orleanspy-bench-raw:{next(_ids)}"
+    flat = [[j % PRODUCERS, j // PRODUCERS, BODY] for j in range(n)]
+    events = [msgpack.packb(flat[j:j + batch]) for j in range(0, n, batch)]
+    tally = Tally(n)
+    gc.collect()
+    t0 = time.perf_counter()
+    try:
+        for start in range(0, len(events), SQLITE_CHUNK):
+            pipe = client.pipeline(transaction=False)
+            for payload in events[start:start + SQLITE_CHUNK]:
+                pipe.xadd(key, {"e": payload})
+            await pipe.execute()
+        last = "-"
+        while True:
+            page = await client.xrange(key, min=last, max="+", count=SQLITE_CHUNK)
+            if not page:
+                break
+            for _id, fields in page:
+                for event in msgpack.unpackb(fields[b"e"]):
+                    tally.add(event)
+            await client.xdel(key, *[i for i, _ in page])
+            last = "(" + page[-1][0].decode()
+        elapsed = time.perf_counter() - t0
+    finally:
+        await client.delete(key)
+        await client.aclose()
+    tally.check("raw Redis baseline")
+    return n / elapsed
+
+
 # -- measurement ----------------------------------------------------------------------------
 async def calibrate(trial: Trial, deliveries_per_event: int, seconds: float, n_max: int) -> int:
     """Warm up and return the event count that makes one trial last about ``seconds``."""
@@ -635,6 +753,32 @@ async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
                     f"N={n:,}, on_next_batch of {BATCH}; baseline rows of {BATCH} events "
                     "(target assumed: as sqlite_1_consumer)",
                 ))
+    if "redis" in which:
+        url = f"{REDIS_URL}?prefix=orleanspy-bench-{next(_ids)}"
+        provider = PersistentStreamProvider(RedisAdapterFactory(url), _provider_options())
+        async with _silo({"r": provider}) as silo:
+            progress("Redis adapter, 10 producers awaiting each event vs by hand ...")
+            ours, base, n = await compare(
+                partial(stream_trial, silo, "r", wait_ack=True),
+                partial(handwritten_redis, REDIS_URL),
+                deliveries_per_event=1, seconds=s, trials=t,
+            )
+            figures.append(Figure(
+                "redis_10_producers_vs_handwritten", ours, "events/s", base, 1.0,
+                f"N={n:,}; baseline: redis-py by hand, producers awaiting their XADD, one "
+                "pipelined round trip per batch of waiting XADDs, XRANGE reader, XDEL",
+            ))
+            progress("Redis adapter, on_next_batch(100) vs raw pipelined XADD bulk ...")
+            ours, base, n = await compare(
+                partial(stream_trial, silo, "r", batch=BATCH, wait_ack=True),
+                partial(raw_redis, REDIS_URL, batch=BATCH),
+                deliveries_per_event=1, seconds=s, trials=t, n_max=3 * QUEUE_CAPACITY,
+            )
+            figures.append(Figure(
+                "redis_bulk_batch100_vs_raw", ours, "events/s", base, 0.5,
+                f"N={n:,}, on_next_batch of {BATCH}; baseline: raw pipelined XADD of entries "
+                f"of {BATCH} events, 1000 per round trip, XRANGE and XDEL 1000 at a time",
+            ))
     return figures
 
 
@@ -971,7 +1115,7 @@ async def profile(which: str, n: int) -> None:
 
 
 # -- main -----------------------------------------------------------------------------------
-GROUPS = ("memory", "batch", "fanout", "sqlite", "backpressure")
+GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "backpressure")
 
 
 async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:

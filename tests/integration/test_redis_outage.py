@@ -45,6 +45,22 @@ class RedisServer:
              str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
              "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    async def wait_up(self, timeout: float = 10.0) -> None:
+        """Until the server answers PING (it takes a moment to listen)."""
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis(port=self.port)
+        try:
+            for _ in range(int(timeout / 0.05)):
+                try:
+                    await client.ping()
+                    return
+                except Exception:
+                    await asyncio.sleep(0.05)
+            raise AssertionError(f"redis-server on port {self.port} did not start")
+        finally:
+            await client.aclose()
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()  # SIGTERM: the append-only file is complete
@@ -87,7 +103,7 @@ async def test_silos_ride_out_a_redis_outage(redis_server: RedisServer,
                                              silo_launcher: SiloLauncher,
                                              tmp_path: Path) -> None:
     url = redis_server.url
-    await poll_until(lambda: statuses(url), lambda s: True, timeout=10)  # the server is up
+    await redis_server.wait_up()
     silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "streams.toml"
     config.write_text(f'[streams.s]\nadapter = "{url}"\ntotal_queues = 8\npull_period = 0.02\n'
@@ -124,7 +140,7 @@ async def test_silos_ride_out_a_redis_outage(redis_server: RedisServer,
         redis_server.stop()
         await asyncio.sleep(5.0)  # the outage itself: nothing to wait for but time
         redis_server.start()
-        await poll_until(lambda: asyncio.sleep(0, acknowledged), lambda a: True, timeout=1)
+        await redis_server.wait_up()
         await asyncio.sleep(2.0)  # production goes on after the outage
         stop.set()
         await producer

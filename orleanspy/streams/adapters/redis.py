@@ -16,15 +16,18 @@ subscription is past, so deleting on acknowledgement is simpler and keeps the sa
 A stale owner (its lease lost during a pause) can only delete entries it delivered itself.
 
 Producer writes are coalesced: every enqueue waiting when the flusher runs goes to Redis in
-one pipelined round trip (one script call per queue), and each caller returns once Redis
-has acknowledged its entry (with the server's persistence settings: ``appendonly yes`` and
-``appendfsync everysec`` or ``always`` for durability across a Redis crash).
+one pipelined round trip (one script call per queue), single events a stream publishes
+meanwhile share one entry (one container; each event keeps its own token), and each caller
+returns once Redis has acknowledged its entry (with the server's persistence settings:
+``appendonly yes`` and ``appendfsync everysec`` or ``always`` for durability across a Redis
+crash).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.redis import RedisClient
@@ -50,6 +53,8 @@ end
 return 1
 """
 _PAGE: Final = 256
+#: single events of one stream that share an entry at most (a msgpack array16 header)
+_COALESCE_MAX: Final = 4096
 
 
 def _sequence(entry_id: bytes) -> int:
@@ -62,11 +67,41 @@ class _Writer:
     def __init__(self, adapter: RedisQueueAdapter) -> None:
         self.adapter = adapter
         self.pending: dict[str, list[Any]] = {}
+        #: (queue, stream) -> where its entry of single events is in ``pending[queue]`` (a
+        #: list of encoded events until the round is taken)
+        self.open: dict[tuple[str, StreamId], int] = {}
         self.waiters: list[asyncio.Future[None]] = []
         self.flusher: asyncio.Task[None] | None = None
 
     def add(self, queue: str, namespace: str, key: bytes, payload: bytes) -> asyncio.Future[None]:
         self.pending.setdefault(queue, []).extend((namespace, key, payload))
+        return self._waiter()
+
+    def add_event(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
+                  event: bytes) -> asyncio.Future[None]:
+        """One encoded event; the single events of a stream added before the next round
+        share one entry (one container)."""
+        args = self.pending.setdefault(queue, [])
+        at = self.open.get((queue, stream_id))
+        if at is not None and len(args[at]) < _COALESCE_MAX:
+            args[at].append(event)
+        else:
+            self.open[(queue, stream_id)] = len(args) + 2
+            args.extend((namespace, key, [event]))
+        return self._waiter()
+
+    def _take(self) -> dict[str, list[Any]]:
+        pending = self.pending
+        for (queue, _), at in self.open.items():
+            events = pending[queue][at]
+            n = len(events)
+            header = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+            pending[queue][at] = header + b"".join(events)
+        self.open = {}
+        self.pending = {}
+        return pending
+
+    def _waiter(self) -> asyncio.Future[None]:
         waiter = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         if self.flusher is None:
@@ -80,8 +115,8 @@ class _Writer:
     async def _flush(self) -> None:
         try:
             while self.waiters:
-                pending, waiters = self.pending, self.waiters
-                self.pending, self.waiters = {}, []
+                pending, waiters = self._take(), self.waiters
+                self.waiters = []
                 try:
                     await self.adapter._append(pending)
                 except Exception as exc:  # fail this round's callers, go on with the next
@@ -160,6 +195,27 @@ class RedisQueueAdapter(QueueAdapter):
             await script(keys=[self.stream_key(queue), self.client.key("queue-seq", queue)],
                          args=args, client=pipe)
         await self.client.execute(pipe)
+
+    def sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], Awaitable[None]]:
+        """What a stream publishes with: single events published before the next round
+        trip share one entry (one container, each event with its own token), and each caller
+        returns once Redis has its event. A batch is an entry of its own."""
+        return partial(self._send, str(queue), stream_id, stream_id.namespace,
+                       self._codec.packb(stream_id.key))
+
+    async def _send(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
+                    events: Sequence[Any]) -> None:
+        if self._state != "open":
+            self._check_open("enqueue()")
+        if not events:
+            raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+        pack = self._codec.packb
+        if len(events) == 1:
+            await self._writer.add_event(queue, stream_id, namespace, key, pack(events[0]))
+            return
+        await self._writer.add(queue, namespace, key, pack(list(events)))
 
     def create_receiver(self, queue: QueueId) -> RedisQueueReceiver:
         self._check_open("create_receiver()")
