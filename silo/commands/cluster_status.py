@@ -6,14 +6,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
+from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership import SiloStatus
 from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError
+from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
 from silo.config import find_config_file, load_config
 from silo.startup import configure_logging
@@ -74,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
             "cluster status needs the membership table: pass --membership sqlite:PATH "
             "(the silos' --membership), or set membership in orleanspy.toml"
         )
+    parsed = parse_backend_url(options.membership, key="membership", data_dir=options.data_dir,
+                               allow=BACKENDS_OF["membership"])
+    if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
+        error(f"no membership table at {parsed.path} (membership = {options.membership}, "
+              f"relative to --data-dir {options.data_dir}): give the file the silos use")
+        return EXIT_USAGE  # and do not create an empty one
     configure_logging("console", "error")
     return asyncio.run(_cluster_status(options, args.timeout, args.json))
 
@@ -83,11 +92,18 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
     table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
     try:
         data = await table.read_all()
+        others = await table.cluster_ids() if not data.rows else None
     except MembershipError as exc:
         error(f"cannot read the membership table {options.membership}: {exc}")
         return EXIT_USAGE
     finally:
         await table.close()
+    if others is not None:
+        held = [c for c in others if c != options.cluster_id]
+        if held:
+            error(f"cluster {options.cluster_id} has no silo in {options.membership}; it "
+                  f"holds cluster {', '.join(held)}: pass --cluster-id")
+            return EXIT_USAGE
     now = time.time()
     entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
                                                      e.silo.generation))

@@ -34,3 +34,16 @@ def test_urls_keep_their_prefix_and_hide_their_password() -> None:
     assert split_prefix("redis://h:1/2?prefix=p") == ("redis://h:1/2", "p")
     assert split_prefix("redis://h:1/2") == ("redis://h:1/2", "orleanspy")
     assert redact("redis://u:secret@h:1/0") == "redis://u:***@h:1/0"
+
+
+async def test_a_redis_membership_table_lists_the_clusters_it_holds(redis_url: str) -> None:
+    from orleanspy.cluster.membership.redis import RedisMembershipTable
+
+    tables = [RedisMembershipTable(redis_url, c) for c in ("blue", "red")]
+    try:
+        for table in tables:
+            await table.read_all()  # makes the cluster's version
+        assert await tables[0].cluster_ids() == ["blue", "red"]
+    finally:
+        for table in tables:
+            await table.close()

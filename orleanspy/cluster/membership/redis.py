@@ -190,6 +190,14 @@ class RedisMembershipTable(MembershipTable):
         except Exception as exc:
             raise MembershipError(f"membership table on Redis failed: {exc!r}") from exc
 
+    async def cluster_ids(self) -> list[str]:
+        base = self.client.key("membership", "")
+        try:
+            keys = [k async for k in self.client.redis.scan_iter(match=f"{base}*:version")]
+        except Exception as exc:
+            raise MembershipError(f"membership table on Redis failed: {exc!r}") from exc
+        return sorted(k.decode()[len(base):-len(":version")] for k in keys)
+
     async def cluster_key(self) -> bytes:
         """A random key stored with the table by the first silo that asks (SET NX)."""
         redis = self.client.redis

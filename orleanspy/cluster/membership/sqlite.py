@@ -61,6 +61,10 @@ _KEY_SCHEMA = """
 """
 _INSERT_KEY = "INSERT INTO cluster_key (cluster_id, key) VALUES (?, ?) ON CONFLICT DO NOTHING"
 _SELECT_KEY = "SELECT key FROM cluster_key WHERE cluster_id = ?"
+_SELECT_IDS = (
+    "SELECT cluster_id FROM membership_version UNION SELECT cluster_id FROM membership "
+    "ORDER BY cluster_id"
+)
 
 _INIT_VERSION = (
     "INSERT INTO membership_version (cluster_id, version, etag) VALUES (?, 0, ?) "
@@ -239,6 +243,14 @@ class SqliteMembershipTable(MembershipTable):
             return await self._db.transaction(_cluster_key, self._cluster_id, os.urandom(32))
         except (sqlite3.Error, StorageError) as exc:
             raise self._failed("read the cluster key", exc) from exc
+
+    async def cluster_ids(self) -> list[str]:
+        await self.open()
+        try:
+            rows = await self._db.fetchall(_SELECT_IDS)
+        except (sqlite3.Error, StorageError) as exc:
+            raise self._failed("list the clusters", exc) from exc
+        return [str(row[0]) for row in rows]
 
     async def read_all(self) -> MembershipTableData:
         await self.open()

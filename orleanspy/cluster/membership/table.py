@@ -84,6 +84,11 @@ class MembershipTable(ABC):
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Prepare the table (create the schema, connect). Idempotent."""
 
+    async def cluster_ids(self) -> list[str] | None:
+        """The cluster ids that have rows or a version in this back end's storage (to tell a
+        mistyped cluster id from an empty cluster), or None if the back end cannot list them."""
+        return None
+
     async def cluster_key(self) -> bytes | None:
         """The cluster key kept in this table (made by the first caller), or None if this
         back end keeps none (then the silos need ``SiloOptions.cluster_key``)."""
