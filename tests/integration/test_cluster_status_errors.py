@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 async def test_a_missing_membership_file_is_an_error_and_is_not_created(tmp_path: Path) -> None:
-    code, out, err = await run_cli_to_end(
+    code, _, err = await run_cli_to_end(
         "cluster", "status", "--membership", "sqlite:typo.db", "--data-dir", str(tmp_path))
     assert code == 2
     assert "no membership table at" in err and "typo.db" in err
