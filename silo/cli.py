@@ -61,4 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
     return code
+
+
+def _closed_pipe() -> int:
+    """The reader of our output went away (``orleanspy cluster status | head -3``): end
+    quietly, as Unix tools do, without a traceback or a second error at exit."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
