@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import itertools
 import os
@@ -55,7 +56,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -581,6 +582,23 @@ async def handwritten_redis(url: str, n: int, producers: int = 10) -> float:
     return n / elapsed
 
 
+@contextlib.asynccontextmanager
+async def _redis_keys_deleted(prefix: str) -> AsyncIterator[None]:
+    """Delete the run's keys (queues, counters, subscriptions) afterwards."""
+    try:
+        yield
+    finally:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+
 async def raw_redis(url: str, n: int, batch: int = 1) -> float:
     """Bulk: XADD the N events (``batch`` events an entry) in pipelines of 1000 entries, read
     them back with XRANGE 1000 at a time (decoding each), XDEL each page. Events/s."""
@@ -754,9 +772,10 @@ async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
                     "(target assumed: as sqlite_1_consumer)",
                 ))
     if "redis" in which:
-        url = f"{REDIS_URL}?prefix=orleanspy-bench-{next(_ids)}"
+        prefix = f"orleanspy-bench-{os.getpid()}-{next(_ids)}"
+        url = f"{REDIS_URL}?prefix={prefix}"
         provider = PersistentStreamProvider(RedisAdapterFactory(url), _provider_options())
-        async with _silo({"r": provider}) as silo:
+        async with _redis_keys_deleted(prefix), _silo({"r": provider}) as silo:
             progress("Redis adapter, 10 producers awaiting each event vs by hand ...")
             ours, base, n = await compare(
                 partial(stream_trial, silo, "r", wait_ack=True),
