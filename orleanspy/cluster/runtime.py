@@ -134,7 +134,7 @@ class ClusterRuntime:
             )
         self.transport.key = silo_key(await self._cluster_key(self._table))
         port = await self.transport.listen(opts.host, opts.port)
-        me = SiloAddress(opts.host, port, silo.address.generation)
+        me = SiloAddress(opts.advertised_host, port, silo.address.generation)
         silo.set_address(me)
         self.me = me
         self.transport.set_address(me)

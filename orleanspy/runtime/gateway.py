@@ -60,6 +60,8 @@ class _HostOptions(Protocol):
     @property
     def host(self) -> str: ...
     @property
+    def advertised_host(self) -> str: ...
+    @property
     def gateway_port(self) -> int | None: ...
     @property
     def cluster_id(self) -> str: ...
@@ -252,7 +254,7 @@ class Gateway:
             ) from exc
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])
-        self.address = f"{opts.host}:{self.port}"
+        self.address = f"{opts.advertised_host}:{self.port}"
         self.accepting = True
 
     async def stop_accepting(self) -> None:

@@ -19,6 +19,13 @@ BACKENDS_OF: Final[dict[str, frozenset[str]]] = {
 }
 
 
+_WILDCARDS: Final = frozenset({"0.0.0.0", "::", ""})
+
+
+def _loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None:
     if not ok:
         raise ConfigurationError(f"{cls_name}.{name} = {value!r}: {rule}")
@@ -28,8 +35,13 @@ def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None
 class SiloOptions:
     """Everything a silo needs to start. Durations are float seconds.
 
-    ``storage`` and ``reminders`` are URLs: ``memory`` or ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``).
+    ``storage`` and ``reminders`` are URLs: ``memory``, ``sqlite:PATH`` (relative paths
+    resolve against ``data_dir``) or ``redis://HOST:PORT/DB?prefix=P``.
+
+    ``host`` is the address the silo listens on; ``advertise`` (default: ``host``) the address
+    it gives the other silos and clients (in the membership table). Listening on all
+    interfaces (``0.0.0.0``) needs ``advertise``; listening beyond loopback needs the
+    credentials set: ``cluster_key`` for a cluster's silo port and ``secret`` for the gateway.
 
     ``membership`` makes the silo a member of a cluster: ``memory`` (a cluster of silos in one
     process sharing the table object, see ``Silo(membership_table=...)``) or ``sqlite:PATH``
@@ -43,6 +55,7 @@ class SiloOptions:
 
     cluster_id: str = "dev"
     host: str = "127.0.0.1"
+    advertise: str | None = None
     port: int = 11111
     gateway_port: int | None = 30000
     secret: str | None = None
@@ -89,6 +102,17 @@ class SiloOptions:
                "must be >= 0")
         _check(n, "max_pending_handshakes", self.max_pending_handshakes >= 1,
                self.max_pending_handshakes, "must be >= 1")
+        _check(n, "advertise", self.advertise is not None or self.host not in _WILDCARDS,
+               self.host, "listening on every interface needs advertise: the address the "
+               "other silos and clients reach (e.g. --advertise 10.0.0.11)")
+        if not _loopback(self.host):
+            _check(n, "cluster_key", self.membership is None or self.cluster_key is not None,
+                   self.host, "a silo port beyond loopback needs cluster_key set (a "
+                   "--cluster-key-file shared by the silos) so that only the cluster's "
+                   "silos can join it")
+            _check(n, "secret", self.gateway_port is None or self.secret is not None,
+                   self.host, "a gateway beyond loopback needs secret set (--secret): the "
+                   "clients present it")
         if self.cluster_key is not None:
             _check(n, "cluster_key", len(self.cluster_key) >= 16, "<hidden>",
                    "must be at least 16 characters (e.g. `python -c 'import secrets; "
@@ -109,6 +133,11 @@ class SiloOptions:
         if self.probe_timeout is not None:
             _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
                    "must be > 0 seconds (or None: the probe period)")
+
+    @property
+    def advertised_host(self) -> str:
+        """The address the other silos and clients use: ``advertise``, else ``host``."""
+        return self.advertise if self.advertise is not None else self.host
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

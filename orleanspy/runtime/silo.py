@@ -130,8 +130,9 @@ class Silo:
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
         self.codec = Codec(self._reference_factory, policy=TypePolicy())
-        self.address = SiloAddress(self.options.host, self.options.port, _new_generation())
-        self.name = f"{self.options.host}:{self.options.port}"
+        advertised = self.options.advertised_host
+        self.address = SiloAddress(advertised, self.options.port, _new_generation())
+        self.name = f"{advertised}:{self.options.port}"
         self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
         self.registry: dict[str, GrainClassInfo] = {}
         for cls in grains:

@@ -126,7 +126,9 @@ def client_settings(args: argparse.Namespace) -> ClientSettings:
     options = load_config(find_config_file(args.config)).options
     gateways: list[str] = args.gateway or []
     if not gateways:
-        host = options.host if options.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        host = options.advertised_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
         gateways = [f"{host}:{options.gateway_port or 30000}"]
     try:
         key = parse_key(args.key, args.key_type)

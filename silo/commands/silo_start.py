@@ -71,7 +71,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="TOML config file (default: $ORLEANSPY_CONFIG or ./orleanspy.toml)")
     p.add_argument("--cluster-id", help="cluster id clients must name (default: dev)")
-    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--host", help="address to listen on (default: 127.0.0.1); beyond "
+                   "loopback it needs --cluster-key-file (cluster) and --secret (gateway)")
+    p.add_argument("--advertise", metavar="HOST",
+                   help="address the other silos and clients reach this silo at, when it "
+                   "differs from --host (needed with --host 0.0.0.0)")
     p.add_argument("--port", type=int, help="silo-to-silo port (default: 11111)")
     p.add_argument("--gateway-port", type=int,
                    help="client gateway port; 0 picks a free one (default: 30000)")
@@ -142,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         "app": args.app,
         "cluster_id": args.cluster_id,
         "host": args.host,
+        "advertise": args.advertise,
         "port": args.port,
         "gateway_port": args.gateway_port,
         "secret": args.secret,
