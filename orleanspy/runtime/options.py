@@ -102,17 +102,6 @@ class SiloOptions:
                "must be >= 0")
         _check(n, "max_pending_handshakes", self.max_pending_handshakes >= 1,
                self.max_pending_handshakes, "must be >= 1")
-        _check(n, "advertise", self.advertise is not None or self.host not in _WILDCARDS,
-               self.host, "listening on every interface needs advertise: the address the "
-               "other silos and clients reach (e.g. --advertise 10.0.0.11)")
-        if not _loopback(self.host):
-            _check(n, "cluster_key", self.membership is None or self.cluster_key is not None,
-                   self.host, "a silo port beyond loopback needs cluster_key set (a "
-                   "--cluster-key-file shared by the silos) so that only the cluster's "
-                   "silos can join it")
-            _check(n, "secret", self.gateway_port is None or self.secret is not None,
-                   self.host, "a gateway beyond loopback needs secret set (--secret): the "
-                   "clients present it")
         if self.cluster_key is not None:
             _check(n, "cluster_key", len(self.cluster_key) >= 16, "<hidden>",
                    "must be at least 16 characters (e.g. `python -c 'import secrets; "
@@ -133,6 +122,28 @@ class SiloOptions:
         if self.probe_timeout is not None:
             _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
                    "must be > 0 seconds (or None: the probe period)")
+
+    def check_listening(self) -> None:
+        """The rules that tie ``host`` to other settings (checked when a silo is made from
+        the final options, not for each setting alone).
+
+        Raises:
+            ConfigurationError: listening on every interface without ``advertise``; a silo
+                port beyond loopback without ``cluster_key``; a gateway beyond loopback
+                without ``secret``.
+        """
+        n = "SiloOptions"
+        _check(n, "advertise", self.advertise is not None or self.host not in _WILDCARDS,
+               self.host, "listening on every interface needs advertise: the address the "
+               "other silos and clients reach (e.g. --advertise 10.0.0.11)")
+        if not _loopback(self.host):
+            _check(n, "host", self.membership is None or self.cluster_key is not None,
+                   self.host, "a silo port beyond loopback needs cluster_key set (a "
+                   "--cluster-key-file shared by the silos) so that only the cluster's "
+                   "silos can join it")
+            _check(n, "host", self.gateway_port is None or self.secret is not None,
+                   self.host, "a gateway beyond loopback needs secret set (--secret): the "
+                   "clients present it")
 
     @property
     def advertised_host(self) -> str:

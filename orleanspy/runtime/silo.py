@@ -130,6 +130,7 @@ class Silo:
         self.options: SiloOptions = options if options is not None else SiloOptions()
         self.clock = clock or SystemClock()
         self.codec = Codec(self._reference_factory, policy=TypePolicy())
+        self.options.check_listening()
         advertised = self.options.advertised_host
         self.address = SiloAddress(advertised, self.options.port, _new_generation())
         self.name = f"{advertised}:{self.options.port}"

@@ -17,20 +17,21 @@ class Echo(Grain):
 
 def test_listening_on_every_interface_needs_advertise() -> None:
     with pytest.raises(ConfigurationError, match="advertise"):
-        SiloOptions(host="0.0.0.0", gateway_port=None)
+        Silo(SiloOptions(host="0.0.0.0", gateway_port=None))
     options = SiloOptions(host="0.0.0.0", advertise="10.0.0.11", gateway_port=None)
+    options.check_listening()
     assert options.advertised_host == "10.0.0.11"
 
 
 def test_beyond_loopback_the_credentials_are_required() -> None:
     with pytest.raises(ConfigurationError, match="cluster_key"):
-        SiloOptions(host="0.0.0.0", advertise="10.0.0.11", membership="memory",
-                    gateway_port=None)
+        Silo(SiloOptions(host="0.0.0.0", advertise="10.0.0.11", membership="memory",
+                         gateway_port=None))
     with pytest.raises(ConfigurationError, match="secret"):
-        SiloOptions(host="0.0.0.0", advertise="10.0.0.11", gateway_port=30000)
+        Silo(SiloOptions(host="0.0.0.0", advertise="10.0.0.11", gateway_port=30000))
     SiloOptions(host="0.0.0.0", advertise="10.0.0.11", membership="memory", cluster_key=KEY,
-                secret="s3cret")
-    SiloOptions(host="127.0.0.1", membership="memory")  # loopback: as before
+                secret="s3cret").check_listening()
+    SiloOptions(host="127.0.0.1", membership="memory").check_listening()  # as before
 
 
 async def test_a_silo_listens_on_host_and_names_itself_by_advertise() -> None:
