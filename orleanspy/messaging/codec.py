@@ -26,7 +26,20 @@ from orleanspy.errors import RemoteGrainError, SerializationError
 from orleanspy.ids import GrainId
 from orleanspy.messaging.types import TypePolicy
 
-__all__ = ["IMMUTABLE_TYPES", "Codec", "is_immutable", "qualified_name"]
+__all__ = ["IMMUTABLE_TYPES", "Codec", "is_immutable", "pack_array", "qualified_name"]
+
+def pack_array(items: list[bytes]) -> bytes:
+    """The msgpack array of ``items``, each already encoded: what packing the decoded list
+    would give, without decoding it."""
+    n = len(items)
+    if n < 16:
+        header = bytes((0x90 | n,))
+    elif n < 1 << 16:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return header + b"".join(items)
+
 
 EXT_TUPLE: Final = 1
 EXT_UUID: Final = 2

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from orleanspy._util.clock import Clock
 from orleanspy.errors import StreamError
@@ -36,12 +36,17 @@ from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
 
 __all__ = [
+    "COALESCE_MAX",
     "BatchContainer",
     "QueueAdapter",
     "QueueAdapterFactory",
     "QueueAdapterReceiver",
     "QueueFullError",
 ]
+
+
+#: single events of one stream that an adapter's ``sender`` may gather into one container
+COALESCE_MAX: Final = 4096
 
 
 class QueueFullError(StreamError):

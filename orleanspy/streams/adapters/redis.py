@@ -32,8 +32,9 @@ from typing import Any, Final, final
 
 from orleanspy._util.redis import RedisClient
 from orleanspy.errors import ConfigurationError
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import (
+    COALESCE_MAX,
     BatchContainer,
     QueueAdapter,
     QueueAdapterFactory,
@@ -53,8 +54,6 @@ end
 return 1
 """
 _PAGE: Final = 256
-#: single events of one stream that share an entry at most (a msgpack array16 header)
-_COALESCE_MAX: Final = 4096
 
 
 def _sequence(entry_id: bytes) -> int:
@@ -83,7 +82,7 @@ class _Writer:
         share one entry (one container)."""
         args = self.pending.setdefault(queue, [])
         at = self.open.get((queue, stream_id))
-        if at is not None and len(args[at]) < _COALESCE_MAX:
+        if at is not None and len(args[at]) < COALESCE_MAX:
             args[at].append(event)
         else:
             self.open[(queue, stream_id)] = len(args) + 2
@@ -93,10 +92,7 @@ class _Writer:
     def _take(self) -> dict[str, list[Any]]:
         pending = self.pending
         for (queue, _), at in self.open.items():
-            events = pending[queue][at]
-            n = len(events)
-            header = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
-            pending[queue][at] = header + b"".join(events)
+            pending[queue][at] = pack_array(pending[queue][at])
         self.open = {}
         self.pending = {}
         return pending

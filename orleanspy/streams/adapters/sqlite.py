@@ -46,8 +46,9 @@ from typing import Any, Final, final
 
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.errors import ConfigurationError
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import (
+    COALESCE_MAX,
     BatchContainer,
     QueueAdapter,
     QueueAdapterFactory,
@@ -89,8 +90,6 @@ _SELECT_STREAM_FROM: Final = (
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
 _MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
 _STREAM_ID_CACHE_SIZE: Final = 4096
-#: single events of one stream that share a row at most (a msgpack array16 header)
-_COALESCE_MAX: Final = 4096
 
 
 @functools.cache
@@ -172,7 +171,7 @@ class _GroupCommit:
         """Add one encoded event of ``stream_id``; events of one stream added before the next
         commit share one row (one container). The future resolves once it is committed."""
         at = self._open.get((queue, stream_id))
-        if at is not None and len(self._inserts[at + 3]) < _COALESCE_MAX:
+        if at is not None and len(self._inserts[at + 3]) < COALESCE_MAX:
             self._inserts[at + 3].append(event)
         else:
             self._open[(queue, stream_id)] = len(self._inserts)
@@ -183,10 +182,7 @@ class _GroupCommit:
         """The rows of this round, each row of single events encoded as one list."""
         inserts = self._inserts
         for at in self._open.values():
-            events = inserts[at + 3]
-            n = len(events)
-            header = (bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big"))
-            payload = header + b"".join(events)
+            payload = pack_array(inserts[at + 3])
             inserts[at + 3] = payload
             inserts[at + 4] = len(payload)
         self._open = {}
