@@ -5,7 +5,6 @@ table, and survive a kill -9 of one of them with nothing lost."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
 from .silo_process import SiloLauncher, SiloProcess, poll_until
+from .test_cluster_streams import read_received as received
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,9 @@ FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5", "--table-refresh-
 DETECTION = 15.0
 
 
-async def statuses(url: str) -> dict[str, SiloStatus]:
-    table = RedisMembershipTable(url, CLUSTER)
+async def statuses(url: str, cluster: str = CLUSTER) -> dict[str, SiloStatus]:
+    """What the Redis membership table says of each silo of ``cluster``."""
+    table = RedisMembershipTable(url, cluster)
     try:
         data = await table.read_all()
     finally:
@@ -80,17 +81,6 @@ async def test_a_cluster_on_redis_survives_kill_9(redis_url: str,
 
 STREAM_KEYS = list(range(16))
 PER_STREAM = 1250  # 20,000 numbered events in all
-
-
-def received(data_dir: Path) -> dict[int, list[int]]:
-    got: dict[int, list[int]] = defaultdict(list)
-    path = data_dir / "received.txt"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                got[int(parts[0])].append(int(parts[1]))
-    return got
 
 
 async def publish(url: str, numbers: range) -> None:

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.streams.adapters import RedisAdapterFactory
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
 from .silo_process import SiloLauncher, free_port, poll_until
+from .test_cluster_streams import read_received as received
+from .test_redis_cluster import statuses
 
 pytestmark = pytest.mark.integration
 
@@ -80,25 +81,6 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-async def statuses(url: str) -> dict[str, SiloStatus]:
-    table = RedisMembershipTable(url, CLUSTER)
-    try:
-        return {str(e.silo): e.status for e in (await table.read_all()).entries()}
-    finally:
-        await table.close()
-
-
-def received(data_dir: Path) -> dict[int, list[int]]:
-    got: dict[int, list[int]] = defaultdict(list)
-    path = data_dir / "received.txt"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                got[int(parts[0])].append(int(parts[1]))
-    return got
-
-
 async def test_silos_ride_out_a_redis_outage(redis_server: RedisServer,
                                              silo_launcher: SiloLauncher,
                                              tmp_path: Path) -> None:
@@ -112,7 +94,7 @@ async def test_silos_ride_out_a_redis_outage(redis_server: RedisServer,
         "--membership", url, "--storage", url, "--reminders", url, "--cluster-id", CLUSTER,
         "--config", str(config), *FAST, app="tests.integration.cluster_stream_app")
         for _ in range(2)]
-    await poll_until(lambda: statuses(url),
+    await poll_until(lambda: statuses(url, CLUSTER),
                      lambda s: list(s.values()).count(SiloStatus.ACTIVE) == 2, timeout=15)
     adapter = RedisAdapterFactory(url).create_adapter("s")
     mapper = HashRingQueueMapper(8, "s")
@@ -151,7 +133,7 @@ async def test_silos_ride_out_a_redis_outage(redis_server: RedisServer,
         for key in KEYS:
             firsts = [n for n in dict.fromkeys(got[key]) if n in set(acknowledged[key])]
             assert firsts == acknowledged[key], f"stream {key} out of order"
-        assert all(s is SiloStatus.ACTIVE for s in (await statuses(url)).values())
+        assert all(s is SiloStatus.ACTIVE for s in (await statuses(url, CLUSTER)).values())
         assert all(s.proc.returncode is None for s in silos)  # nobody crashed
     finally:
         stop.set()

@@ -10,30 +10,14 @@ from typing import Any
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions
-from orleanspy.ids import GrainId
-from orleanspy.storage.memory import MemoryGrainStorage
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.pubsub import PubSubRendezvous
+from orleanspy.testing.gates import GatedStorage
 
 WAIT = 10.0
 GOT: list[Any] = []
 ARRIVED: dict[Any, asyncio.Event] = {}
-
-
-class FlakyStorage(MemoryGrainStorage):
-    """Memory storage whose next write fails once when told to."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_next = False
-
-    async def write(self, grain_id: GrainId, state_name: str, data: bytes,
-                    etag: str | None) -> str:
-        if self.fail_next:
-            self.fail_next = False
-            raise OSError("disk full (a test)")
-        return await super().write(grain_id, state_name, data, etag)
 
 
 class Watcher(Grain):
@@ -58,7 +42,7 @@ async def arrival(item: Any) -> None:
 async def setup() -> Any:
     GOT.clear()
     ARRIVED.clear()
-    storage = FlakyStorage()
+    storage = GatedStorage()
     provider = PersistentStreamProvider(
         MemoryAdapterFactory(),
         StreamProviderOptions(total_queues=1, pull_period=0.01, max_delivery_time=0.5),
@@ -79,7 +63,7 @@ async def test_a_subscribe_whose_write_failed_is_not_live(setup: Any) -> None:
     silo, storage, provider = setup
     stream = provider.get_stream("ns", "k")
     await stream.on_next("warm-up")  # the agent knows the stream and its rendezvous
-    storage.fail_next = True
+    storage.fail_writes("", error=OSError("disk full (a test)"))  # the next write
     with pytest.raises(Exception, match="disk full"):
         await silo.get_grain(Watcher, "w").join()
     assert await records(silo) == []
@@ -100,7 +84,7 @@ async def test_an_unsubscribe_whose_write_failed_still_tells_the_agent_on_retry(
     await watcher.join()
     await stream.on_next(1)
     await arrival(1)
-    storage.fail_next = True
+    storage.fail_writes("", error=OSError("disk full (a test)"))  # the next write
     with pytest.raises(Exception, match="disk full"):
         await watcher.leave()
     assert len(await records(silo)) == 1  # still subscribed: the removal was not stored
