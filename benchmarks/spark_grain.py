@@ -5,8 +5,8 @@ Figures (baselines measured in the same run, same process, same warm SparkSessio
 * ``spark_job``: a warm aggregation (``range(N) -> groupBy(id % 100) -> count``) called as
   ``await grain.method()`` (grain call -> ``run_job`` -> worker thread, job group and tag,
   progress polling, result conversion) against the same function called directly on the
-  session (the obvious synchronous PySpark code). Jobs/s; the issue's bar is "the grain adds
-  at most 10 ms + 5 %", printed as the target ratio.
+  session (the obvious synchronous PySpark code). Jobs/s; the target is "the grain adds at
+  most 10 ms + 5 %", printed as the target ratio.
 * ``spark_noop``: a call whose job touches the JVM once (``sc.defaultParallelism``) and starts
   no Spark job: the fixed overhead of the path.
 * ``grain_call_p50_under_spark`` / ``grain_call_p99_under_spark``: latency of concurrent grain
