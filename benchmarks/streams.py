@@ -1116,14 +1116,16 @@ async def profile(which: str, n: int) -> None:
     profiler = Profiler(interval=0.0005, async_mode="disabled")
     kwargs: dict[str, Any] = {
         "memory": {}, "batch": {"batch": BATCH}, "fanout": {"consumers": FANOUT},
-        "sqlite": {"wait_ack": True},
+        "fanout10": {"consumers": 10},
+        "sqlite": {"wait_ack": True}, "redis": {"wait_ack": True, "batch": BATCH},
     }[which]
-    if which == "fanout":
+    if which.startswith("fanout"):
         n = max(PRODUCERS, n // FANOUT)
     with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
         factory: Any = (
             SqliteAdapterFactory(str(Path(tmp) / "s.db")) if which == "sqlite"
-            else MemoryAdapterFactory()
+            else RedisAdapterFactory(f"{REDIS_URL}?prefix=orleanspy-bench-{os.getpid()}")
+            if which == "redis" else MemoryAdapterFactory()
         )
         provider = PersistentStreamProvider(factory, _provider_options())
         async with _silo({"p": provider}) as silo:
@@ -1170,7 +1172,8 @@ def main() -> None:
                         "per delivery) instead of on_next per event")
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG path (default {PLOT})")
     parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    parser.add_argument("--profile", choices=["memory", "batch", "fanout", "sqlite"],
+    parser.add_argument("--profile",
+                        choices=["memory", "batch", "fanout", "fanout10", "sqlite", "redis"],
                         help="profile orleanspy's side of one figure instead (stderr)")
     parser.add_argument("--events", type=int, default=30_000,
                         help="events for --profile (default 30000; fanout: /100)")

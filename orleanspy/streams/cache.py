@@ -480,7 +480,7 @@ class QueueCache:
             if item.pos > cursor.inflight_last:
                 if first is None:
                     first = item.token
-                n = len(item.container.events)
+                n = item.container.count
                 last = item.token if n <= 1 else item.token.for_event(n - 1)
             item = item.next
         if first is not None and last is not None:

@@ -28,7 +28,7 @@ from orleanspy.errors import (
 )
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
-from orleanspy.streams.adapters.base import BatchContainer
+from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
 from orleanspy.streams.cache import CacheCursor, CacheItem
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import SubscriptionRecord
@@ -47,16 +47,33 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
-def _events_of(items: list[CacheItem]) -> list[Event]:
-    """The events of cached items, each with its own token."""
+def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
+    """The events of ``containers``, each with its own token, and whether they are fresh
+    (decoded for this delivery alone: no other subscription sees the same objects).
+    Raises ``UndecodableContainer`` naming the first container that cannot be decoded."""
+    decoded, fresh = BatchContainer.decode_many(containers)
     events: list[Event] = []
-    for item in items:
-        container = item.container
-        if len(container.events) == 1:  # one event: its token is the container's
-            events.append((container.events[0], item.token))
+    for index, container in enumerate(containers):
+        values = decoded[index]
+        n = container.count
+        if type(values) not in (list, tuple) or len(values) != n:  # a corrupt payload
+            try:
+                container.values()
+            except Exception as exc:
+                raise UndecodableContainer(index, exc) from exc
+            raise UndecodableContainer(index, ValueError("inconsistent payload"))
+        token = container.token
+        if n == 1:  # one event: its token is the container's
+            events.append((values[0], token))
         else:
-            events += container.items()
-    return events
+            events += [(value, token.for_event(i)) for i, value in enumerate(values)]
+    return events, fresh
+
+
+def _placeholders(container: BatchContainer) -> list[Event]:
+    """Stand-ins for the events of a container that cannot be decoded: its tokens."""
+    token = container.token
+    return [(None, token.for_event(i)) for i in range(max(container.count, 1))]
 
 
 class Subscription:
@@ -185,8 +202,19 @@ class Delivery:
                     if not containers:
                         await asyncio.sleep(0)  # let the read cycle purge and move on
                         continue
-                    spilled = [p for c in containers for p in c.items()]
-                    ok = await self.deliver(sub, spilled, owned=True)
+                    try:
+                        spilled, fresh = _events_of(containers)
+                    except UndecodableContainer as bad:
+                        if bad.index:  # deliver those before it; it comes first next time
+                            containers = containers[:bad.index]
+                            spilled, fresh = _events_of(containers)
+                            ok = await self.deliver(sub, spilled, owned=True, fresh=fresh)
+                        else:
+                            containers = containers[:1]
+                            spilled = _placeholders(containers[0])
+                            ok = await self._undecodable(sub, spilled, bad.error)
+                    else:
+                        ok = await self.deliver(sub, spilled, owned=True, fresh=fresh)
                     if ok is None:
                         sub.abandoned = True
                         return  # abandoned (stopping): not delivered, not acknowledged
@@ -213,9 +241,22 @@ class Delivery:
                     batch_size if cursor.gating else 1)
                 if not items:
                     return
-                events = _events_of(items)  # in a function: no local keeps an item alive
+                # Decoded in a function: no local keeps an item alive.
+                undecodable: Exception | None = None
+                try:
+                    events, fresh = _events_of([item.container for item in items])
+                except UndecodableContainer as bad:
+                    if bad.index:  # deliver those before it; it comes first next time
+                        items = items[:bad.index]
+                        events, fresh = _events_of([item.container for item in items])
+                    else:
+                        items = items[:1]
+                        events, undecodable = _placeholders(items[0].container), bad.error
                 sub.inflight, items = items, None  # held by ``sub`` only (see ``inflight``)
-                ok = await self.deliver(sub, events)
+                if undecodable is not None:
+                    ok = await self._undecodable(sub, events, undecodable)
+                else:
+                    ok = await self.deliver(sub, events, fresh=fresh)
                 items, sub.inflight = sub.inflight, None
                 if ok is None:
                     sub.abandoned = True
@@ -248,12 +289,13 @@ class Delivery:
 
     # -- one delivery, with retries -------------------------------------------------------------
     async def deliver(
-        self, sub: Subscription, events: list[Event], owned: bool = False
+        self, sub: Subscription, events: list[Event], owned: bool = False, fresh: bool = False
     ) -> bool | None:
         """Deliver with retries: True once delivered (or skipped after the error protocol),
         False if the subscription was faulted or went away, None if abandoned because the
         agent stops (the events stay unacknowledged: the next owner of the queue delivers
-        them again)."""
+        them again). ``owned``: read from the queue for this subscription (spilled), not from
+        the cache; ``fresh``: the event values were decoded for this delivery alone."""
         clock = self.clock
         deadline = clock.monotonic() + self.options.max_delivery_time
         record = sub.record
@@ -267,7 +309,7 @@ class Delivery:
             # hands them over without a copy, several subscriptions each get their own copy of
             # the event values (tokens are immutable and shared).
             batch = events
-            if not owned and self.host.subscriber_count(sid) > 1:
+            if not fresh and not owned and self.host.subscriber_count(sid) > 1:
                 batch = self._copy_values(events)
             try:
                 await self.dispatcher.call(
@@ -369,6 +411,14 @@ class Delivery:
         codec = self.codec
         copies = codec.unpackb(codec.packb(values))
         return [(v, t) for v, (_, t) in zip(copies, events, strict=True)]
+
+    async def _undecodable(self, sub: Subscription, events: list[Event], exc: Exception) -> bool:
+        """A container whose events cannot be decoded: no retry can change that, so it goes
+        to the error protocol at once (``on_error``, then the failure policy)."""
+        self.failures += 1
+        self.log.warning("stream_event_undecodable", subscription=sub.record.sub_id,
+                         stream=str(sub.stream_id), token=str(events[0][1]), error=repr(exc))
+        return await self._error_protocol(sub, events, exc)
 
     async def _error_protocol(self, sub: Subscription, events: list[Event], exc: Exception) -> bool:
         record = sub.record

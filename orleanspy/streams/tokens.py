@@ -28,7 +28,10 @@ class SequenceToken:
 
     def for_event(self, i: int) -> SequenceToken:
         """The token of the ``i``-th event of the container at this token's sequence."""
-        return SequenceToken(self.sequence, i)
+        token = _new(SequenceToken)  # without the frozen dataclass's slow ``__init__``
+        _set_sequence(token, self.sequence)
+        _set_index(token, i)
+        return token
 
     def __str__(self) -> str:
         return f"{self.sequence}.{self.index}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import enum
 import itertools
@@ -505,7 +504,7 @@ class QueueAdapterConformance(abc.ABC):
             await adapter.enqueue(self.queue(), stream, [n, f"event {n}"])
         async with self.receiver(adapter) as receiver:
             batch = await self.read_all(receiver)
-            placeholders = [dataclasses.replace(c, events=(), size=0) for c in batch[:3]]
+            placeholders = [BatchContainer(c.stream_id, c.token, (), 0) for c in batch[:3]]
             await receiver.messages_delivered([placeholders[1], placeholders[0]])
             await receiver.messages_delivered(placeholders[2:])
             assert await receiver.get_messages(10) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import signal
@@ -141,7 +140,7 @@ async def test_memory_capacity_counts_read_but_unacknowledged_containers() -> No
 
     with pytest.raises(QueueFullError):
         await adapter.enqueue(Q0, stream, ["read, not acknowledged"])
-    await receiver.messages_delivered([dataclasses.replace(batch[1], events=())])
+    await receiver.messages_delivered([BatchContainer(batch[1].stream_id, batch[1].token, (), 0)])
     await adapter.enqueue(Q0, stream, [3])
     with pytest.raises(QueueFullError):
         await adapter.enqueue(Q0, stream, ["full again"])

@@ -211,13 +211,13 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         if i >= end or max_count == 0:
             self._index = i
             return []
-        pending, unpack = q.pending, self._codec.unpackb
+        pending, unpack, encoded = q.pending, self._codec.unpackb, BatchContainer.encoded
         if end - q.head == len(pending):  # no acknowledged entry stored past the head
             chunk = entries[i : i + max_count]
             self._index = i + len(chunk)
             self._last_sequence = chunk[-1][0]
             return [
-                BatchContainer(sid, container_token(seq), tuple(unpack(payload)), len(payload))
+                encoded(sid, container_token(seq), payload, unpack)
                 for seq, sid, payload in chunk
             ]
         batch: list[BatchContainer] = []
@@ -226,11 +226,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             sequence, stream_id, payload = entries[i]
             i += 1
             if sequence in pending:
-                append(
-                    BatchContainer(
-                        stream_id, container_token(sequence), tuple(unpack(payload)), len(payload)
-                    )
-                )
+                append(encoded(stream_id, container_token(sequence), payload, unpack))
                 if len(batch) == max_count:
                     break
         self._index = i
@@ -250,11 +246,8 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         for i in range(q.index_from(token.sequence), len(entries)):
             sequence, sid, payload = entries[i]
             if sequence in pending and (stream_id is None or sid == stream_id):
-                batch.append(
-                    BatchContainer(
-                        sid, container_token(sequence), tuple(unpack(payload)), len(payload)
-                    )
-                )
+                batch.append(BatchContainer.encoded(sid, container_token(sequence), payload,
+                                                    unpack))
                 if len(batch) == max_count:
                     break
         return batch

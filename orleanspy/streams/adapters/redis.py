@@ -251,8 +251,8 @@ class RedisQueueReceiver(QueueAdapterReceiver):
             if len(self._sids) > 4096:
                 self._sids.clear()
             sid = self._sids[(ns, key)] = StreamId(ns.decode(), self._codec.unpackb(key))
-        return BatchContainer(sid, container_token(_sequence(entry_id)),
-                              tuple(self._codec.unpackb(payload)), len(payload))
+        return BatchContainer.encoded(sid, container_token(_sequence(entry_id)), payload,
+                                      self._codec.unpackb)
 
     async def get_messages(self, max_count: int) -> list[BatchContainer]:
         if max_count < 0:

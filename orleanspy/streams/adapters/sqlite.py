@@ -55,7 +55,7 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterReceiver,
 )
 from orleanspy.streams.ids import QueueId, StreamId
-from orleanspy.streams.tokens import SequenceToken
+from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = [
     "SqliteAdapterFactory",
@@ -328,7 +328,8 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
                 if len(stream_ids) >= _STREAM_ID_CACHE_SIZE:
                     stream_ids.clear()
                 stream_id = stream_ids[(namespace, key)] = StreamId(namespace, unpack(key))
-            batch.append(BatchContainer(stream_id, SequenceToken(seq), tuple(unpack(events)), size))
+            batch.append(BatchContainer.encoded(stream_id, container_token(seq), events, unpack,
+                                                size))
         return batch
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:

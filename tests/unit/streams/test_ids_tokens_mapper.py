@@ -216,7 +216,27 @@ def test_batch_container_items_pair_events_with_their_tokens() -> None:
     container = BatchContainer(StreamId("ns", 1), SequenceToken(4), ("a", ("b",)), size=9)
 
     assert container.items() == [("a", SequenceToken(4, 0)), (("b",), SequenceToken(4, 1))]
-    assert Codec().unpackb(Codec().packb(container)) == container
+    assert container.count == 2 and not container.is_encoded
+
+
+def test_an_encoded_container_decodes_fresh_values_on_each_access() -> None:
+    codec = Codec()
+    payload = codec.packb([["a"], ("b",)])
+    container = BatchContainer.encoded(StreamId("ns", 1), SequenceToken(4), payload, codec.unpackb)
+
+    assert container.count == 2 and container.size == len(payload) and container.is_encoded
+    assert container.items() == [(["a"], SequenceToken(4, 0)), (("b",), SequenceToken(4, 1))]
+    first, second = container.values(), container.values()
+    assert first == second and first[0] is not second[0]  # each delivery owns its values
+    assert container == BatchContainer(StreamId("ns", 1), SequenceToken(4), (["a"], ("b",)),
+                                       len(payload))
+
+
+def test_an_encoded_container_that_is_not_an_array_is_refused() -> None:
+    codec = Codec()
+    with pytest.raises(ValueError, match="not a msgpack array"):
+        BatchContainer.encoded(StreamId("ns", 1), SequenceToken(1), codec.packb({"a": 1}),
+                               codec.unpackb)
 
 
 # -- HashRingQueueMapper -----------------------------------------------------------------

@@ -1,0 +1,93 @@
+"""An event that cannot be decoded (corrupt bytes in the queue) fails the delivery of its
+own container only: the consumer's ``on_error`` names its token, the failure policy decides
+(the default skips it), and the events before and after it are delivered in order. Reading
+the queue goes on: other streams are not held back by it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from orleanspy import Grain, Silo, SiloOptions, StreamDeliveryError
+from orleanspy.diagnostics import EventsAcknowledged
+from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
+from orleanspy.streams.adapters import SqliteAdapterFactory
+from orleanspy.streams.ids import QueueId, StreamId
+from orleanspy.streams.provider import implicit_subscription
+from orleanspy.testing import EventRecorder
+
+WAIT = 10.0
+GOT: dict[str, list[Any]] = {}
+ERRORS: list[BaseException] = []
+DONE: dict[str, asyncio.Event] = {}
+
+
+@implicit_subscription("bad")
+class Reader(Grain):
+    async def on_next(self, item: Any, token: Any) -> None:
+        GOT.setdefault(self.key, []).append(item)
+        if item == "last":
+            DONE.setdefault(self.key, asyncio.Event()).set()
+
+    async def on_error(self, error: BaseException) -> None:
+        ERRORS.append(error)
+
+
+async def _fill(path: Path, streams: dict[str, list[list[Any]]]) -> None:
+    adapter = SqliteAdapterFactory(str(path)).create_adapter("s")
+    await adapter.open()
+    try:
+        for key, containers in streams.items():
+            for events in containers:
+                await adapter.enqueue(QueueId("s", 0), StreamId("bad", key), events)
+    finally:
+        await adapter.close()
+
+
+async def test_an_undecodable_container_is_reported_and_the_rest_delivered(
+    tmp_path: Path,
+) -> None:
+    GOT.clear()
+    ERRORS.clear()
+    DONE.clear()
+    path = tmp_path / "q.db"
+    await _fill(path, {
+        "a": [[0], [1, 2], ["poison"], [3], ["last"]],
+        "b": [["b0"], ["last"]],
+    })
+    with sqlite3.connect(path) as conn:  # corrupt one container: an array of an invalid byte
+        (seq,) = conn.execute(
+            "SELECT seq FROM stream_queue WHERE events = ?",
+            (bytes.fromhex("91a6") + b"poison",),
+        ).fetchone()
+        conn.execute("UPDATE stream_queue SET events = ? WHERE seq = ?",
+                     (bytes.fromhex("91c1"), seq))
+    options = StreamProviderOptions(total_queues=1, pull_period=0.01)
+    provider = PersistentStreamProvider(SqliteAdapterFactory(str(path)), options)
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Reader],
+                stream_providers={"s": provider})
+    recorder = EventRecorder(silo.diagnostics)
+    await silo.start()
+    try:
+        async with asyncio.timeout(WAIT):
+            for key in ("a", "b"):
+                await DONE.setdefault(key, asyncio.Event()).wait()
+        assert GOT == {"a": [0, 1, 2, 3, "last"], "b": ["b0", "last"]}
+        (error,) = [e for e in ERRORS if isinstance(e, StreamDeliveryError)]
+        assert f"token {seq}.0 " in str(error), str(error)
+        (agent,) = provider.agents.values()
+        # everything is acknowledged, the skipped container too
+        await recorder.wait_state(EventsAcknowledged, lambda: agent.acknowledged == 7, WAIT)
+        assert _rows(path) == 0
+        assert agent.delivered == 7  # the undecodable one is skipped, not delivered
+    finally:
+        recorder.close()
+        await silo.stop()
+
+
+def _rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        (count,) = conn.execute("SELECT COUNT(*) FROM stream_queue").fetchone()
+    return int(count)
