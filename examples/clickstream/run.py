@@ -107,11 +107,20 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visitors-per-queue", type=int, default=25)
     parser.add_argument("--views-per-visitor", type=int, default=60)
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable), e.g. "
+                             "spark.driver.host=10.0.0.5 for a cluster's executors to reach")
     parser.add_argument("--data-dir", default=None,
                         help="keep the data here (default: a temporary folder)")
     args = parser.parse_args(argv)
-    options = SPARK if args.master is None else SparkOptions(
-        master=args.master, app_name=SPARK.app_name, conf=SPARK.conf)
+    conf = dict(SPARK.conf)
+    for item in args.spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--spark-conf takes KEY=VALUE, got {item!r}")
+        conf[key] = value
+    options = SparkOptions(master=args.master or SPARK.master, app_name=SPARK.app_name,
+                           conf=conf)
     print("clickstream: generator -> real-time counters + Parquet sink -> Spark grain")
     with tempfile.TemporaryDirectory(prefix="orleanspy-clickstream-") as tmp:
         data_dir = Path(args.data_dir) if args.data_dir else Path(tmp)

@@ -70,6 +70,10 @@ class Analytics(SparkGrain):
         return await self.run_job(_long, 4, timeout=timeout, on_progress=seen,
                                   description="long")
 
+    async def long_with_timeout(self, timeout: float) -> Any:
+        """A job that runs for minutes, given ``timeout`` seconds (needs no test probe)."""
+        return await self.run_job(_long, 2, timeout=timeout, description="long")
+
     async def sleepy(self, tasks: int, seconds: float) -> int:
         probe = self.silo.probe
         return await self.run_job(_sleepy, tasks, seconds, on_progress=probe.progress.append,
