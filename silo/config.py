@@ -8,13 +8,14 @@ table, plus ``app = ["module", ...]`` (the grain modules to host)::
     [silo]
     cluster_id = "prod"
     gateway_port = 30000
-    storage = "sqlite:orleanspy.db"   # relative to data_dir
+    storage = "sqlite:orleanspy.db"   # relative to data_dir (in a cluster: to this file's folder)
     data_dir = "data"                 # relative to this file's folder
 
 Every value is checked where it is read, so an error names its source (file and key,
 environment variable or flag) and says how to fix it. Unknown keys are errors, with the
 closest known key suggested; a relative ``data_dir`` in a file resolves against the file's
-folder, one from the environment or a flag against the working directory.
+folder, one from the environment or a flag against the working directory. In a cluster
+every silo must open the same SQLite files: see ``_shared_paths``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class _Setting:
 
     value: Any
     source: str
+    #: a config file's folder, for a value read from that file
+    folder: str | None = None
 
 
 _Layer = dict[str, _Setting]
@@ -150,6 +153,7 @@ def _validate(name: str, setting: _Setting) -> None:
     if name in _URL_FIELDS and isinstance(setting.value, str):
         parse_backend_url(setting.value, key=setting.source, allow=BACKENDS_OF[name],
                           example=_URL_FIELDS[name])
+        return  # where a relative SQLite path resolves is decided after merging
     try:
         SiloOptions(**{name: setting.value})
     except (ConfigurationError, TypeError) as exc:
@@ -229,8 +233,54 @@ def parse_toml(path: Path) -> _Layer:
         converted = _convert_toml(name, value, source)
         if name == "data_dir" and isinstance(converted, str):
             converted = str(path.parent / converted)  # absolute paths stay absolute
-        layer[name] = _Setting(converted, source)
+        layer[name] = _Setting(converted, source, str(path.parent.resolve()))
     return layer
+
+
+def _relative_sqlite(value: Any) -> str | None:
+    """The path of a ``sqlite:`` URL if it is relative, else None."""
+    if not isinstance(value, str) or not value.startswith("sqlite:"):
+        return None
+    path = value.removeprefix("sqlite:")
+    path = path[2:] if path.startswith("//") else path
+    return path if path and not os.path.isabs(path) else None
+
+
+def _shared_paths(merged: _Layer) -> None:
+    """A clustered silo's back ends are shared by every silo, so a SQLite file must be the
+    same file for all of them, whatever each silo's folder or data dir. A relative path from
+    a config file resolves against the file's folder; the CLI's default storage and
+    reminders go beside the membership table (or onto its Redis server); a relative path
+    given any other way is refused (raises ConfigurationError naming where it came from)."""
+    for name in ("membership", "storage", "reminders"):
+        setting = merged.get(name)
+        if setting is None:
+            continue
+        relative = _relative_sqlite(setting.value)
+        if relative is None:
+            continue
+        if setting.folder is not None:
+            merged[name] = _Setting(f"sqlite:{os.path.join(setting.folder, relative)}",
+                                    setting.source)
+        elif setting.source.startswith("default") and name != "membership":
+            membership = str(merged["membership"].value)
+            beside = (membership if not membership.startswith("sqlite:") else
+                      f"sqlite:{os.path.join(os.path.dirname(_sqlite_path(membership)), relative)}")
+            merged[name] = _Setting(beside, "default (shared: beside the membership table)")
+        else:
+            raise ConfigurationError(
+                f"{setting.source} = {setting.value!r}: a relative SQLite path in a cluster "
+                "would name a different file on each silo (it depends on the silo's folder); "
+                "every silo must open the same file: give an absolute path (e.g. "
+                f"sqlite:/srv/shop/{os.path.basename(relative)}), set it in the config file "
+                "(a relative path there resolves against the file's folder), or use a server "
+                "the silos share (redis://HOST:PORT/DB)"
+            )
+
+
+def _sqlite_path(url: str) -> str:
+    path = url.removeprefix("sqlite:")
+    return path[2:] if path.startswith("//") else path
 
 
 def parse_env(environ: Mapping[str, str]) -> _Layer:
@@ -323,6 +373,9 @@ def load_config(
                 _validate(name, setting)
             merged[name] = setting
     app_setting = merged.pop(APP_KEY, None)
+    clustered = merged.get("membership") is not None and merged["membership"].value is not None
+    if clustered:
+        _shared_paths(merged)
     streams: dict[str, Any] = {}
     spark: SparkOptions | None = None
     try:
@@ -334,7 +387,10 @@ def load_config(
             document = tomllib.load(f)
         tables = document.get(_STREAMS)
         if tables is not None:
-            streams = parse_streams(tables, options.data_dir, str(path))
+            # In a cluster the queues are shared: a relative SQLite path in the file resolves
+            # against the file's folder, as the back ends above do.
+            base = str(path.parent.resolve()) if clustered else options.data_dir
+            streams = parse_streams(tables, base, str(path))
         if _SPARK in document:
             spark = parse_spark(document[_SPARK], str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}

@@ -31,6 +31,13 @@ def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None
         raise ConfigurationError(f"{cls_name}.{name} = {value!r}: {rule}")
 
 
+def _relative_sqlite(url: str) -> bool:
+    if not url.startswith("sqlite:"):
+        return False
+    path = url.removeprefix("sqlite:")
+    return not os.path.isabs(path[2:] if path.startswith("//") else path)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SiloOptions:
     """Everything a silo needs to start. Durations are float seconds.
@@ -119,6 +126,12 @@ class SiloOptions:
             if url is not None:  # membership None: a lone silo
                 parse_backend_url(url, key=f"{n}.{name}", allow=BACKENDS_OF[name],
                                   data_dir=self.data_dir, example=f"sqlite:{name}.db")
+                if self.membership is not None and _relative_sqlite(url):
+                    raise ConfigurationError(
+                        f"{n}.{name} = {url!r}: a relative SQLite path in a cluster would name "
+                        "a different file for each silo (it resolves against each silo's "
+                        "data_dir); every silo must open the same file: give an absolute "
+                        "path, or use a server the silos share (redis://HOST:PORT/DB)")
         if self.probe_timeout is not None:
             _check(n, "probe_timeout", self.probe_timeout > 0, self.probe_timeout,
                    "must be > 0 seconds (or None: the probe period)")

@@ -69,7 +69,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy cluster status``."""
-    flags = {"membership": args.membership, "cluster_id": args.cluster_id,
+    membership = args.membership
+    if isinstance(membership, str) and membership.startswith("sqlite:"):
+        # This tool only reads the table: a relative path names a file in --data-dir.
+        path = membership.removeprefix("sqlite:")
+        path = path[2:] if path.startswith("//") else path
+        if path and not os.path.isabs(path):
+            folder = args.data_dir or str(CLI_DEFAULTS["data_dir"])
+            membership = f"sqlite:{os.path.abspath(os.path.join(folder, path))}"
+    flags = {"membership": membership, "cluster_id": args.cluster_id,
              "secret": args.secret, "data_dir": args.data_dir}
     options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
     if options.membership is None:

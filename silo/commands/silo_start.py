@@ -84,8 +84,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="file holding the key silos prove to each other (cluster_key; "
                    "default: a key kept in the membership table)")
     p.add_argument("--storage", metavar="URL",
-                   help="grain storage: memory, sqlite:PATH (relative to --data-dir) or "
-                   "redis://HOST:PORT/DB?prefix=P (default: sqlite:orleanspy.db)")
+                   help="grain storage: memory, sqlite:PATH (relative to --data-dir; in a "
+                   "cluster absolute) or redis://HOST:PORT/DB?prefix=P (default: "
+                   "sqlite:orleanspy.db; in a cluster beside the membership table)")
     p.add_argument("--reminders", metavar="URL",
                    help="reminder table: memory, sqlite:PATH or redis://HOST:PORT/DB?prefix=P "
                    "(default: sqlite:orleanspy.db)")
@@ -103,8 +104,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
                    help="lowest level logged (default: info)")
     p.add_argument("--membership", metavar="URL",
-                   help="membership table of the cluster to join: sqlite:PATH (relative to "
-                   "--data-dir) or memory; omit to run a lone silo (default: none)")
+                   help="membership table of the cluster to join: sqlite:/ABSOLUTE/PATH (every "
+                   "silo opens the same file), redis://HOST:PORT/DB?prefix=P or memory; omit "
+                   "to run a lone silo (default: none)")
     p.add_argument("--probe-period", type=float, metavar="SECONDS",
                    help="time between failure-detection probes (default: 5)")
     p.add_argument("--probe-timeout", type=float, metavar="SECONDS",

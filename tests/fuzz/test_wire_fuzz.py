@@ -131,7 +131,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Silo]]:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "silo", "silo", "start",
                      "--app", "tests.integration.cluster_app", "--cluster-id", CLUSTER,
-                     "--membership", "sqlite:membership.db", "--data-dir", str(root),
+                     "--membership", f"sqlite:{root / 'membership.db'}", "--data-dir", str(root),
                      "--storage", "memory", "--reminders", "memory", "--secret", SECRET,
                      "--gateway-port", str(free_port()), "--port", str(free_port()),
                      "--log-format", "json", "--log-level", "error",

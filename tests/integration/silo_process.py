@@ -140,6 +140,9 @@ class SiloProcess:
         return await self.wait_exit()
 
 
+_SHARED_FLAGS = ("--membership", "--storage", "--reminders")
+
+
 class SiloLauncher:
     """Starts silo processes sharing one data dir; ``close`` stops the ones still running."""
 
@@ -148,10 +151,23 @@ class SiloLauncher:
         self.log_dir = log_dir
         self.processes: list[SiloProcess] = []
 
+    def shared(self, url: str) -> str:
+        """``url`` with a relative SQLite path made absolute under the launcher's data dir:
+        the silos of a cluster must name one file (a silo refuses a relative one)."""
+        if url.startswith("sqlite:") and not os.path.isabs(url.removeprefix("sqlite:")):
+            return f"sqlite:{self.data_dir / url.removeprefix('sqlite:')}"
+        return url
+
     async def start(
         self, *extra_args: str, secret: str | None = None, timeout: float = START_TIMEOUT,
         app: str = APP_MODULE,
     ) -> SiloProcess:
+        """Start a silo with ``extra_args``; the SQLite paths of ``--membership``,
+        ``--storage`` and ``--reminders`` are taken as relative to the data dir (``shared``)."""
+        extra_args = tuple(
+            self.shared(arg) if i and extra_args[i - 1] in _SHARED_FLAGS else arg
+            for i, arg in enumerate(extra_args)
+        )
         args: list[str] = [
             "--app", app,
             "--gateway-port", str(free_port()),

@@ -66,7 +66,7 @@ def first_arrivals(got: list[int]) -> list[int]:
 async def test_a_client_subscription_survives_the_loss_of_its_gateways_silo(
     silo_launcher: SiloLauncher, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path)
+    config = write_config(silo_launcher.data_dir)
     silos = [await start_silo(silo_launcher, config) for _ in range(2)]
     await wait_balanced(silo_launcher.data_dir, silos, timeout=20)
     client = ClusterClient(ClientOptions(

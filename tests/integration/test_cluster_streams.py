@@ -173,8 +173,11 @@ def assert_in_order(got: dict[int, list[int]]) -> None:
         assert first_seen == list(range(PER_STREAM)), f"stream {key} out of order"
 
 
-def write_config(tmp_path: Path) -> Path:
-    config = tmp_path / "streams.toml"
+def write_config(folder: Path) -> Path:
+    """The config file, in ``folder``: its relative SQLite paths resolve against it (give the
+    silos' data dir, where the tests read the queue)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "streams.toml"
     config.write_text(CONFIG)
     return config
 
@@ -183,7 +186,7 @@ async def test_cluster_streams_kill_9_queues_owned_again_and_every_number_arrive
     silo_launcher: SiloLauncher, tmp_path: Path
 ) -> None:
     data_dir = silo_launcher.data_dir
-    silos = await start_cluster(silo_launcher, write_config(tmp_path), 3)
+    silos = await start_cluster(silo_launcher, write_config(silo_launcher.data_dir), 3)
     victim, survivors = silos[1], [silos[0], silos[2]]
     producer = asyncio.create_task(publish(data_dir, range(PER_STREAM)))
     try:
@@ -220,7 +223,7 @@ async def test_cluster_streams_graceful_stop_hands_off_and_delivers_every_number
     silo_launcher: SiloLauncher, tmp_path: Path
 ) -> None:
     data_dir = silo_launcher.data_dir
-    silos = await start_cluster(silo_launcher, write_config(tmp_path), 3)
+    silos = await start_cluster(silo_launcher, write_config(silo_launcher.data_dir), 3)
     leaving, staying = silos[1], [silos[0], silos[2]]
     producer = asyncio.create_task(publish(data_dir, range(PER_STREAM)))
     try:
@@ -244,7 +247,7 @@ async def test_cluster_streams_joining_silo_takes_its_share_of_queues(
     silo_launcher: SiloLauncher, tmp_path: Path
 ) -> None:
     data_dir = silo_launcher.data_dir
-    config = write_config(tmp_path)
+    config = write_config(silo_launcher.data_dir)
     first = await start_cluster(silo_launcher, config, 2)
     before = owners(await leases(data_dir))
     assert sorted(map(len, before.values())) == [4, 4]
@@ -278,7 +281,7 @@ async def test_cluster_streams_explicit_subscriptions_reach_agents_on_other_silo
     the rendezvous must tell the agent on its silo before subscribe returns, so every consumer
     gets every number published after it subscribed, once and in order."""
     data_dir = silo_launcher.data_dir
-    config = write_config(tmp_path)
+    config = write_config(silo_launcher.data_dir)
     silos = await start_cluster(silo_launcher, config, 2)
     cs = [s.client(cluster_id=CLUSTER) for s in silos]
     for c in cs:
