@@ -100,7 +100,10 @@ def _base_type(name: str) -> tuple[type, bool]:
     return hint, False
 
 
-_KIND_NAMES: Final = {int: "an integer", float: "a number", str: "a string"}
+_KIND_NAMES: Final = {bool: "true or false", int: "an integer", float: "a number",
+                      str: "a string"}
+_BOOL_WORDS: Final = {"true": True, "1": True, "yes": True, "on": True,
+                      "false": False, "0": False, "no": False, "off": False}
 
 
 def _kind_of(value: object) -> str:
@@ -136,6 +139,11 @@ def _convert_text(name: str, text: str, source: str) -> object:
         return None
     if kind is str:
         return text
+    if kind is bool:
+        word = text.strip().lower()
+        if word not in _BOOL_WORDS:
+            raise ConfigurationError(f"{source} = {text!r} must be true or false")
+        return _BOOL_WORDS[word]
     try:
         return kind(text.strip())
     except ValueError:

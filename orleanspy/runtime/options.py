@@ -58,6 +58,12 @@ class SiloOptions:
     ``table_refresh_period`` are the main failure-detection settings
     (``orleanspy.cluster.runtime.membership_options_of`` turns them into
     ``orleanspy.cluster.membership.MembershipOptions``).
+
+    ``gc_freeze`` (default True): once started, the silo collects garbage once and freezes
+    every object alive (``gc.freeze``), so that CPython's full collections skip the
+    process's long-lived objects (a third of the stream delivery path's time under load);
+    the last silo of the process to stop unfreezes them. Set False when the silo shares its
+    process with code that relies on the cyclic collector for objects made before it.
     """
 
     cluster_id: str = "dev"
@@ -83,6 +89,7 @@ class SiloOptions:
     minimum_reminder_period: float = 60.0
     log_format: str = "console"
     log_level: str = "info"
+    gc_freeze: bool = True
     membership: str | None = None
     probe_period: float = 5.0
     probe_timeout: float | None = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
+from orleanspy._util import gc_freeze
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
@@ -171,6 +172,7 @@ class Silo:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
+        self._gc_frozen = False  # this silo holds the process's gc.freeze()
         self.lifecycle.subscribe("grains", SiloStage.GRAINS, on_stop=self._deactivate_all)
         self.lifecycle.subscribe(
             COLLECTOR, SiloStage.ACTIVE, on_start=self._start_collector,
@@ -310,6 +312,9 @@ class Silo:
             self._status("stopped")
             raise
         self._started_at = self.clock.monotonic()
+        if self.options.gc_freeze:
+            gc_freeze.acquire()
+            self._gc_frozen = True
         self._status("active")
         self.log.info(
             "silo_started",
@@ -332,6 +337,9 @@ class Silo:
         try:
             await self.lifecycle.stop()
         finally:
+            if self._gc_frozen:
+                self._gc_frozen = False
+                gc_freeze.release()
             self._stopped.set()
             self.log.info("silo_stopped")
             self._status("stopped")

@@ -47,12 +47,18 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
+_SET_SEQUENCE = SequenceToken.__dict__["sequence"].__set__  # the slots' descriptors
+_SET_INDEX = SequenceToken.__dict__["index"].__set__
+
+
 def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
     """The events of ``containers``, each with its own token, and whether they are fresh
     (decoded for this delivery alone: no other subscription sees the same objects).
     Raises ``UndecodableContainer`` naming the first container that cannot be decoded."""
     decoded, fresh = BatchContainer.decode_many(containers)
     events: list[Event] = []
+    append = events.append
+    new, set_sequence, set_index = object.__new__, _SET_SEQUENCE, _SET_INDEX
     for index, container in enumerate(containers):
         values = decoded[index]
         n = container.count
@@ -64,9 +70,14 @@ def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
             raise UndecodableContainer(index, ValueError("inconsistent payload"))
         token = container.token
         if n == 1:  # one event: its token is the container's
-            events.append((values[0], token))
-        else:
-            events += [(value, token.for_event(i)) for i, value in enumerate(values)]
+            append((values[0], token))
+        else:  # each event's own token, built without the dataclass __init__ (hot)
+            sequence = token.sequence
+            for i, value in enumerate(values):
+                token = new(SequenceToken)
+                set_sequence(token, sequence)
+                set_index(token, i)
+                append((value, token))
     return events, fresh
 
 
@@ -137,6 +148,9 @@ class DeliveryHost(Protocol):
     def cursor_advanced(self) -> None:
         """A cached delivery advanced its cursor: the cache may have room again."""
         ...
+
+    def caught_up(self) -> None:
+        """A subscription delivered everything its cursor had."""
 
     def restart(self, sub: Subscription) -> None:
         """Start ``sub``'s delivery loop again if it has something to deliver."""
@@ -240,6 +254,7 @@ class Delivery:
                 items: list[CacheItem] | None = cursor.peek(
                     batch_size if cursor.gating else 1)
                 if not items:
+                    host.caught_up()
                     return
                 # Decoded in a function: no local keeps an item alive.
                 undecodable: Exception | None = None

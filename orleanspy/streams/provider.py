@@ -13,8 +13,9 @@ crash the new owner reads from the last acknowledgement (at-least-once).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
@@ -177,6 +178,12 @@ class PersistentStreamProvider:
         """A publisher bound to the stream's queue (``AsyncStream`` keeps it): no lookup per
         event."""
         return self.adapter.sender(self.mapper.queue_for(stream_id), stream_id)
+
+    def submitter(
+        self, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], asyncio.Future[None]] | None:
+        """The adapter's pipelined publisher bound to the stream's queue, if it has one."""
+        return self.adapter.submitter(self.mapper.queue_for(stream_id), stream_id)
 
     async def enqueue(self, stream_id: StreamId, events: list[Any]) -> None:
         queues = self._queue_of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -149,15 +150,20 @@ class StreamSubscriptionHandle:
         return self
 
 
+_UNSET: Any = object()
+
+
 class AsyncStream(Generic[T]):
     """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
-    __slots__ = ("_provider", "_send", "stream_id")
+    __slots__ = ("_provider", "_send", "_submit", "_tail", "stream_id")
 
     def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
         self._send: Callable[[list[Any]], Awaitable[None]] | None = None
+        self._submit: Any = _UNSET  # the adapter's pipelined publisher, or None
+        self._tail: asyncio.Future[None] | None = None  # the last send waiting its turn
 
     def __repr__(self) -> str:
         return f"<AsyncStream {self._provider.name}:{self.stream_id}>"
@@ -173,6 +179,8 @@ class AsyncStream(Generic[T]):
 
     async def on_next(self, item: T) -> None:
         """Publish one event (durable once this returns, for durable adapters)."""
+        if self._tail is not None:
+            await self._after_sends()
         send = self._send
         if send is None:
             send = self._sender()
@@ -182,10 +190,60 @@ class AsyncStream(Generic[T]):
         """Publish several events as one batch (one queue message)."""
         events = list(items)
         if events:
+            if self._tail is not None:
+                await self._after_sends()
             send = self._send
             if send is None:
                 send = self._sender()
             await send(events)
+
+    def send(self, item: T) -> asyncio.Future[None]:
+        """Publish one event without waiting: pipelining for producers that put many events
+        in flight. The event takes its place in the stream now (after every earlier
+        ``send`` or ``on_next`` through this stream object, before every later one); the
+        returned future resolves once it is enqueued (durably, for a durable adapter) or
+        fails with the enqueue's error. Await the futures (keep a bounded window of them)
+        before relying on the events, as ``on_next`` does for one. Must be called from the
+        event loop (inside a grain, or anywhere a provider is used)."""
+        return self._send_now([item])
+
+    def send_batch(self, items: Iterable[T]) -> asyncio.Future[None]:
+        """``send`` for several events as one batch (one queue message, as
+        ``on_next_batch``). Raises ``ValueError`` for no events."""
+        events = list(items)
+        if not events:
+            raise ValueError(f"send_batch on {self.stream_id}: no events to send")
+        return self._send_now(events)
+
+    def _send_now(self, events: list[Any]) -> asyncio.Future[None]:
+        submit = self._submit
+        if submit is _UNSET:
+            make = getattr(self._provider, "submitter", None)
+            submit = self._submit = make(self.stream_id) if make is not None else None
+        tail = self._tail
+        if submit is not None and tail is None:
+            return submit(events)  # type: ignore[no-any-return]
+        # No pipelined path (or sends still queued behind one): one batch at a time, in order.
+        future = asyncio.ensure_future(self._send_after(tail, events))
+        self._tail = future
+        return future
+
+    async def _send_after(self, tail: asyncio.Future[None] | None, events: list[Any]) -> None:
+        if tail is not None:
+            await asyncio.wait([tail])  # its failure is its caller's, not ours
+        try:
+            send = self._send
+            if send is None:
+                send = self._sender()
+            await send(events)
+        finally:
+            if self._tail is asyncio.current_task():
+                self._tail = None
+
+    async def _after_sends(self) -> None:
+        """Wait until the queued sends of this stream object are enqueued (order)."""
+        while self._tail is not None:
+            await asyncio.wait([self._tail])
 
     async def subscribe(
         self,

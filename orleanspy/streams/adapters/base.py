@@ -24,6 +24,7 @@ here.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -378,6 +379,20 @@ class QueueAdapter(ABC):
         """``enqueue`` bound to one queue and stream (what a stream keeps to publish). An
         adapter may return something faster with the same guarantees."""
         return partial(self.enqueue, queue, stream_id)
+
+    def submitter(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], asyncio.Future[None]] | None:
+        """Pipelined publishing (``AsyncStream.send``): a function that takes events at once,
+        in call order (an earlier call's events come first in the queue, also before those
+        of a later ``sender`` call), and returns a future that resolves once they are
+        enqueued (durably, for a durable adapter) or fails with the enqueue's error. It
+        raises at once what ``enqueue`` refuses before writing (closed, no events).
+
+        None, the default: the stream then sends one batch at a time through ``sender``, in
+        call order, so a producer still need not wait for each ``send``.
+        """
+        return None
 
     @abstractmethod
     def create_receiver(self, queue: QueueId) -> QueueAdapterReceiver:

@@ -72,8 +72,16 @@ class _Writer:
         self.waiters: list[asyncio.Future[None]] = []
         self.flusher: asyncio.Task[None] | None = None
 
-    def add(self, queue: str, namespace: str, key: bytes, payload: bytes) -> asyncio.Future[None]:
-        self.pending.setdefault(queue, []).extend((namespace, key, payload))
+    def add(self, queue: str, namespace: str, key: bytes, payload: bytes,
+            stream_id: StreamId | None = None) -> asyncio.Future[None]:
+        """A batch: an entry of its own. Single events of ``stream_id`` added later go to an
+        entry after it (order)."""
+        args = self.pending.setdefault(queue, [])
+        if stream_id is not None and self.open:
+            at = self.open.pop((queue, stream_id), None)
+            if at is not None:  # close the stream's entry of single events: encode it now
+                args[at] = pack_array(args[at])
+        args.extend((namespace, key, payload))
         return self._waiter()
 
     def add_event(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
@@ -180,7 +188,8 @@ class RedisQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         pack = self._codec.packb
         payload = pack(list(events))
-        await self._writer.add(str(queue), stream_id.namespace, pack(stream_id.key), payload)
+        await self._writer.add(str(queue), stream_id.namespace, pack(stream_id.key), payload,
+                               stream_id)
 
     async def _append(self, pending: dict[str, list[Any]]) -> None:
         if self._script is None:
@@ -198,20 +207,26 @@ class RedisQueueAdapter(QueueAdapter):
         """What a stream publishes with: single events published before the next round
         trip share one entry (one container, each event with its own token), and each caller
         returns once Redis has its event. A batch is an entry of its own."""
-        return partial(self._send, str(queue), stream_id, stream_id.namespace,
+        return self.submitter(queue, stream_id)
+
+    def submitter(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], asyncio.Future[None]]:
+        """As ``sender``, taking the events at once: the future resolves once Redis has
+        them (``AsyncStream.send``)."""
+        return partial(self._submit, str(queue), stream_id, stream_id.namespace,
                        self._codec.packb(stream_id.key))
 
-    async def _send(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
-                    events: Sequence[Any]) -> None:
+    def _submit(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
+                events: Sequence[Any]) -> asyncio.Future[None]:
         if self._state != "open":
             self._check_open("enqueue()")
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         pack = self._codec.packb
         if len(events) == 1:
-            await self._writer.add_event(queue, stream_id, namespace, key, pack(events[0]))
-            return
-        await self._writer.add(queue, namespace, key, pack(list(events)))
+            return self._writer.add_event(queue, stream_id, namespace, key, pack(events[0]))
+        return self._writer.add(queue, namespace, key, pack(list(events)), stream_id)
 
     def create_receiver(self, queue: QueueId) -> RedisQueueReceiver:
         self._check_open("create_receiver()")

@@ -160,8 +160,17 @@ class _GroupCommit:
         self._flusher: asyncio.Task[None] | None = None
         self.commits = self.inserted = self.deleted = 0
 
-    def insert(self, row: tuple[str, str, bytes, bytes, int]) -> asyncio.Future[None]:
-        """Add a row; the future resolves once it is committed."""
+    def insert(
+        self, row: tuple[str, str, bytes, bytes, int], stream_id: StreamId | None = None
+    ) -> asyncio.Future[None]:
+        """Add a row (of ``stream_id``); the future resolves once it is committed. Single
+        events of the stream added later go to a row after it (order)."""
+        if stream_id is not None and self._open:
+            at = self._open.pop((row[0], stream_id), None)
+            if at is not None:  # close the stream's row of single events: encode it now
+                payload = pack_array(self._inserts[at + 3])
+                self._inserts[at + 3] = payload
+                self._inserts[at + 4] = len(payload)
         self._inserts += row
         return self._committed()
 
@@ -411,7 +420,8 @@ class SqliteQueueAdapter(QueueAdapter):
         pack = self._codec.packb
         payload = pack(list(events))
         await self._writer.insert(
-            (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload))
+            (str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload)),
+            stream_id,
         )
 
     def sender(
@@ -421,23 +431,29 @@ class SqliteQueueAdapter(QueueAdapter):
         share one row (one container, each event with its own token), so concurrent
         producers of a stream cost one row per commit; each caller still returns only once
         its event is committed. A batch (``on_next_batch``) is a row of its own."""
-        return partial(self._send, str(queue), stream_id, stream_id.namespace,
+        return self.submitter(queue, stream_id)
+
+    def submitter(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], asyncio.Future[None]]:
+        """As ``sender``, taking the events at once: the future resolves once they are
+        committed (``AsyncStream.send``)."""
+        return partial(self._submit, str(queue), stream_id, stream_id.namespace,
                        self._codec.packb(stream_id.key))
 
-    async def _send(
+    def _submit(
         self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
         events: Sequence[Any],
-    ) -> None:
+    ) -> asyncio.Future[None]:
         if self._state != "open":
             self._check_open("enqueue()")
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         pack = self._codec.packb
         if len(events) == 1:
-            await self._writer.insert_event(queue, stream_id, namespace, key, pack(events[0]))
-            return
+            return self._writer.insert_event(queue, stream_id, namespace, key, pack(events[0]))
         payload = pack(list(events))
-        await self._writer.insert((queue, namespace, key, payload, len(payload)))
+        return self._writer.insert((queue, namespace, key, payload, len(payload)), stream_id)
 
     def create_receiver(self, queue: QueueId) -> SqliteQueueReceiver:
         self._check_open("create_receiver()")

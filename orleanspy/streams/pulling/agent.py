@@ -47,6 +47,7 @@ from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.adapters.base import BatchContainer
 from orleanspy.streams.cache import QueueCache
 from orleanspy.streams.delivery import Delivery, Subscription
+from orleanspy.streams.flow_control import FlowStrategy
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.pubsub import PULLING_AGENT_TYPE, PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.spill import Spiller
@@ -133,6 +134,13 @@ class PullingAgent(SystemTarget):
         self._stopping = False
         self._draining = False
         self._wake = asyncio.Event()
+        # Under min flow control a purge never takes an event from anyone, so a consumer
+        # that caught up may have the cache purged and acknowledged at once.
+        options = self.options
+        self._prompt = all(
+            getattr(fc, "strategy", None) is FlowStrategy.MIN  # parsed: FlowControl objects
+            for fc in (options.flow_control, *options.namespace_flow_control.values())
+        )
         self.delivery: Delivery | None = None
         self._pressured = False
         self._last_read = -1  # sequence of the newest container read
@@ -248,7 +256,11 @@ class PullingAgent(SystemTarget):
     # -- the read cycle -------------------------------------------------------------------------
     async def _run(self) -> None:
         clock = self.clock
-        await clock.sleep(random.uniform(0, self.options.pull_period))
+        try:  # agents of one silo do not all read at once; a wake-up ends the wait early
+            async with clock.timeout(random.uniform(0, self.options.pull_period)):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
         while not self._stopping and not self._draining:
             self._wake.clear()  # a wake-up during the cycle runs the next one at once
             try:
@@ -593,6 +605,15 @@ class PullingAgent(SystemTarget):
 
     def spilled_delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
         self.spiller.delivered(sub, containers)
+
+    def caught_up(self) -> None:
+        """A subscription delivered everything cached: under min flow control, read again
+        (acknowledging first) now, not at the end of the pull period: what it was delivered
+        can be acknowledged, and more may be waiting in the queue for a consumer that has
+        room. (Under max or tagged flow control the period is the laggards' grace: a purge
+        behind the fastest consumer is what makes them miss events.)"""
+        if self._prompt:
+            self._wake.set()
 
     def cursor_advanced(self) -> None:
         """A delivery moved a cursor. While the reader waits out a back-off for room (the

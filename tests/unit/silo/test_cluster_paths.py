@@ -75,3 +75,4 @@ def test_silo_options_in_code_refuse_a_relative_path_in_a_cluster() -> None:
     with pytest.raises(ConfigurationError, match=r"SiloOptions.membership"):
         SiloOptions(membership="sqlite:cluster.db")
     assert SiloOptions(storage="sqlite:s.db").storage == "sqlite:s.db"  # a lone silo
+
