@@ -137,6 +137,9 @@ class PullingAgent(SystemTarget):
         # Under min flow control a purge never takes an event from anyone, so a consumer
         # that caught up may have the cache purged and acknowledged at once.
         options = self.options
+        self._prompt_gap = min(options.pull_period / 10, 0.01)
+        self._prompt_timer: Any = None
+        self._cycle_at = 0.0  # when the last read cycle began
         self._prompt = all(
             getattr(fc, "strategy", None) is FlowStrategy.MIN  # parsed: FlowControl objects
             for fc in (options.flow_control, *options.namespace_flow_control.values())
@@ -190,6 +193,9 @@ class PullingAgent(SystemTarget):
         if self._stopping or self._draining:
             return
         self._draining = True
+        if self._prompt_timer is not None:
+            self._prompt_timer.cancel()
+            self._prompt_timer = None
         if self.delivery is not None:
             self.delivery.stopped.set()  # back-offs end: a failing delivery is abandoned
         self._wake.set()
@@ -278,6 +284,7 @@ class PullingAgent(SystemTarget):
 
     async def read_once(self) -> None:
         """One cycle: purge and ack, check pressure, read while reads come back full."""
+        self._cycle_at = self.clock.monotonic()
         self._revoke_unresponsive()
         self._sweep()
         await self._ack()
@@ -608,12 +615,23 @@ class PullingAgent(SystemTarget):
 
     def caught_up(self) -> None:
         """A subscription delivered everything cached: under min flow control, read again
-        (acknowledging first) now, not at the end of the pull period: what it was delivered
+        (acknowledging first) soon, not at the end of the pull period: what it was delivered
         can be acknowledged, and more may be waiting in the queue for a consumer that has
-        room. (Under max or tagged flow control the period is the laggards' grace: a purge
-        behind the fastest consumer is what makes them miss events.)"""
-        if self._prompt:
+        room. At most one such read per ``PROMPT_GAP`` (a tenth of the pull period, at most
+        10 ms), so that consumers that catch up after every event do not turn the reader
+        into a busy poll. (Under max or tagged flow control the period is the laggards'
+        grace: a purge behind the fastest consumer is what makes them miss events.)"""
+        if not self._prompt or self._prompt_timer is not None or self._wake.is_set():
+            return
+        delay = self._cycle_at + self._prompt_gap - self.clock.monotonic()
+        if delay <= 0:
             self._wake.set()
+        else:
+            self._prompt_timer = self.clock.call_later(delay, self._prompt_wake)
+
+    def _prompt_wake(self) -> None:
+        self._prompt_timer = None
+        self._wake.set()
 
     def cursor_advanced(self) -> None:
         """A delivery moved a cursor. While the reader waits out a back-off for room (the
