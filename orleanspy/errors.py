@@ -46,6 +46,7 @@ __all__ = [
     "GrainCallTimeoutError",
     "InconsistentStateError",
     "InternalError",
+    "LeaseLostError",
     "MailboxFullError",
     "MembershipError",
     "MessageRejectedError",
@@ -217,6 +218,11 @@ class EventsMissedError(StreamError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class LeaseLostError(StreamError):
+    """A queue's acknowledgement was refused: the queue's lease is no longer this silo's
+    (it was paused past its lease, and another silo owns the queue now)."""
 
 
 class StreamDeliveryError(StreamError):

@@ -69,6 +69,12 @@ class QueueLeaseStore(ABC):
     async def release(self, owner: str, queues: Iterable[str]) -> None:
         """Give up ``owner``'s leases on ``queues`` (others' leases are left alone)."""
 
+    def fence(self, owner: str) -> Any:
+        """What a queue adapter on the same store can check ``owner``'s lease with when it
+        acknowledges (so that an owner paused past its lease cannot delete what the next
+        owner still needs); None if this store offers none."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources. Idempotent."""
 

@@ -128,6 +128,9 @@ class PersistentStreamProvider:
                 )
             if balancer.store is None:
                 balancer.store = cluster.lease_store()
+            fence = balancer.store.fence(str(cluster.me))
+            if fence is not None and self.adapter.fence_with(fence):
+                self.log.info("stream_queue_acks_fenced", leases=type(balancer.store).__name__)
             await manager.start_balancing(balancer)
         else:
             await manager.start_static(balancer)

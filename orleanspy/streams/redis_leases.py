@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from typing import Any, final
 
 from orleanspy._util.redis import RedisClient
 from orleanspy.streams.leases import Lease, QueueLeaseStore
 
-__all__ = ["RedisQueueLeaseStore"]
+__all__ = ["LeaseFence", "RedisQueueLeaseStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFence:
+    """``owner``'s leases in the hash ``key`` on the Redis server ``server_url``: a Redis queue
+    adapter on the same server deletes acknowledged entries only while the queue's lease
+    names ``owner`` (the silo's address with its generation: one per incarnation)."""
+
+    server_url: str
+    key: str
+    owner: str
 
 # KEYS[1] leases; ARGV: queue, owner, now, expiry, dead owners...
 _ACQUIRE = """
@@ -107,6 +119,9 @@ class RedisQueueLeaseStore(QueueLeaseStore):
         wanted = list(queues)
         if wanted:
             await self._run(_RELEASE, [owner, *wanted])
+
+    def fence(self, owner: str) -> LeaseFence:
+        return LeaseFence(self.client.server_url, self._key, owner)
 
     async def close(self) -> None:
         await self.client.close()

@@ -136,6 +136,8 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
         for key in STREAM_KEYS:
             firsts = list(dict.fromkeys(got[key]))
             assert firsts == list(range(PER_STREAM)), f"stream {key} out of order or short"
+        # queues and leases share the server: every acknowledgement checks the lease
+        assert all("stream_queue_acks_fenced" in s.log_text() for s in silos)
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)

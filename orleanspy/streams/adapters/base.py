@@ -380,6 +380,13 @@ class QueueAdapter(ABC):
         adapter may return something faster with the same guarantees."""
         return partial(self.enqueue, queue, stream_id)
 
+    def fence_with(self, fence: Any) -> bool:
+        """Acknowledge only while the queue's lease is this silo's, checked by the queue's
+        store itself with ``fence`` (from ``QueueLeaseStore.fence``). True if this adapter
+        uses it; the default (False) ignores it: acknowledgements then rely on the agent
+        holding its lease. Called before any receiver is created."""
+        return False
+
     def submitter(
         self, queue: QueueId, stream_id: StreamId
     ) -> Callable[[Sequence[Any]], asyncio.Future[None]] | None:

@@ -13,7 +13,11 @@ Why not consumer groups: a group tracks what a consumer *read* (its pending list
 ``XAUTOCLAIM`` to move unacknowledged entries after a crash; the pulling agent already owns
 each queue exclusively (leases), tracks its own position, and acknowledges only what every
 subscription is past, so deleting on acknowledgement is simpler and keeps the same promise.
-A stale owner (its lease lost during a pause) can only delete entries it delivered itself.
+
+Fencing: with the cluster's leases on the same Redis server (``RedisQueueLeaseStore``), the
+delete is a Lua script that first checks that the queue's lease still names this silo (its
+address with its generation): an owner paused past its lease cannot delete what the next
+owner still has to deliver (``LeaseLostError``; the agent logs ``stream_queue_ack_fenced``).
 
 Producer writes are coalesced: every enqueue waiting when the flusher runs goes to Redis in
 one pipelined round trip (one script call per queue), single events a stream publishes
@@ -31,7 +35,7 @@ from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.redis import RedisClient
-from orleanspy.errors import ConfigurationError
+from orleanspy.errors import ConfigurationError, LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import (
     COALESCE_MAX,
@@ -52,6 +56,15 @@ for i = 1, #ARGV, 3 do
   redis.call('XADD', KEYS[1], '0-' .. n, 's', ARGV[i], 'k', ARGV[i + 1], 'e', ARGV[i + 2])
 end
 return 1
+"""
+# KEYS: stream, leases; ARGV: queue, owner, ids... -> deleted, or -1 if the lease is not
+# owner's (fenced: the entries stay for the queue's owner)
+_FENCED_DELETE: Final = """
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if not held then return -1 end
+local sp = string.find(held, ' ', 1, true)
+if string.sub(held, sp + 1) ~= ARGV[2] then return -1 end
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
 """
 _PAGE: Final = 256
 
@@ -146,6 +159,8 @@ class RedisQueueAdapter(QueueAdapter):
         self._state = "new"
         self._writer = _Writer(self)
         self._script: Any = None
+        self._fence: Any = None  # LeaseFence: acknowledge only while holding the lease
+        self._fenced_delete: Any = None
 
     def __repr__(self) -> str:
         return f"RedisQueueAdapter({self._name!r}, {self.client!r})"
@@ -228,6 +243,31 @@ class RedisQueueAdapter(QueueAdapter):
             return self._writer.add_event(queue, stream_id, namespace, key, pack(events[0]))
         return self._writer.add(queue, namespace, key, pack(list(events)), stream_id)
 
+    def fence_with(self, fence: Any) -> bool:
+        """With leases on this Redis server (``RedisQueueLeaseStore``), an acknowledgement
+        deletes entries only while the queue's lease names this silo, checked in the same
+        Lua script as the delete: a silo paused past its lease cannot delete what the queue's
+        next owner still has to deliver."""
+        if getattr(fence, "server_url", None) != self.client.server_url:
+            return False
+        self._fence = fence
+        return True
+
+    async def _delete(self, queue: QueueId, ids: list[str]) -> None:
+        client = self.client
+        fence = self._fence
+        if fence is None:
+            await client.run(client.redis.xdel(self.stream_key(queue), *ids))
+            return
+        if self._fenced_delete is None:
+            self._fenced_delete = client.redis.register_script(_FENCED_DELETE)
+        done = await client.run(self._fenced_delete(
+            keys=[self.stream_key(queue), fence.key], args=[str(queue), fence.owner, *ids]))
+        if done == -1:
+            raise LeaseLostError(
+                f"{queue}: not acknowledged, the queue's lease is no longer {fence.owner}'s "
+                "(another silo owns the queue now and delivers these events)")
+
     def create_receiver(self, queue: QueueId) -> RedisQueueReceiver:
         self._check_open("create_receiver()")
         return RedisQueueReceiver(queue, self)
@@ -292,9 +332,7 @@ class RedisQueueReceiver(QueueAdapterReceiver):
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         self._check_ready("messages_delivered()")
         if batch:
-            ids = [f"0-{c.token.sequence}" for c in batch]
-            client = self._adapter.client
-            await client.run(client.redis.xdel(self._key, *ids))
+            await self._adapter._delete(self._queue, [f"0-{c.token.sequence}" for c in batch])
 
     async def read_from(
         self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None

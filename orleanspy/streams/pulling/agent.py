@@ -40,7 +40,7 @@ from orleanspy.diagnostics import (
     SubscriptionRejoined,
     SubscriptionSpilled,
 )
-from orleanspy.errors import GatingRevokedError, QueueCacheMissError
+from orleanspy.errors import GatingRevokedError, LeaseLostError, QueueCacheMissError
 from orleanspy.grains.interface import always_interleave, grain_type
 from orleanspy.logging import get_logger
 from orleanspy.runtime.system_target import SystemTarget
@@ -134,6 +134,7 @@ class PullingAgent(SystemTarget):
         self._stopping = False
         self._draining = False
         self._wake = asyncio.Event()
+        self._fenced = False  # an acknowledgement was refused: the lease is another's
         # Under min flow control a purge never takes an event from anyone, so a consumer
         # that caught up may have the cache purged and acknowledged at once.
         options = self.options
@@ -251,8 +252,7 @@ class PullingAgent(SystemTarget):
             return
         done = self.cache.delivered_to_all()
         if done:
-            await self.receiver.messages_delivered(done)
-            self._acknowledged(len(done))
+            await self._acknowledge(done)
 
     @property
     def key_tuple(self) -> tuple[str, int, str]:
@@ -340,8 +340,20 @@ class PullingAgent(SystemTarget):
                                      str(self.queue), len(purged), len(cache)))
         purged = self.spiller.acknowledgeable(purged)
         if purged and self.receiver is not None:
-            await self.receiver.messages_delivered(purged)
-            self._acknowledged(len(purged))
+            await self._acknowledge(purged)
+
+    async def _acknowledge(self, containers: list[BatchContainer]) -> None:
+        assert self.receiver is not None
+        try:
+            await self.receiver.messages_delivered(containers)
+        except LeaseLostError as exc:
+            # Paused past the lease: the queue's new owner delivers these (at least once).
+            # Nothing to retry; the lease renewal stops this agent.
+            if not self._fenced:
+                self._fenced = True
+                self.log.warning("stream_queue_ack_fenced", error=str(exc))
+            return
+        self._acknowledged(len(containers))
 
     def _acknowledged(self, count: int) -> None:
         self.acknowledged += count
