@@ -21,6 +21,7 @@ from orleanspy import ConfigurationError, Silo, SiloOptions
 from orleanspy.logging import get_logger
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, install_spark
+from silo.dashboard import install_ops_server
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -142,6 +143,7 @@ async def run_silo(
     signals: Iterable[signal.Signals] = _STOP_SIGNALS,
     stream_providers: Mapping[str, Any] | None = None,
     spark: SparkOptions | SparkSessionManager | None = None,
+    dashboard: tuple[str, int] | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -153,6 +155,8 @@ async def run_silo(
         spark: ``SparkOptions`` of the silo's SparkSession (created on the first Spark job,
             stopped by the silo's lifecycle once every grain has deactivated), or a shared
             ``SparkSessionManager`` its creator stops; None uses the defaults.
+        dashboard: (host, port) of the operations endpoints (``/healthz``, ``/readyz``,
+            ``/metrics``, ``/api/silo``; port 0 picks one); None serves none.
 
     Returns:
         0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
@@ -173,6 +177,7 @@ async def run_silo(
 
     if spark is not None:
         install_spark(silo, spark)
+    ops = install_ops_server(silo, *dashboard) if dashboard is not None else None
 
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -195,7 +200,7 @@ async def run_silo(
         log.info(
             "silo_ready", gateway=gateway, grain_types=sorted(silo.registry),
             app=list(app_modules), data_dir=options.data_dir, storage=options.storage,
-            reminders=options.reminders,
+            reminders=options.reminders, dashboard=ops.address if ops is not None else None,
         )
         if on_ready is not None:
             on_ready(silo)

@@ -11,6 +11,7 @@ from typing import Any, Final
 from orleanspy import ConfigurationError, Silo
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, put_cwd_on_path, usage
 from silo.config import find_config_file, load_config
+from silo.dashboard import ops_server_of
 from silo.spark_config import apply_spark_overrides
 from silo.startup import configure_logging, run_silo
 
@@ -90,6 +91,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reminders", metavar="URL",
                    help="reminder table: memory, sqlite:PATH or redis://HOST:PORT/DB?prefix=P "
                    "(default: sqlite:orleanspy.db)")
+    p.add_argument("--dashboard-port", type=int, metavar="PORT",
+                   help="serve /healthz, /readyz, /metrics (Prometheus) and /api/silo on this "
+                   "port (0: any free port; default: none)")
+    p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
+                   help="address of those endpoints (default: 127.0.0.1; beyond loopback only "
+                   "with --secret, which requests then present as a Bearer token)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="folder of the SQLite files (default: .orleanspy)")
     p.add_argument("--idle-age", type=float, metavar="SECONDS",
@@ -182,7 +189,13 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(options.log_format, options.log_level)
     put_cwd_on_path()
 
+    dashboard = None if args.dashboard_port is None else (args.dashboard_host,
+                                                          args.dashboard_port)
+
     def ready(silo: Silo) -> None:
+        ops = ops_server_of(silo)
+        if ops is not None:
+            print(f"orleanspy silo dashboard http://{ops.address}", flush=True)
         if silo.cluster is not None:
             print(f"orleanspy silo cluster silo={silo.address}", flush=True)
         gateway = silo.gateway.address if silo.gateway is not None else "none"
@@ -192,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = runner.run(
             run_silo(options, config.app, on_ready=ready, stream_providers=config.streams,
-                     spark=spark)
+                     spark=spark, dashboard=dashboard)
         )
     except BaseException:
         runner.close()

@@ -37,6 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 APP_MODULE = "tests.integration.app"
 READY_PREFIX = b"orleanspy silo ready gateway="
 CLUSTER_PREFIX = b"orleanspy silo cluster silo="
+DASHBOARD_PREFIX = b"orleanspy silo dashboard "
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 
@@ -65,6 +66,7 @@ class SiloProcess:
         self.log_path = log_path
         self.secret = secret
         self.gateway = ""
+        self.dashboard = ""  # http://host:port of the operations endpoints, if served
         self.silo_address = ""  # host:port@generation of a clustered silo
 
     @property
@@ -104,6 +106,8 @@ class SiloProcess:
                             f"silo exited with code {code} before it was ready; log:\n"
                             + self.log_text()
                         )
+                    if line.startswith(DASHBOARD_PREFIX):
+                        self.dashboard = line[len(DASHBOARD_PREFIX):].decode().strip()
                     if line.startswith(CLUSTER_PREFIX):
                         self.silo_address = line[len(CLUSTER_PREFIX):].decode().strip()
                     if line.startswith(READY_PREFIX):

@@ -1,0 +1,188 @@
+"""The silo's operations endpoints on aiohttp: health, readiness, Prometheus metrics and the
+JSON view of the silo's figures.
+
+- ``GET /healthz``: 200 while the process serves HTTP (liveness).
+- ``GET /readyz``: 200 once the silo is active, its gateway listens (if it has one) and its
+  stream providers started; 503 with the reasons otherwise.
+- ``GET /metrics``: Prometheus text (``silo/dashboard/metrics.py`` lists the names).
+- ``GET /api/silo``: the silo's statistics as JSON.
+
+Trust model: the server listens on 127.0.0.1 unless told otherwise, and beyond loopback only
+when the silo has a ``secret``. With a secret, ``/metrics`` and ``/api/*`` answer only
+requests that present it (``Authorization: Bearer SECRET``): the figures name grain types,
+streams and queues, which the gateway would not show a stranger either. ``/healthz`` and
+``/readyz`` say only "ok" or why not, and stay open for orchestrators' probes. Anything else
+is a 404 or 405; a malformed request gets aiohttp's 400 and closes only its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import ipaddress
+import json
+from typing import Any, Final
+
+from aiohttp import web
+
+from orleanspy import ConfigurationError
+from orleanspy.logging import get_logger
+from orleanspy.runtime.silo import Silo
+from silo.dashboard.metrics import metrics_text, registry_for
+
+__all__ = ["LAG_INTERVAL", "OpsServer", "install_ops_server", "ops_server_of"]
+
+LAG_INTERVAL: Final = 0.5  # seconds between event-loop lag samples
+_SILO: Final = web.AppKey("silo", Silo)
+_SERVER: Final = web.AppKey("server", object)
+_PROMETHEUS: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class OpsServer:
+    """One silo's HTTP server: a lifecycle participant that starts after the silo's
+    components and stops first."""
+
+    def __init__(self, silo: Silo, host: str = "127.0.0.1", port: int = 0) -> None:
+        if not _loopback(host) and silo.options.secret is None:
+            raise ConfigurationError(
+                f"dashboard host {host!r}: serving the silo's figures beyond loopback needs "
+                "the silo's secret set (--secret): requests then present it as "
+                "'Authorization: Bearer SECRET'")
+        self.silo = silo
+        self.host = host
+        self.port = port
+        self.lag = 0.0  # seconds, the last sample
+        self._runner: web.AppRunner | None = None
+        self._lag_task: asyncio.Task[None] | None = None
+        self._registry = registry_for(silo, lambda: self.lag)
+        self.log = get_logger(__name__, silo=silo.name)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1024)  # GET only: no bodies worth reading
+        app[_SILO] = self.silo
+        app[_SERVER] = self
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/api/silo", self._api_silo)
+        return app
+
+    async def start(self) -> None:
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigurationError(
+                f"dashboard port {self.host}:{self.port} cannot be opened ({exc.strerror}); "
+                "pick another with --dashboard-port (0: any free port)") from None
+        self._runner = runner
+        if runner.addresses:  # the bound port, when 0 was asked for
+            self.port = int(runner.addresses[0][1])
+        self._lag_task = asyncio.get_running_loop().create_task(self._sample_lag())
+        self.log.info("dashboard_started", address=self.address)
+
+    async def stop(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            await asyncio.gather(self._lag_task, return_exceptions=True)
+            self._lag_task = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _sample_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(LAG_INTERVAL)
+            self.lag = max(0.0, loop.time() - before - LAG_INTERVAL)
+
+    # -- handlers -------------------------------------------------------------------------
+    def _authorized(self, request: web.Request) -> bool:
+        secret = self.silo.options.secret
+        if secret is None:
+            return True
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {secret}".encode())
+
+    def _refuse(self) -> web.Response:
+        return web.json_response(
+            {"error": "this silo has a secret: present it as 'Authorization: Bearer SECRET'"},
+            status=401, headers={"WWW-Authenticate": "Bearer"})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        silo = self.silo
+        reasons = []
+        if not silo.started or silo.stopping:
+            reasons.append("the silo is not active")
+        if silo.gateway is not None and not silo.gateway.address:
+            reasons.append("the gateway does not listen")
+        for name, provider in silo.stream_providers.items():
+            if getattr(provider, "manager", None) is None:
+                reasons.append(f"stream provider {name} has not started")
+        if reasons:
+            return web.json_response({"ready": False, "reasons": reasons}, status=503)
+        return web.json_response({"ready": True})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._refuse()
+        body = metrics_text(self._registry)  # reads loop-owned state: on the loop
+        return web.Response(body=body, headers={"Content-Type": _PROMETHEUS})
+
+    async def _api_silo(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._refuse()
+        stats = self.silo.statistics()
+        return web.Response(text=json.dumps(_plain(stats)), content_type="application/json")
+
+
+def _plain(value: Any) -> Any:
+    """Statistics dataclasses as JSON-able values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def ops_server_of(silo: Silo) -> OpsServer | None:
+    """The operations server installed on ``silo``, if any."""
+    server: OpsServer | None = silo.lifecycle.component(OpsServer)
+    return server
+
+
+def install_ops_server(silo: Silo, host: str = "127.0.0.1", port: int = 0) -> OpsServer:
+    """Serve ``silo``'s operations endpoints once it has started (last stage), stopping
+    first on the way down."""
+    from orleanspy._util.lifecycle import SiloStage
+
+    server = OpsServer(silo, host, port)
+    silo.lifecycle.set_component(OpsServer, server)
+    silo.lifecycle.subscribe("dashboard", SiloStage.STREAMS + 1000,
+                             on_start=server.start, on_stop=server.stop)
+    return server

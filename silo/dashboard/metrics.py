@@ -1,0 +1,123 @@
+"""The silo's figures in Prometheus text format: a prometheus-client collector that reads
+``Silo.statistics()`` at each scrape (nothing is counted twice, nothing runs between scrapes).
+
+Names (all prefixed ``orleanspy_``; labels in braces):
+
+- ``silo_up`` (1 while active), ``silo_uptime_seconds``
+- ``activations{type}``, ``gateway_connections``, ``grains_collected_total``,
+  ``reminders_fired_total``, ``event_loop_lag_seconds`` (the last measured lag)
+- per stream queue ``{provider, queue}``: ``stream_cache_items``, ``stream_cache_capacity``,
+  ``stream_cache_under_pressure``, ``stream_pull_period_seconds``,
+  ``stream_read_total``, ``stream_delivered_total``, ``stream_acknowledged_total``,
+  ``stream_delivery_failures_total``, ``stream_subscriptions``, ``stream_spilled``
+- ``stream_subscription_lag{provider, queue, subscription}``: queue positions behind
+- and prometheus-client's ``process_*`` figures (CPU seconds, resident memory, open fds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from orleanspy.runtime.silo import Silo
+
+__all__ = ["SiloCollector", "metrics_text", "registry_for"]
+
+P = "orleanspy_"
+
+
+class SiloCollector(Collector):
+    """Turns one silo's statistics into metric families at each scrape."""
+
+    def __init__(self, silo: Silo, loop_lag: Callable[[], float]) -> None:
+        self.silo = silo
+        self.loop_lag = loop_lag
+
+    def collect(self) -> Iterator[Metric]:
+        silo = self.silo
+        stats = silo.statistics()
+        labels = ["silo", "cluster"]
+        who = [stats.name, stats.cluster_id]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(P + name, doc, labels=labels)
+            g.add_metric(who, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(P + name, doc, labels=labels)
+            c.add_metric(who, value)
+            return c
+
+        yield gauge("silo_up", "1 while the silo is active", float(stats.status == "active"))
+        yield gauge("silo_uptime_seconds", "seconds since the silo started", stats.uptime)
+        acts = GaugeMetricFamily(P + "activations", "grain activations by grain type",
+                                 labels=[*labels, "type"])
+        for type_name, count in sorted(stats.activations_by_type.items()):
+            acts.add_metric([*who, type_name], count)
+        yield acts
+        yield gauge("gateway_connections", "open client connections",
+                    stats.gateway_connections)
+        yield counter("grains_collected", "activations collected for being idle",
+                      stats.collected)
+        yield counter("reminders_fired", "reminder ticks delivered", stats.reminders_fired)
+        yield gauge("event_loop_lag_seconds", "how late the event loop ran a timer, last "
+                    "measured", self.loop_lag())
+        yield from _stream_metrics(stats.streams, labels, who)
+
+
+def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
+                    who: list[str]) -> Iterator[Metric]:
+    q_labels = [*labels, "provider", "queue"]
+    gauges = {
+        "stream_cache_items": ("containers in the queue's cache", "cache_size"),
+        "stream_cache_capacity": ("the cache's bound", "cache_max"),
+        "stream_cache_under_pressure": ("1 while the cache is under pressure",
+                                        "under_pressure"),
+        "stream_pull_period_seconds": ("the agent's current pull period", "pull_period"),
+        "stream_subscriptions": ("subscriptions the agent serves", "subscriptions"),
+        "stream_spilled": ("subscriptions served from the queue", "spilled"),
+    }
+    counters = {
+        "stream_read": ("containers read from the queue", "read"),
+        "stream_delivered": ("events delivered", "delivered"),
+        "stream_acknowledged": ("containers acknowledged to the queue", "acknowledged"),
+        "stream_delivery_failures": ("failed delivery attempts", "failures"),
+    }
+    families: dict[str, Any] = {
+        name: GaugeMetricFamily(P + name, doc, labels=q_labels)
+        for name, (doc, _) in gauges.items()
+    }
+    families.update({
+        name: CounterMetricFamily(P + name, doc, labels=q_labels)
+        for name, (doc, _) in counters.items()
+    })
+    lag = GaugeMetricFamily(P + "stream_subscription_lag",
+                            "queue positions a subscription is behind",
+                            labels=[*q_labels, "subscription"])
+    for provider, agents in sorted(streams.items()):
+        for agent in agents:
+            key = [*who, provider, str(agent.queue)]
+            for name, (_, attr) in (*gauges.items(), *counters.items()):
+                families[name].add_metric(key, float(getattr(agent, attr)))
+            for sub, behind in sorted(agent.lag.items()):
+                lag.add_metric([*key, sub], behind)
+    yield from families.values()
+    yield lag
+
+
+def registry_for(silo: Silo, loop_lag: Callable[[], float]) -> CollectorRegistry:
+    """A registry of its own (never the process-global one): several silos in one process
+    each export their own figures."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SiloCollector(silo, loop_lag))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def metrics_text(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
