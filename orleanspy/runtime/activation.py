@@ -85,6 +85,10 @@ class ActivationHost(SiloHost, Protocol):
         """The persistent state ``spec`` of a grain, bound to its storage."""
         ...
 
+    def log_grain_error(self, event: str, **fields: Any) -> None:
+        """Log an exception a grain method raised (at the silo's configured level)."""
+        ...
+
 
 class Activation(Mailbox):
     """One live instance of a grain class for one grain id."""
@@ -174,6 +178,7 @@ class Activation(Mailbox):
             return
         if self.state is ActivationState.ACTIVATING:
             self.state = ActivationState.VALID
+            self.silo.log.debug("grain_activated", grain=self.name)
             diag = self.silo.diagnostics
             if diag.listening:
                 diag.emit(ActivationCreated(silo=self.silo.name, grain_id=self.grain_id))
@@ -282,6 +287,8 @@ class Activation(Mailbox):
             current_turn.reset(token)
             self.state = ActivationState.INVALID
             self.silo.catalog.remove(self)
+            self.silo.log.debug("grain_deactivated", grain=self.name,
+                                reason=self.reason.name if self.reason else None)
             pending = list(self.waiting) + [m for m, _ in self.blocked]
             for _, fut in self.blocked:
                 if fut is not None and not fut.done():
@@ -449,6 +456,8 @@ class Activation(Mailbox):
             self.completed += 1
         else:
             self.failed += 1
+            self.silo.log_grain_error("grain_call_failed", grain=self.name, method=msg.method,
+                                      error=repr(exc))
             diag = self.silo.diagnostics
             if diag.listening:
                 diag.emit(CallFailed(silo=self.silo.name, grain_id=self.grain_id,

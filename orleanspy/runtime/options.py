@@ -59,6 +59,10 @@ class SiloOptions:
     (``orleanspy.cluster.runtime.membership_options_of`` turns them into
     ``orleanspy.cluster.membership.MembershipOptions``).
 
+    ``grain_error_log_level`` (default debug): the level at which an exception a grain method
+    raises is logged (``grain_call_failed``, with the grain, method and error); the caller
+    gets the exception either way.
+
     ``gc_freeze`` (default True): once started, the silo collects garbage once and freezes
     every object alive (``gc.freeze``), so that CPython's full collections skip the
     process's long-lived objects (a third of the stream delivery path's time under load);
@@ -89,6 +93,7 @@ class SiloOptions:
     minimum_reminder_period: float = 60.0
     log_format: str = "console"
     log_level: str = "info"
+    grain_error_log_level: str = "debug"
     gc_freeze: bool = True
     membership: str | None = None
     probe_period: float = 5.0
@@ -128,6 +133,9 @@ class SiloOptions:
                "must be 'console' or 'json'")
         _check(n, "log_level", self.log_level in ("debug", "info", "warning", "error"),
                self.log_level, "must be debug, info, warning or error")
+        _check(n, "grain_error_log_level",
+               self.grain_error_log_level in ("debug", "info", "warning", "error"),
+               self.grain_error_log_level, "must be debug, info, warning or error")
         for name in ("storage", "reminders", "membership"):
             url = getattr(self, name)
             if url is not None:  # membership None: a lone silo

@@ -285,6 +285,10 @@ class Silo:
         self.name = f"{address.host}:{address.port}"
         self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
 
+    def log_grain_error(self, event: str, **fields: Any) -> None:
+        """Log an exception a grain method raised, at ``options.grain_error_log_level``."""
+        getattr(self.log, self.options.grain_error_log_level)(event, **fields)
+
     def request_stop(self) -> None:
         """Start a graceful stop without waiting for it (``wait_stopped`` waits)."""
         if self.stopping or not self.started:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.backoff import Backoff
 from orleanspy._util.clock import Clock
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DELIVER", "ERROR", "Delivery", "DeliveryHost", "Subscription"]
 
+FAILURE_WARNING_INTERVAL: Final = 10.0  # seconds between a subscription's failure warnings
 DELIVER = "__orleanspy_stream_deliver__"
 ERROR = "__orleanspy_stream_error__"
 
@@ -198,6 +199,8 @@ class Delivery:
         self.delivered = self.failures = 0
         #: events given up after the error protocol (counted in ``delivered`` by the loop)
         self.skipped = 0
+        #: subscription id -> [when its failure was last logged at warning, failures since]
+        self._warned: dict[str, list[Any]] = {}
         self.log = get_logger(__name__, provider=provider, queue=queue)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -331,12 +334,16 @@ class Delivery:
                     target, DELIVER, (record.sub_id, sid.namespace, sid.key, batch), None,
                     None, True,
                 )
+                if self._warned and record.sub_id in self._warned:
+                    self._recovered(sub)
                 return True
             except Exception as exc:
                 attempt += 1
                 self.failures += 1
                 if sub.detached:
+                    self._warned.pop(record.sub_id, None)
                     return False  # unsubscribed meanwhile: nobody to retry for
+                self._warn_failure(sub, events[0][1], exc)
                 if isinstance(exc, StreamDeliveryInterrupted) and 0 < exc.delivered < len(events):
                     # The consumer handled a prefix: retry from the failing event only, with a
                     # fresh budget (the prefix was progress).
@@ -393,6 +400,27 @@ class Delivery:
                 if not owned:
                     events = self._kept(sub, events)  # narrowed during the back-off
 
+    def _warn_failure(self, sub: Subscription, token: SequenceToken, exc: Exception) -> None:
+        """A failed attempt: at warning the first time, then at most once per
+        ``FAILURE_WARNING_INTERVAL`` per subscription with the count of those in between."""
+        now = self.clock.monotonic()
+        state = self._warned.get(sub.record.sub_id)
+        if state is not None and now - state[0] < FAILURE_WARNING_INTERVAL:
+            state[1] += 1
+            return
+        record = sub.record
+        self.log.warning(
+            "stream_delivery_failing", subscription=record.sub_id, stream=str(sub.stream_id),
+            consumer=f"{record.consumer_type}/{record.consumer_key}", token=str(token),
+            error=repr(exc), failures_since_last_warning=state[1] if state else 0,
+        )
+        self._warned[record.sub_id] = [now, 0]
+
+    def _recovered(self, sub: Subscription) -> None:
+        _, suppressed = self._warned.pop(sub.record.sub_id)
+        self.log.info("stream_delivery_recovered", subscription=sub.record.sub_id,
+                      stream=str(sub.stream_id), failures_since_last_warning=suppressed)
+
     @staticmethod
     def narrow(sub: Subscription) -> None:
         """A cursor that does not gate (any more: a tagged member past its timeout) retries
@@ -445,6 +473,7 @@ class Delivery:
         await self.notify(sub, error)
         self.on_failure(record, sub.stream_id, events[0][1], exc)
         self.skipped += len(events)
+        self._warned.pop(record.sub_id, None)  # told: on_error, failure_handler, the policy
         if self.options.failure == "fault" and not record.implicit:
             await self.notify(sub, FaultedSubscriptionError(
                 f"subscription {record.sub_id} on {sub.stream_id} was faulted after a failed "

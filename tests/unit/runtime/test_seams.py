@@ -65,6 +65,9 @@ class _Host:
     def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
         raise AssertionError("no grain here declares state")
 
+    def log_grain_error(self, event: str, **fields: Any) -> None:
+        self.log.debug(event, **fields)
+
 
 async def test_catalog_and_dispatcher_run_without_a_silo() -> None:
     host = _Host(FakeClock())
