@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from orleanspy import ConfigurationError, StorageError, __version__
 from orleanspy.errors import MembershipError
-from silo.commands import call, cluster_status, silo_start, spark_run
+from silo.commands import call, cluster_status, silo_start, spark_run, streams_status
 from silo.commands.common import CLI_DEFAULTS, EXIT_USAGE, error, parse_arg, parse_key, usage
 
 __all__ = ["CLI_DEFAULTS", "build_parser", "main", "parse_arg", "parse_key"]
@@ -26,10 +26,12 @@ _DESCRIPTION = """\
 orleanspy: virtual actors (grains) on asyncio.
 
   orleanspy silo start --app myapp.grains      host the grains of a module
-  orleanspy silo start --app myapp.grains --membership sqlite:cluster.db --port 0
+  orleanspy silo start --app myapp.grains --membership sqlite:/srv/shop/cluster.db --port 0
                                                join a cluster (several processes)
-  orleanspy cluster status --membership sqlite:cluster.db
+  orleanspy cluster status --membership sqlite:/srv/shop/cluster.db
                                                list the silos of a cluster
+  orleanspy streams status --membership sqlite:/srv/shop/cluster.db
+                                               the stream queues: owners, cache, lag
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
 """
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     silo_start.add_parser(commands)
     cluster_status.add_parser(commands)
+    streams_status.add_parser(commands)
     call.add_parser(commands)
     spark_run.add_parser(commands)
     return parser

@@ -144,6 +144,7 @@ class ClusterRuntime:
         handlers = self.transport.handlers
         handlers["dir"] = self.directory_op
         handlers["status"] = self.status
+        handlers["streams"] = self.streams_status
         handlers["load"] = self._on_load
         handlers["cache"] = self._on_cache
         gateway = silo.gateway
@@ -634,6 +635,14 @@ class ClusterRuntime:
             "view_version": self.snapshot.version,
             "active_silos": [str(s) for s in self.snapshot.active_silos],
         }
+
+    def streams_status(self) -> dict[str, Any]:
+        """What ``orleanspy streams status`` shows for this silo: each provider's agents."""
+        providers: dict[str, list[dict[str, Any]]] = {}
+        for name, provider in self.silo.stream_providers.items():
+            stats = provider.statistics() if hasattr(provider, "statistics") else []
+            providers[name] = [dataclasses.asdict(a) for a in stats]
+        return {"silo": str(self.me), "providers": providers}
 
     def statistics(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,7 @@ from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
 from silo.config import find_config_file, load_config
 from silo.startup import configure_logging
 
-__all__ = ["add_parser"]
+__all__ = ["add_arguments", "add_parser", "ask_silos", "cluster_options", "read_membership"]
 
 _EPILOG = """\
 Columns: SILO (host:port@generation), STATUS (joining, active, shutting_down, dead), UPTIME
@@ -48,11 +48,12 @@ def add_parser(commands: Any) -> None:
         "activation count and the stream queues it owns.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_arguments(status)
+    add_arguments(status)
     status.set_defaults(handler=run)
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of the commands that read a cluster's membership table."""
     p.add_argument("--membership", metavar="URL",
                    help="membership table: sqlite:PATH, relative to --data-dir (default: "
                    "from the config file)")
@@ -69,6 +70,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy cluster status``."""
+    options = cluster_options(args, "cluster status")
+    if isinstance(options, int):
+        return options
+    configure_logging("console", "error")
+    return asyncio.run(_cluster_status(options, args.timeout, args.json))
+
+
+def cluster_options(args: argparse.Namespace, command: str) -> SiloOptions | int:
+    """The options naming the cluster's membership table (from flags and the config file),
+    or an exit code after an error that says what is wrong."""
     membership = args.membership
     if isinstance(membership, str) and membership.startswith("sqlite:"):
         # This tool only reads the table: a relative path names a file in --data-dir.
@@ -82,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
     if options.membership is None:
         raise ConfigurationError(
-            "cluster status needs the membership table: pass --membership sqlite:PATH "
+            f"{command} needs the membership table: pass --membership sqlite:PATH "
             "(the silos' --membership), or set membership in orleanspy.toml"
         )
     parsed = parse_backend_url(options.membership, key="membership", data_dir=options.data_dir,
@@ -91,42 +102,17 @@ def run(args: argparse.Namespace) -> int:
         error(f"no membership table at {parsed.path} (membership = {options.membership}, "
               f"relative to --data-dir {options.data_dir}): give the file the silos use")
         return EXIT_USAGE  # and do not create an empty one
-    configure_logging("console", "error")
-    return asyncio.run(_cluster_status(options, args.timeout, args.json))
+    return options
 
 
 async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -> int:
-    assert options.membership is not None
-    table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
-    try:
-        data = await table.read_all()
-        others = await table.cluster_ids() if not data.rows else None
-    except MembershipError as exc:
-        error(f"cannot read the membership table {options.membership}: {exc}")
-        return EXIT_USAGE
-    finally:
-        await table.close()
-    if others is not None:
-        held = [c for c in others if c != options.cluster_id]
-        if held:
-            error(f"cluster {options.cluster_id} has no silo in {options.membership}; it "
-                  f"holds cluster {', '.join(held)}: pass --cluster-id")
-            return EXIT_USAGE
+    data = await read_membership(options)
+    if isinstance(data, int):
+        return data
     now = time.time()
     entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
                                                      e.silo.generation))
-
-    async def ask(entry: Any) -> Any:
-        if entry.status is SiloStatus.DEAD:
-            return None
-        try:
-            return await query_silo(entry.silo.host, entry.silo.port, "status", [],
-                                    cluster_id=options.cluster_id, secret=options.secret,
-                                    timeout=timeout)
-        except (Exception, TimeoutError):
-            return None
-
-    answers = await asyncio.gather(*(ask(e) for e in entries))
+    answers = await ask_silos(options, entries, "status", timeout)
     rows: list[dict[str, Any]] = []
     for entry, answer in zip(entries, answers, strict=True):
         live = entry.status is not SiloStatus.DEAD
@@ -147,6 +133,45 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
           f"{len(rows)} in the table (version {data.version.version})")
     _print_table(rows)
     return EXIT_OK
+
+
+async def ask_silos(options: SiloOptions, entries: list[Any], op: str,
+                    timeout: float) -> list[Any]:
+    """Each live silo's answer to the read-only control request ``op`` (None for a dead or
+    silent one), asked at once."""
+
+    async def ask(entry: Any) -> Any:
+        if entry.status is SiloStatus.DEAD:
+            return None
+        try:
+            return await query_silo(entry.silo.host, entry.silo.port, op, [],
+                                    cluster_id=options.cluster_id, secret=options.secret,
+                                    timeout=timeout)
+        except (Exception, TimeoutError):
+            return None
+
+    return list(await asyncio.gather(*(ask(e) for e in entries)))
+
+
+async def read_membership(options: SiloOptions) -> Any:
+    """The membership table's rows, or an exit code after an error that says why."""
+    assert options.membership is not None
+    table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
+    try:
+        data = await table.read_all()
+        others = await table.cluster_ids() if not data.rows else None
+    except MembershipError as exc:
+        error(f"cannot read the membership table {options.membership}: {exc}")
+        return EXIT_USAGE
+    finally:
+        await table.close()
+    if others is not None:
+        held = [c for c in others if c != options.cluster_id]
+        if held:
+            error(f"cluster {options.cluster_id} has no silo in {options.membership}; it "
+                  f"holds cluster {', '.join(held)}: pass --cluster-id")
+            return EXIT_USAGE
+    return data
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

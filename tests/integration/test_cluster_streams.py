@@ -117,6 +117,19 @@ async def status_queues(data_dir: Path) -> dict[str, set[str]]:
     return {r["silo"]: set(r["queues"]["s"]) for r in json.loads(out) if r["queues"]}
 
 
+async def streams_rows(data_dir: Path) -> list[dict[str, Any]]:
+    """``orleanspy streams status --json``: one row per queue, from the silo that owns it."""
+    import json
+
+    code, out, err = await run_cli_to_end(
+        "streams", "status", "--membership", "sqlite:membership.db", "--data-dir",
+        str(data_dir), "--cluster-id", CLUSTER, "--json",
+    )
+    assert code == 0, err
+    rows: list[dict[str, Any]] = json.loads(out)
+    return rows
+
+
 async def start_cluster(launcher: SiloLauncher, config: Path, n: int) -> list[SiloProcess]:
     silos = [await start_silo(launcher, config) for _ in range(n)]
     await wait_balanced(launcher.data_dir, silos, timeout=20)
@@ -238,6 +251,14 @@ async def test_cluster_streams_graceful_stop_hands_off_and_delivers_every_number
         extra = {k: len(got[k]) - PER_STREAM for k in KEYS if len(got[k]) != PER_STREAM}
         assert not extra, f"duplicates (stream: count) after a planned hand-off: {extra}"
         assert await status_queues(data_dir) == owners(await leases(data_dir))
+        rows = await streams_rows(data_dir)
+        by_silo: dict[str, set[str]] = {}
+        for row in rows:
+            assert row["provider"] == "s" and row["failures"] == 0
+            assert row["cache"] <= row["cache_max"]
+            by_silo.setdefault(row["silo"], set()).add(row["queue"])
+        assert by_silo == owners(await leases(data_dir))
+        assert len(rows) == QUEUES
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)

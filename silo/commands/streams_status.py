@@ -1,0 +1,115 @@
+"""``orleanspy streams status``: every stream queue of a cluster, asked of the silo that owns
+it: cache fill, pressure, pull period, what was read, delivered and acknowledged, failed
+deliveries, and each subscription's lag."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from orleanspy import SiloOptions
+from silo.commands.cluster_status import (
+    add_arguments,
+    ask_silos,
+    cluster_options,
+    read_membership,
+)
+from silo.commands.common import EXIT_OK, usage
+from silo.startup import configure_logging
+
+__all__ = ["add_parser"]
+
+_EPILOG = """\
+Columns: PROVIDER, QUEUE, SILO (its owner), CACHE (containers cached / bound, "!" under
+pressure), PULL (the agent's current pull period), READ, DELIVERED, ACKED (containers
+acknowledged to the queue), FAILED (failed delivery attempts), SUBS (subscriptions),
+LAG (the furthest a subscription is behind, in queue positions). Queues of silos that do
+not answer are missing. --json prints one JSON list of rows instead.
+Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
+
+Example:
+  orleanspy streams status --membership sqlite:/srv/shop/cluster.db --cluster-id prod
+"""
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``streams`` and its ``status`` subcommand on the top-level subparsers."""
+    streams = commands.add_parser(
+        "streams", help="inspect the stream queues of a cluster",
+        description="Inspect the stream queues of a cluster.",
+    )
+    streams.set_defaults(handler=lambda _: usage(streams))
+    sub = streams.add_subparsers(dest="streams_command", metavar="SUBCOMMAND")
+    status = sub.add_parser(
+        "status", help="list every stream queue with its owner and figures",
+        description="Read the membership table and ask each live silo about the stream "
+        "queues it owns.", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(status)
+    status.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``orleanspy streams status``."""
+    options = cluster_options(args, "streams status")
+    if isinstance(options, int):
+        return options
+    configure_logging("console", "error")
+    return asyncio.run(_streams_status(options, args.timeout, args.json))
+
+
+async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -> int:
+    data = await read_membership(options)
+    if isinstance(data, int):
+        return data
+    entries = list(data.entries())
+    answers = await ask_silos(options, entries, "streams", timeout)
+    rows: list[dict[str, Any]] = []
+    for answer in answers:
+        if not isinstance(answer, dict):
+            continue
+        for provider, agents in sorted(answer.get("providers", {}).items()):
+            for a in agents:
+                lag = a.get("lag") or {}
+                rows.append({
+                    "provider": provider, "queue": a["queue"], "silo": answer["silo"],
+                    "cache": a["cache_size"], "cache_max": a["cache_max"],
+                    "under_pressure": a["under_pressure"], "pull_period": a["pull_period"],
+                    "read": a["read"], "delivered": a["delivered"],
+                    "acknowledged": a["acknowledged"], "failures": a["failures"],
+                    "subscriptions": a["subscriptions"], "lag": lag,
+                    "max_lag": max(lag.values(), default=0),
+                })
+    rows.sort(key=lambda r: (r["provider"], _queue_order(r["queue"])))
+    if as_json:
+        print(json.dumps(rows), flush=True)
+        return EXIT_OK
+    _print_table(rows)
+    return EXIT_OK
+
+
+def _queue_order(queue: str) -> tuple[str, int]:
+    name, _, index = queue.rpartition("-")
+    return (name, int(index)) if index.isdigit() else (queue, 0)
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    header = ("PROVIDER", "QUEUE", "SILO", "CACHE", "PULL", "READ", "DELIVERED", "ACKED",
+              "FAILED", "SUBS", "LAG")
+    lines = [header, *(
+        (r["provider"], r["queue"], r["silo"],
+         f"{r['cache']}/{r['cache_max']}{'!' if r['under_pressure'] else ''}",
+         f"{r['pull_period'] * 1000:.0f}ms", str(r["read"]), str(r["delivered"]),
+         str(r["acknowledged"]), str(r["failures"]), str(r["subscriptions"]),
+         str(r["max_lag"]))
+        for r in rows
+    )]
+    if not rows:
+        print("no stream queues are owned by a silo that answers", flush=True)
+        return
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(),
+              flush=True)
