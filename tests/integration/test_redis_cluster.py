@@ -16,9 +16,12 @@ from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.options import ClientOptions
 from orleanspy.streams.adapters import RedisAdapterFactory
 from orleanspy.streams.ids import StreamId
+from orleanspy.streams.leases import Lease
 from orleanspy.streams.mapper import HashRingQueueMapper
+from orleanspy.streams.redis_leases import RedisQueueLeaseStore
 
 from .silo_process import SiloLauncher, SiloProcess, poll_until
+from .test_cluster_streams import balanced_over
 from .test_cluster_streams import read_received as received
 
 pytestmark = pytest.mark.integration
@@ -79,7 +82,19 @@ async def test_a_cluster_on_redis_survives_kill_9(redis_url: str,
         await client.close()
 
 
+async def leases(url: str) -> dict[str, Lease]:
+    store = RedisQueueLeaseStore(url, CLUSTER)
+    try:
+        return await store.read_all()
+    finally:
+        await store.close()
+
+
 STREAM_KEYS = list(range(16))
+# balance_settle_time + lease_retry_period of the config below, with room for a loaded machine
+BALANCING_PERIOD = 0.2 + 0.1 + 1.0
+CONFIG = ('[streams.s]\nadapter = "{url}"\ntotal_queues = 8\npull_period = 0.02\n'
+          'balance_settle_time = 0.2\nlease_duration = 3.0\nlease_retry_period = 0.1\n')
 PER_STREAM = 1250  # 20,000 numbered events in all
 
 
@@ -109,9 +124,7 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
     arrivals in order (at least once: the dead silo's unacknowledged events come again)."""
     silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)  # NumberSink writes there
     config = tmp_path / "streams.toml"
-    config.write_text(f'[streams.s]\nadapter = "{redis_url}"\ntotal_queues = 8\n'
-                      'pull_period = 0.02\nbalance_settle_time = 0.2\nlease_duration = 3.0\n'
-                      'lease_retry_period = 0.1\n')
+    config.write_text(CONFIG.format(url=redis_url))
     silos = [await silo_launcher.start(
         "--membership", redis_url, "--storage", redis_url, "--reminders", redis_url,
         "--cluster-id", CLUSTER, "--config", str(config), *FAST,
@@ -128,6 +141,10 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
         await silos[1].kill()
         await poll_until(lambda: statuses(redis_url),
                          lambda s: SiloStatus.DEAD in s.values(), timeout=DETECTION)
+        # every queue owned again by the survivors within one balancing period (the lease
+        # of a silo declared dead is taken at once, without waiting for it to expire)
+        await poll_until(lambda: leases(redis_url), balanced_over([silos[0], silos[2]]),
+                         timeout=BALANCING_PERIOD, interval=0.05)
         await producer
         got = await poll_until(
             lambda: asyncio.sleep(0, received(data_dir)),
@@ -138,6 +155,42 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
             assert firsts == list(range(PER_STREAM)), f"stream {key} out of order or short"
         # queues and leases share the server: every acknowledgement checks the lease
         assert all("stream_queue_acks_fenced" in s.log_text() for s in silos)
+    finally:
+        producer.cancel()
+        await asyncio.gather(producer, return_exceptions=True)
+
+
+async def test_streams_on_redis_hand_off_on_a_graceful_stop_without_duplicates(
+    redis_url: str, silo_launcher: SiloLauncher, tmp_path: Path
+) -> None:
+    """Three silos on Redis; one stops gracefully (SIGTERM) while numbered events flow: its
+    queues move to the others, and every number arrives exactly once on every stream."""
+    silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "streams.toml"
+    config.write_text(CONFIG.format(url=redis_url))
+    silos = [await silo_launcher.start(
+        "--membership", redis_url, "--storage", redis_url, "--reminders", redis_url,
+        "--cluster-id", CLUSTER, "--config", str(config), *FAST,
+        app="tests.integration.cluster_stream_app") for _ in range(3)]
+    await poll_until(lambda: leases(redis_url), balanced_over(silos), timeout=DETECTION,
+                     interval=0.05)
+    data_dir = silo_launcher.data_dir
+    producer = asyncio.create_task(publish(redis_url, range(PER_STREAM // 2)))
+    try:
+        await poll_until(lambda: asyncio.sleep(0, received(data_dir)),
+                         lambda g: sum(map(len, g.values())) >= 1000, timeout=60)
+        assert not producer.done()
+        assert await silos[1].terminate() == 0
+        await poll_until(lambda: leases(redis_url), balanced_over([silos[0], silos[2]]),
+                         timeout=DETECTION, interval=0.05)
+        await producer
+        got = await poll_until(
+            lambda: asyncio.sleep(0, received(data_dir)),
+            lambda g: all(len(g[k]) >= PER_STREAM // 2 for k in STREAM_KEYS),
+            timeout=120, interval=0.5)
+        for key in STREAM_KEYS:
+            assert got[key] == list(range(PER_STREAM // 2)), (
+                f"stream {key}: out of order, short or duplicated after a planned hand-off")
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
