@@ -7,6 +7,7 @@ cluster's directory registration) extends that guarantee.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Mapping
 
 from orleanspy.errors import MessageRejectedError, SiloUnavailableError
@@ -92,9 +93,12 @@ class Catalog:
         """The class of a grain id's type; ``MessageRejectedError`` if the silo lacks it."""
         info = self._registry.get(grain_id.type_name)
         if info is None:
+            hosted = [n for n in self._registry if not n.startswith("orleanspy.")]
+            close = difflib.get_close_matches(grain_id.type_name, hosted, n=1)
+            hint = f"did you mean {close[0]!r}? If not, " if close else ""
             raise MessageRejectedError(
-                f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: add its "
-                "module to --app (or the grains= list of the Silo)",
+                f"unknown grain type {grain_id.type_name!r} on silo {self.silo.name}: "
+                f"{hint}add its module to --app (or the grains= list of the Silo)",
                 "unknown_grain_type",
             )
         return info

@@ -8,6 +8,7 @@ call site, exactly as it would across processes.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from orleanspy.diagnostics import RequestDropped
@@ -252,9 +253,11 @@ def _refusal(info: GrainClassInfo, method: str, m: MethodInfo | None) -> Message
     """The error for a request naming no method, or one a gateway client may not call."""
     public = ", ".join(info.public_methods) or "none"
     if m is None:
+        close = difflib.get_close_matches(method, info.public_methods, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         return MessageRejectedError(
             f"grain type {info.type_name!r} has no method {method!r} "
-            f"(public async methods: {public})",
+            f"({hint}public async methods: {public})",
             "unknown_method",
         )
     if m.runtime:

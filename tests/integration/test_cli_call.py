@@ -18,7 +18,8 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
     silo = await silo_launcher.start(secret="s3cret")
     gw = ["--gateway", silo.gateway, "--secret", "s3cret"]
     # independent calls, run concurrently to keep the test short on a loaded machine
-    add, echo, info, raised, unknown, no_secret, unreachable, two = await asyncio.gather(
+    (add, echo, info, raised, unknown, no_secret, unreachable, two, typo_type,
+     typo_method) = await asyncio.gather(
         run_cli_to_end("call", *gw, "Counter", "alice", "add", "5"),
         run_cli_to_end(
             "call", *gw, "Counter", "7", "echo", "1", "hello", '"2"', '{"a": [null, true]}'
@@ -31,6 +32,8 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
         # several gateways: one that answers serves the call
         run_cli_to_end("call", "--gateway", f"127.0.0.1:{free_port()}", *gw, "Counter",
                        "carol", "add", "3"),
+        run_cli_to_end("call", *gw, "Countr", "dan", "get"),
+        run_cli_to_end("call", *gw, "Counter", "dan", "ad", "1"),
     )
     assert add == (0, "5\n", "")
 
@@ -53,6 +56,9 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
     assert unreachable[2].startswith("error: cannot reach the silo gateway at 127.0.0.1:")
 
     assert two == (0, "3\n", "")
+
+    assert typo_type[0] == 1 and "did you mean 'Counter'?" in typo_type[2]
+    assert typo_method[0] == 1 and "did you mean 'add'?" in typo_method[2]
 
 
 async def test_console_script_calls_the_silo(silo_launcher: SiloLauncher) -> None:
