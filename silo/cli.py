@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from orleanspy import ConfigurationError, StorageError, __version__
 from orleanspy.errors import MembershipError
-from silo.commands import call, cluster_status, silo_start, spark_run, streams_status
+from silo.commands import call, cluster_status, grains, silo_start, spark_run, streams_status
 from silo.commands.common import CLI_DEFAULTS, EXIT_USAGE, error, parse_arg, parse_key, usage
 
 __all__ = ["CLI_DEFAULTS", "build_parser", "main", "parse_arg", "parse_key"]
@@ -32,6 +32,8 @@ orleanspy: virtual actors (grains) on asyncio.
                                                list the silos of a cluster
   orleanspy streams status --membership sqlite:/srv/shop/cluster.db
                                                the stream queues: owners, cache, lag
+  orleanspy grains locate Counter alice --membership sqlite:/srv/shop/cluster.db
+                                               which silo a grain is active on
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
 """
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     silo_start.add_parser(commands)
     cluster_status.add_parser(commands)
     streams_status.add_parser(commands)
+    grains.add_parser(commands)
     call.add_parser(commands)
     spark_run.add_parser(commands)
     return parser

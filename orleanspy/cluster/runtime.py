@@ -30,6 +30,7 @@ import dataclasses
 import itertools
 import os
 import socket
+import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, final
@@ -45,7 +46,7 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
-from orleanspy.errors import ConfigurationError, SiloUnavailableError
+from orleanspy.errors import ConfigurationError, MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle, DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
@@ -145,6 +146,7 @@ class ClusterRuntime:
         handlers["dir"] = self.directory_op
         handlers["status"] = self.status
         handlers["streams"] = self.streams_status
+        handlers["locate"] = self.locate
         handlers["load"] = self._on_load
         handlers["cache"] = self._on_cache
         gateway = silo.gateway
@@ -635,6 +637,21 @@ class ClusterRuntime:
             "view_version": self.snapshot.version,
             "active_silos": [str(s) for s in self.snapshot.active_silos],
         }
+
+    async def locate(self, type_name: Any, key: Any) -> dict[str, Any]:
+        """Where a grain is active (``orleanspy grains locate``), from the directory; asking
+        never activates it."""
+        if not isinstance(type_name, str) or type(key) not in (str, int, uuid.UUID):
+            raise MessageRejectedError(
+                "locate takes a grain type name and a str, int or UUID key", "bad_arguments")
+        grain_id = GrainId(type_name, key)
+        info = self.silo.catalog.info_for(grain_id)  # unknown type: says which one is close
+        if not self.silo.locator.uses_directory(info):
+            return {"grain": f"{type_name}/{key}", "directory": False, "silo": None}
+        entry = await self.directory.lookup(grain_id)
+        return {"grain": f"{type_name}/{key}", "directory": True,
+                "silo": str(entry.silo) if entry is not None else None,
+                "entry_held_by": str(self.directory.owner(grain_id))}
 
     def streams_status(self) -> dict[str, Any]:
         """What ``orleanspy streams status`` shows for this silo: each provider's agents."""

@@ -15,7 +15,7 @@ from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership import SiloStatus
 from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
-from orleanspy.errors import MembershipError
+from orleanspy.errors import MembershipError, MessageRejectedError
 from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
 from silo.config import find_config_file, load_config
@@ -136,17 +136,19 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
 
 
 async def ask_silos(options: SiloOptions, entries: list[Any], op: str,
-                    timeout: float) -> list[Any]:
+                    timeout: float, args: list[Any] | None = None) -> list[Any]:
     """Each live silo's answer to the read-only control request ``op`` (None for a dead or
-    silent one), asked at once."""
+    silent one; the error itself for a request the silo refused), asked at once."""
 
     async def ask(entry: Any) -> Any:
         if entry.status is SiloStatus.DEAD:
             return None
         try:
-            return await query_silo(entry.silo.host, entry.silo.port, op, [],
+            return await query_silo(entry.silo.host, entry.silo.port, op, list(args or []),
                                     cluster_id=options.cluster_id, secret=options.secret,
                                     timeout=timeout)
+        except MessageRejectedError as exc:
+            return exc
         except (Exception, TimeoutError):
             return None
 

@@ -184,6 +184,17 @@ async def test_cluster_status_lists_every_silo_with_activations(silo_launcher: S
         for silo in silos:
             line = next(x for x in out.splitlines() if x.startswith(silo.silo_address))
             assert " active " in line and silo.gateway in line and " 1 " in line
+        # grains locate: the silo the grain says it runs on, from the directory
+        where = (await a.get_grain("Spot", "s1").info())["silo"]
+        common = ("--membership", "sqlite:membership.db", "--data-dir",
+                  str(silo_launcher.data_dir), "--cluster-id", CLUSTER)
+        code, out, err = await run_cli_to_end("grains", "locate", "Spot", "s1", *common)
+        assert code == 0, err
+        assert out.startswith("Spot/s1: active on ") and where in out
+        code, out, _ = await run_cli_to_end("grains", "locate", "Spot", "never", *common)
+        assert (code, out) == (1, "Spot/never: not active\n")
+        code, _, err = await run_cli_to_end("grains", "locate", "Spott", "s1", *common)
+        assert code == 2 and "did you mean 'Spot'?" in err
     finally:
         await close_all([a, b])
     await silos[0].terminate()
