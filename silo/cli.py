@@ -17,7 +17,15 @@ from collections.abc import Sequence
 
 from orleanspy import ConfigurationError, StorageError, __version__
 from orleanspy.errors import MembershipError
-from silo.commands import call, cluster_status, grains, silo_start, spark_run, streams_status
+from silo.commands import (
+    call,
+    cluster_status,
+    grains,
+    reminders,
+    silo_start,
+    spark_run,
+    streams_status,
+)
 from silo.commands.common import CLI_DEFAULTS, EXIT_USAGE, error, parse_arg, parse_key, usage
 
 __all__ = ["CLI_DEFAULTS", "build_parser", "main", "parse_arg", "parse_key"]
@@ -34,6 +42,8 @@ orleanspy: virtual actors (grains) on asyncio.
                                                the stream queues: owners, cache, lag
   orleanspy grains locate Counter alice --membership sqlite:/srv/shop/cluster.db
                                                which silo a grain is active on
+  orleanspy reminders list --reminders sqlite:/srv/shop/orleanspy.db
+                                               the durable reminders, next due, owner
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
 """
@@ -52,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_status.add_parser(commands)
     streams_status.add_parser(commands)
     grains.add_parser(commands)
+    reminders.add_parser(commands)
     call.add_parser(commands)
     spark_run.add_parser(commands)
     return parser
