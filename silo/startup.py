@@ -22,6 +22,7 @@ from orleanspy.logging import get_logger
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, install_spark
 from silo.dashboard import install_ops_server
+from silo.dashboard.prober import install_prober
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -144,6 +145,7 @@ async def run_silo(
     stream_providers: Mapping[str, Any] | None = None,
     spark: SparkOptions | SparkSessionManager | None = None,
     dashboard: tuple[str, int] | None = None,
+    prober: tuple[str, float, float] | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -157,6 +159,8 @@ async def run_silo(
             ``SparkSessionManager`` its creator stops; None uses the defaults.
         dashboard: (host, port) of the operations endpoints (``/healthz``, ``/readyz``,
             ``/metrics``, ``/api/silo``; port 0 picks one); None serves none.
+        prober: (stream provider, period, bound) of the built-in stream prober; None runs
+            none.
 
     Returns:
         0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
@@ -177,6 +181,8 @@ async def run_silo(
 
     if spark is not None:
         install_spark(silo, spark)
+    if prober is not None:
+        install_prober(silo, *prober)
     ops = install_ops_server(silo, *dashboard) if dashboard is not None else None
 
     loop = asyncio.get_running_loop()

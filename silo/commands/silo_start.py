@@ -97,6 +97,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
                    help="address of those endpoints (default: 127.0.0.1; beyond loopback only "
                    "with --secret, which requests then present as a Bearer token)")
+    p.add_argument("--stream-prober", metavar="PROVIDER",
+                   help="probe this stream provider like a customer: subscribe, publish a "
+                   "marked event, time both (metrics orleanspy_probe_*; default: none)")
+    p.add_argument("--stream-prober-period", type=float, default=10.0, metavar="SECONDS",
+                   help="time between probes (default: 10)")
+    p.add_argument("--stream-prober-bound", type=float, default=5.0, metavar="SECONDS",
+                   help="a probe slower than this is logged at warning (default: 5)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="folder of the SQLite files (default: .orleanspy)")
     p.add_argument("--idle-age", type=float, metavar="SECONDS",
@@ -191,6 +198,12 @@ def run(args: argparse.Namespace) -> int:
 
     dashboard = None if args.dashboard_port is None else (args.dashboard_host,
                                                           args.dashboard_port)
+    if args.stream_prober is not None and (args.stream_prober_period <= 0
+                                           or args.stream_prober_bound <= 0):
+        raise ConfigurationError("--stream-prober-period and --stream-prober-bound must be "
+                                 "> 0 seconds")
+    prober = None if args.stream_prober is None else (
+        args.stream_prober, args.stream_prober_period, args.stream_prober_bound)
 
     def ready(silo: Silo) -> None:
         ops = ops_server_of(silo)
@@ -205,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = runner.run(
             run_silo(options, config.app, on_ready=ready, stream_providers=config.streams,
-                     spark=spark, dashboard=dashboard)
+                     spark=spark, dashboard=dashboard, prober=prober)
         )
     except BaseException:
         runner.close()

@@ -20,10 +20,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from orleanspy.runtime.silo import Silo
+from silo.dashboard.prober import StreamProber
 
 __all__ = ["SiloCollector", "metrics_text", "registry_for"]
 
@@ -68,6 +74,24 @@ class SiloCollector(Collector):
         yield gauge("event_loop_lag_seconds", "how late the event loop ran a timer, last "
                     "measured", self.loop_lag())
         yield from _stream_metrics(stats.streams, labels, who)
+        prober = silo.lifecycle.component(StreamProber)
+        if prober is not None:
+            yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
+
+
+def _probe_metrics(prober: StreamProber, labels: list[str], key: list[str]) -> Iterator[Metric]:
+    for name, doc, hist in (
+        ("probe_subscribe_seconds", "time a probe's subscription took", prober.subscribe),
+        ("probe_delivery_seconds", "time a probe event took from publish to its handler",
+         prober.delivery),
+    ):
+        family = HistogramMetricFamily(P + name, doc, labels=labels)
+        family.add_metric(key, hist.buckets(), sum_value=hist.total)
+        yield family
+    failures = CounterMetricFamily(P + "probe_failures", "probes that failed or were lost",
+                                   labels=labels)
+    failures.add_metric(key, prober.failures)
+    yield failures
 
 
 def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],

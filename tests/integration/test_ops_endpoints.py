@@ -113,3 +113,26 @@ def test_serving_beyond_loopback_without_a_secret_is_refused() -> None:
     silo = Silo(SiloOptions(gateway_port=None))
     with pytest.raises(ConfigurationError, match="needs the silo's secret"):
         OpsServer(silo, host="0.0.0.0", port=0)
+
+
+async def test_the_stream_prober_reports_in_metrics(
+    silo_launcher: SiloLauncher, tmp_path: Any,
+) -> None:
+    from .silo_process import poll_until
+
+    config = tmp_path / "orleanspy.toml"
+    config.write_text('[streams.s]\nadapter = "memory"\npull_period = 0.02\n')
+    silo = await silo_launcher.start(
+        "--config", str(config), "--dashboard-port", "0", "--stream-prober", "s",
+        "--stream-prober-period", "0.1")
+
+    async def scrape() -> dict[Any, float]:
+        async with aiohttp.ClientSession() as http, http.get(f"{silo.dashboard}/metrics") as r:
+            return samples(await r.text())
+
+    got = await poll_until(
+        scrape, lambda g: g.get(("orleanspy_probe_delivery_seconds_count",
+                                 (("provider", "s"),)), 0) >= 3, timeout=20)
+    assert got[("orleanspy_probe_failures_total", (("provider", "s"),))] == 0
+    assert got[("orleanspy_probe_subscribe_seconds_count", (("provider", "s"),))] >= 3
+    assert await silo.terminate() == 0
