@@ -29,6 +29,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
+import resource
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -625,10 +626,14 @@ class ClusterRuntime:
             agents = getattr(provider, "agents", {})
             queues[name] = sorted(str(q) for q in agents)
         membership = self.membership
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "silo": str(self.me),
             "status": membership.status.value if membership and membership.status else None,
             "pid": os.getpid(),
+            "uptime": silo.statistics().uptime,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "rss_bytes": _rss_bytes(),
             "activations": len(silo.catalog),
             "activations_by_type": silo.statistics().activations_by_type,
             "gateway": silo.gateway.address if silo.gateway is not None else None,
@@ -674,3 +679,11 @@ class ClusterRuntime:
 
 def _copy_reply(copy: Any, reply: Any, ok: bool, value: Any) -> None:
     reply(ok, copy(value) if ok else value)
+
+def _rss_bytes() -> int:
+    """This process's resident memory (Linux ``/proc``; 0 where it is not readable)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -22,6 +22,9 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import os
+import resource
+from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
@@ -37,6 +40,10 @@ LAG_INTERVAL: Final = 0.5  # seconds between event-loop lag samples
 _SILO: Final = web.AppKey("silo", Silo)
 _SERVER: Final = web.AppKey("server", object)
 _PROMETHEUS: Final = "text/plain; version=0.0.4; charset=utf-8"
+_PAGE: Final = (Path(__file__).parent / "static" / "index.html").read_bytes()
+# The page loads nothing from elsewhere: its script and style are inline, its data same-origin.
+_CSP: Final = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+               "connect-src 'self'; img-src 'self' data:")
 
 
 def _loopback(host: str) -> bool:
@@ -79,6 +86,8 @@ class OpsServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/api/silo", self._api_silo)
+        app.router.add_get("/api/cluster", self._api_cluster)
+        app.router.add_get("/", self._page)
         return app
 
     async def start(self) -> None:
@@ -155,6 +164,85 @@ class OpsServer:
             return self._refuse()
         stats = self.silo.statistics()
         return web.Response(text=json.dumps(_plain(stats)), content_type="application/json")
+
+
+    async def _page(self, request: web.Request) -> web.Response:
+        """The dashboard: a static page whose script reads ``/api/cluster`` (with the
+        secret from the page's ``#token=`` fragment, which the browser never sends)."""
+        return web.Response(body=_PAGE, content_type="text/html", charset="utf-8",
+                            headers={"Content-Security-Policy": _CSP,
+                                     "X-Content-Type-Options": "nosniff"})
+
+    async def _api_cluster(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._refuse()
+        return web.Response(text=json.dumps(await self.cluster_view()),
+                            content_type="application/json")
+
+    async def cluster_view(self) -> dict[str, Any]:
+        """Every silo's figures, gathered through the runtime: this silo's own, and each
+        active peer's answer to the read-only ``status`` and ``streams`` requests."""
+        silo = self.silo
+        cluster = silo.cluster
+        if cluster is None:
+            stats = silo.statistics()
+            me: dict[str, Any] = {
+                  "silo": stats.name, "status": stats.status, "uptime": stats.uptime,
+                  "activations": stats.activations,
+                  "activations_by_type": stats.activations_by_type,
+                  "gateway": silo.gateway.address if silo.gateway is not None else None,
+                  **_usage()}
+            streams: dict[str, Any] = {"silo": stats.name, "providers": {
+                name: [_plain(a) for a in agents] for name, agents in stats.streams.items()}}
+            answers: list[tuple[dict[str, Any], dict[str, Any]]] = [(me, streams)]
+        else:
+            peers = [s for s in cluster.snapshot.active_silos if s != cluster.me]
+
+            async def ask(peer: Any) -> Any:
+                try:
+                    status = await cluster.transport.request(peer, "status", [], 2.0)
+                    streams = await cluster.transport.request(peer, "streams", [], 2.0)
+                except Exception:
+                    return None
+                return (status, streams)
+
+            own = (cluster.status(), cluster.streams_status())
+            answers = [own, *[a for a in await asyncio.gather(*map(ask, peers)) if a]]
+        silos: list[dict[str, Any]] = []
+        grains: dict[str, int] = {}
+        queues: list[dict[str, Any]] = []
+        for status, streams in answers:
+            silos.append({k: status.get(k) for k in (
+                "silo", "status", "uptime", "activations", "gateway", "cpu_seconds",
+                "rss_bytes")} | {"loop_lag": self.lag if status is answers[0][0] else None})
+            by_type: dict[str, Any] = status.get("activations_by_type") or {}
+            for type_name, count in by_type.items():
+                grains[type_name] = grains.get(type_name, 0) + int(count)
+            for provider, agents in (streams.get("providers") or {}).items():
+                for a in agents:
+                    lag = a.get("lag") or {}
+                    queues.append({
+                        "provider": provider, "queue": a["queue"], "silo": streams["silo"],
+                        "cache": a["cache_size"], "cache_max": a["cache_max"],
+                        "under_pressure": a["under_pressure"],
+                        "pull_period": a["pull_period"], "delivered": a["delivered"],
+                        "acknowledged": a["acknowledged"], "failures": a["failures"],
+                        "subscriptions": a["subscriptions"],
+                        "max_lag": max(lag.values(), default=0),
+                    })
+        queues.sort(key=lambda q: (q["provider"], q["queue"]))
+        return {"cluster": silo.options.cluster_id, "silos": silos,
+                "grains": dict(sorted(grains.items())), "streams": queues}
+
+
+def _usage() -> dict[str, Any]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = 0
+    return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "rss_bytes": rss}
 
 
 def _plain(value: Any) -> Any:

@@ -92,7 +92,7 @@ async def test_with_a_secret_the_figures_need_it_and_the_probes_do_not(
     silo = await silo_launcher.start("--dashboard-port", "0", secret="s3cret-s3cret-s3cret")
     base = silo.dashboard
     async with aiohttp.ClientSession() as http:
-        for path in ("/metrics", "/api/silo"):
+        for path in ("/metrics", "/api/silo", "/api/cluster"):
             async with http.get(f"{base}{path}") as r:
                 assert r.status == 401
                 assert r.headers["WWW-Authenticate"] == "Bearer"
@@ -106,6 +106,8 @@ async def test_with_a_secret_the_figures_need_it_and_the_probes_do_not(
             assert r.status == 200
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200
+        async with http.get(f"{base}/") as r:  # the page holds no figures: its script asks
+            assert r.status == 200 and "default-src 'none'" in r.headers["Content-Security-Policy"]
     assert await silo.terminate() == 0
 
 
