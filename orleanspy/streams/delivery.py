@@ -366,7 +366,17 @@ class Delivery:
                                                    record.sub_id, "stopping", repr(exc)))
                     return None
                 delay = self.backoff.delay(attempt)
-                if clock.monotonic() + delay > deadline:
+                if clock.monotonic() + delay > deadline and self.options.failure == "retry":
+                    # Nothing is given up: the consumer hears of it once per
+                    # max_delivery_time, and the events stay queued until it takes them (or
+                    # the subscription is resumed elsewhere or removed).
+                    self.log.warning(
+                        "stream_delivery_stuck", subscription=record.sub_id, stream=str(sid),
+                        token=str(events[0][1]), error=repr(exc),
+                        seconds=self.options.max_delivery_time)
+                    await self.notify(sub, self._stuck_error(sub, events[0][1], exc))
+                    deadline = clock.monotonic() + self.options.max_delivery_time
+                elif clock.monotonic() + delay > deadline:
                     self.log.warning(
                         "stream_delivery_failed", subscription=record.sub_id,
                         stream=str(sid), token=str(events[0][1]), error=repr(exc),
@@ -455,13 +465,39 @@ class Delivery:
         copies = codec.unpackb(codec.packb(values))
         return [(v, t) for v, (_, t) in zip(copies, events, strict=True)]
 
-    async def _undecodable(self, sub: Subscription, events: list[Event], exc: Exception) -> bool:
+    async def _undecodable(
+        self, sub: Subscription, events: list[Event], exc: Exception
+    ) -> bool | None:
         """A container whose events cannot be decoded: no retry can change that, so it goes
-        to the error protocol at once (``on_error``, then the failure policy)."""
+        to the error protocol at once (``on_error``, then the failure policy). Under
+        ``retry`` nothing is given up: the subscription waits at the container (its events
+        stay queued) until it is resumed past it or removed."""
         self.failures += 1
         self.log.warning("stream_event_undecodable", subscription=sub.record.sub_id,
                          stream=str(sub.stream_id), token=str(events[0][1]), error=repr(exc))
-        return await self._error_protocol(sub, events, exc)
+        if self.options.failure != "retry":
+            return await self._error_protocol(sub, events, exc)
+        await self.notify(sub, self._stuck_error(sub, events[0][1], exc))
+        host = self.host
+        while not sub.detached and not host.stopping and not host.draining:
+            try:
+                async with self.clock.timeout(self.options.max_delivery_backoff):
+                    await self.stopped.wait()
+            except TimeoutError:
+                pass
+        return False if sub.detached else None
+
+    def _stuck_error(self, sub: Subscription, token: SequenceToken,
+                     exc: Exception) -> StreamDeliveryError:
+        record = sub.record
+        error = StreamDeliveryError(
+            f"delivering {sub.stream_id} token {token} to {record.consumer_type}/"
+            f"{record.consumer_key} keeps failing ({exc!r}); retrying: with failure='retry' "
+            "nothing is skipped, the events stay queued until the handler takes them or the "
+            "subscription is resumed past them or removed"
+        )
+        error.__cause__ = exc
+        return error
 
     async def _error_protocol(self, sub: Subscription, events: list[Event], exc: Exception) -> bool:
         record = sub.record

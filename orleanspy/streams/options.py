@@ -100,8 +100,13 @@ class StreamProviderOptions:
         cache_size: events (containers) each agent's cache holds at most.
         batch_size: containers handed to a subscription in one delivery call.
         max_delivery_time: how long one delivery is retried before the error protocol.
-        failure: what a delivery that failed for good does: ``skip`` the event (after
-            ``on_error``) or ``fault`` the subscription.
+        failure: what a delivery that keeps failing does. ``retry`` (the default) gives
+            nothing up: ``on_error`` hears of it once per ``max_delivery_time``, the delivery
+            is retried with back-off for as long as it fails, and the events stay queued
+            (the subscription is spilled, so the others of its queue go on); ``skip`` gives
+            the failing event up after ``max_delivery_time`` (``on_error``, then it is
+            acknowledged undelivered); ``fault`` faults the subscription (what it did not
+            take is acknowledged undelivered too).
         flow_control: the default strategy; ``namespace_flow_control`` overrides it per
             stream namespace (a queue uses the setting of the namespace that has it).
         max_outstanding_events / max_outstanding_bytes: per subscription, how far the cache
@@ -141,7 +146,7 @@ class StreamProviderOptions:
     delivery_backoff: float = 0.1
     max_delivery_backoff: float = 5.0
     read_backoff: float = 1.0
-    failure: str = "skip"
+    failure: str = "retry"
     flow_control: FlowControl | str = "min"
     namespace_flow_control: dict[str, FlowControl | str] = field(default_factory=dict)
     max_outstanding_events: int | None = None
@@ -182,7 +187,8 @@ class StreamProviderOptions:
         check("handoff_timeout", self.handoff_timeout >= 0, "must be >= 0 seconds")
         check("client_timeout", self.client_timeout > 0, "must be > 0 seconds")
         check("inactivity_period", self.inactivity_period > 0, "must be > 0 seconds")
-        check("failure", self.failure in ("skip", "fault"), "must be 'skip' or 'fault'")
+        check("failure", self.failure in ("retry", "skip", "fault"),
+              "must be 'retry', 'skip' or 'fault'")
         for name in ("max_outstanding_events", "max_outstanding_bytes"):
             value = getattr(self, name)
             check(name, value is None or value >= 1, "must be >= 1 or None")

@@ -40,7 +40,7 @@ async def test_a_poison_event_is_handled_alone() -> None:
     ERRORS.clear()
     DONE.clear()
     options = StreamProviderOptions(total_queues=1, pull_period=0.01, batch_size=10,
-                                    max_delivery_time=0.4)
+                                    max_delivery_time=0.4, failure="skip")
     provider = PersistentStreamProvider(MemoryAdapterFactory(), options)
     silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Picky],
                 stream_providers={"s": provider})

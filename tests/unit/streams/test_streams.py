@@ -234,7 +234,8 @@ async def test_stream_poison_event_is_skipped_after_on_error() -> None:
     global SINK
     SINK = Sink()
     clock = FakeClock()
-    silo = await make_silo(clock=clock, max_delivery_time=0.5, max_delivery_backoff=0.05)
+    silo = await make_silo(clock=clock, max_delivery_time=0.5, max_delivery_backoff=0.05,
+                           failure="skip")
     try:
         SINK.fail = lambda key, item: item == 13
         await silo.get_grain(Consumer, "c").subscribe("ns", "k")
@@ -356,7 +357,7 @@ async def test_stream_delivery_retries_wait_on_the_silo_clock_and_are_reported()
     SINK = Sink()
     clock = FakeClock()
     silo = await make_silo(clock=clock, max_delivery_time=3.5, delivery_backoff=1.0,
-                           max_delivery_backoff=1.0)
+                           max_delivery_backoff=1.0, failure="skip")
     try:
         with EventRecorder(silo.diagnostics) as rec:
             SINK.fail = lambda key, item: item == "poison"

@@ -64,7 +64,7 @@ async def test_an_undecodable_container_is_reported_and_the_rest_delivered(
         ).fetchone()
         conn.execute("UPDATE stream_queue SET events = ? WHERE seq = ?",
                      (bytes.fromhex("91c1"), seq))
-    options = StreamProviderOptions(total_queues=1, pull_period=0.01)
+    options = StreamProviderOptions(total_queues=1, pull_period=0.01, failure="skip")
     provider = PersistentStreamProvider(SqliteAdapterFactory(str(path)), options)
     silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Reader],
                 stream_providers={"s": provider})
