@@ -1148,14 +1148,17 @@ async def profile(which: str, n: int) -> None:
     }[which]
     if which.startswith("fanout"):
         n = max(PRODUCERS, n // FANOUT)
+    prefix = f"orleanspy-bench-{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
         factory: Any = (
             SqliteAdapterFactory(str(Path(tmp) / "s.db")) if which == "sqlite"
-            else RedisAdapterFactory(f"{REDIS_URL}?prefix=orleanspy-bench-{os.getpid()}")
+            else RedisAdapterFactory(f"{REDIS_URL}?prefix={prefix}")
             if which == "redis" else MemoryAdapterFactory()
         )
         provider = PersistentStreamProvider(factory, _provider_options())
-        async with _silo({"p": provider}) as silo:
+        cleanup = (_redis_keys_deleted(prefix) if which == "redis"
+                   else contextlib.nullcontext())
+        async with cleanup, _silo({"p": provider}) as silo:
             await stream_trial(silo, "p", max(PRODUCERS, n // 10), **kwargs)  # warm-up
             rate = await stream_trial(silo, "p", n, profiler=profiler, **kwargs)
     sys.stderr.write(f"\n=== {which}: {rate:,.0f} per second (N={n:,}) ===\n")
