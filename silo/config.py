@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, SiloOptions
-from orleanspy._util.urls import parse_backend_url
+from orleanspy._util.urls import anchor_sqlite, parse_backend_url, relative_sqlite, sqlite_file
 from orleanspy.runtime.options import BACKENDS_OF
 from orleanspy.spark.options import SparkOptions
 from silo.spark_config import parse_spark
@@ -245,15 +245,6 @@ def parse_toml(path: Path) -> _Layer:
     return layer
 
 
-def _relative_sqlite(value: Any) -> str | None:
-    """The path of a ``sqlite:`` URL if it is relative, else None."""
-    if not isinstance(value, str) or not value.startswith("sqlite:"):
-        return None
-    path = value.removeprefix("sqlite:")
-    path = path[2:] if path.startswith("//") else path
-    return path if path and not os.path.isabs(path) else None
-
-
 def _shared_paths(merged: _Layer) -> None:
     """A clustered silo's back ends are shared by every silo, so a SQLite file must be the
     same file for all of them, whatever each silo's folder or data dir. A relative path from
@@ -264,16 +255,17 @@ def _shared_paths(merged: _Layer) -> None:
         setting = merged.get(name)
         if setting is None:
             continue
-        relative = _relative_sqlite(setting.value)
+        relative = relative_sqlite(setting.value)
         if relative is None:
             continue
         if setting.folder is not None:
-            merged[name] = _Setting(f"sqlite:{os.path.join(setting.folder, relative)}",
+            merged[name] = _Setting(anchor_sqlite(setting.value, setting.folder),
                                     setting.source)
         elif setting.source.startswith("default") and name != "membership":
             membership = str(merged["membership"].value)
-            beside = (membership if not membership.startswith("sqlite:") else
-                      f"sqlite:{os.path.join(os.path.dirname(_sqlite_path(membership)), relative)}")
+            table = sqlite_file(membership)
+            beside = (membership if table is None
+                      else anchor_sqlite(setting.value, os.path.dirname(table)))
             merged[name] = _Setting(beside, "default (shared: beside the membership table)")
         else:
             raise ConfigurationError(
@@ -284,11 +276,6 @@ def _shared_paths(merged: _Layer) -> None:
                 "(a relative path there resolves against the file's folder), or use a server "
                 "the silos share (redis://HOST:PORT/DB)"
             )
-
-
-def _sqlite_path(url: str) -> str:
-    path = url.removeprefix("sqlite:")
-    return path[2:] if path.startswith("//") else path
 
 
 def parse_env(environ: Mapping[str, str]) -> _Layer:

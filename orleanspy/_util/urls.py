@@ -14,9 +14,32 @@ from typing import Literal
 
 from orleanspy.errors import ConfigurationError
 
-__all__ = ["BackendUrl", "parse_backend_url"]
+__all__ = ["BackendUrl", "anchor_sqlite", "parse_backend_url", "relative_sqlite", "sqlite_file"]
 
 Scheme = Literal["memory", "sqlite", "redis", "word"]
+
+
+def sqlite_file(url: object) -> str | None:
+    """The file a ``sqlite:`` or ``sqlite://`` URL names, as written; None for other URLs."""
+    if not isinstance(url, str) or not url.startswith("sqlite:"):
+        return None
+    path = url.removeprefix("sqlite:")
+    return path[2:] if path.startswith("//") else path
+
+
+def relative_sqlite(url: object) -> str | None:
+    """The file of a ``sqlite:`` URL if it is a relative path, else None."""
+    path = sqlite_file(url)
+    return path if path and not os.path.isabs(path) else None
+
+
+def anchor_sqlite(url: str, folder: str) -> str:
+    """``url`` with a relative SQLite path made absolute against ``folder`` (other URLs and
+    absolute paths as they are)."""
+    relative = relative_sqlite(url)
+    if relative is None:
+        return url
+    return f"sqlite:{os.path.abspath(os.path.join(folder, relative))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +99,7 @@ def parse_backend_url(
     if text in words:
         return BackendUrl("word", text)
     if text.startswith("sqlite:") and "sqlite" in allow:
-        path = text.removeprefix("sqlite:")
-        if path.startswith("//"):
-            path = path[2:]
+        path = sqlite_file(text) or ""
         if not path:
             raise bad("no file named")
         if not os.path.isabs(path):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Final
 
-from orleanspy._util.urls import parse_backend_url
+from orleanspy._util.urls import parse_backend_url, relative_sqlite
 from orleanspy.errors import ConfigurationError
 
 __all__ = ["SiloOptions"]
@@ -29,13 +29,6 @@ def _loopback(host: str) -> bool:
 def _check(cls_name: str, name: str, ok: bool, value: object, rule: str) -> None:
     if not ok:
         raise ConfigurationError(f"{cls_name}.{name} = {value!r}: {rule}")
-
-
-def _relative_sqlite(url: str) -> bool:
-    if not url.startswith("sqlite:"):
-        return False
-    path = url.removeprefix("sqlite:")
-    return not os.path.isabs(path[2:] if path.startswith("//") else path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +134,7 @@ class SiloOptions:
             if url is not None:  # membership None: a lone silo
                 parse_backend_url(url, key=f"{n}.{name}", allow=BACKENDS_OF[name],
                                   data_dir=self.data_dir, example=f"sqlite:{name}.db")
-                if self.membership is not None and _relative_sqlite(url):
+                if self.membership is not None and relative_sqlite(url):
                     raise ConfigurationError(
                         f"{n}.{name} = {url!r}: a relative SQLite path in a cluster would name "
                         "a different file for each silo (it resolves against each silo's "

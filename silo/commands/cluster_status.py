@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
-from orleanspy._util.urls import parse_backend_url
+from orleanspy._util.urls import anchor_sqlite, parse_backend_url
 from orleanspy.cluster.membership import SiloStatus
 from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
@@ -80,14 +80,10 @@ def run(args: argparse.Namespace) -> int:
 def cluster_options(args: argparse.Namespace, command: str) -> SiloOptions | int:
     """The options naming the cluster's membership table (from flags and the config file),
     or an exit code after an error that says what is wrong."""
+    # This tool only reads the table: a relative path names a file in --data-dir.
     membership = args.membership
-    if isinstance(membership, str) and membership.startswith("sqlite:"):
-        # This tool only reads the table: a relative path names a file in --data-dir.
-        path = membership.removeprefix("sqlite:")
-        path = path[2:] if path.startswith("//") else path
-        if path and not os.path.isabs(path):
-            folder = args.data_dir or str(CLI_DEFAULTS["data_dir"])
-            membership = f"sqlite:{os.path.abspath(os.path.join(folder, path))}"
+    if membership is not None:
+        membership = anchor_sqlite(membership, args.data_dir or str(CLI_DEFAULTS["data_dir"]))
     flags = {"membership": membership, "cluster_id": args.cluster_id,
              "secret": args.secret, "data_dir": args.data_dir}
     options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options

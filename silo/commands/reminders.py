@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
-from orleanspy._util.urls import parse_backend_url
+from orleanspy._util.urls import anchor_sqlite, parse_backend_url
 from orleanspy.cluster.directory import DirectoryRing
 from orleanspy.cluster.membership import SiloStatus
 from orleanspy.hosting.silo import open_reminder_table
@@ -62,13 +62,9 @@ def add_parser(commands: Any) -> None:
 
 def _absolute(url: str | None, data_dir: str | None) -> str | None:
     """A relative ``sqlite:`` path of this read-only tool names a file in ``data_dir``."""
-    if not isinstance(url, str) or not url.startswith("sqlite:"):
-        return url
-    path = url.removeprefix("sqlite:")
-    path = path[2:] if path.startswith("//") else path
-    if not path or os.path.isabs(path):
-        return url
-    return f"sqlite:{os.path.abspath(os.path.join(data_dir or '.orleanspy', path))}"
+    if url is None:
+        return None
+    return anchor_sqlite(url, data_dir or str(CLI_DEFAULTS["data_dir"]))
 
 
 def run(args: argparse.Namespace) -> int:
