@@ -17,7 +17,7 @@ from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError, MessageRejectedError
 from orleanspy.runtime.options import BACKENDS_OF
-from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
+from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage
 from silo.config import find_config_file, load_config
 from silo.startup import configure_logging
 
@@ -187,7 +187,4 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             "-" if r["activations"] is None else str(r["activations"]),
             queue_text, r["gateway"] or "-",
         ))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    for line in lines:
-        cells = [cell.ljust(w) for cell, w in zip(line, widths, strict=False)]
-        print("  ".join([*cells, line[-1]]).rstrip(), flush=True)
+    print_table(lines)

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -42,6 +42,7 @@ __all__ = [
     "error_text",
     "parse_arg",
     "parse_key",
+    "print_table",
     "put_cwd_on_path",
     "render",
     "usage",
@@ -67,6 +68,14 @@ def usage(parser: argparse.ArgumentParser) -> int:
     subcommand."""
     parser.print_help(sys.stderr)
     return EXIT_USAGE
+
+
+def print_table(lines: Sequence[Sequence[str]]) -> None:
+    """Print rows of text cells (the first is the header) in columns two spaces apart."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(),
+              flush=True)
 
 
 def error(message: str) -> None:

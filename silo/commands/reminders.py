@@ -18,7 +18,7 @@ from orleanspy.cluster.membership import SiloStatus
 from orleanspy.hosting.silo import open_reminder_table
 from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.cluster_status import read_membership
-from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, usage
+from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage
 from silo.config import find_config_file, load_config
 from silo.startup import configure_logging
 
@@ -135,8 +135,5 @@ async def _list(options: SiloOptions, grain: tuple[str, str] | None, as_json: bo
          time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["next"])), r["owner"] or "-")
         for r in rows
     )]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for line in lines:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(),
-              flush=True)
+    print_table(lines)
     return EXIT_OK

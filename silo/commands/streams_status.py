@@ -16,7 +16,7 @@ from silo.commands.cluster_status import (
     cluster_options,
     read_membership,
 )
-from silo.commands.common import EXIT_OK, usage
+from silo.commands.common import EXIT_OK, print_table, usage
 from silo.startup import configure_logging
 
 __all__ = ["add_parser"]
@@ -109,7 +109,4 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if not rows:
         print("no stream queues are owned by a silo that answers", flush=True)
         return
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for line in lines:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(),
-              flush=True)
+    print_table(lines)
