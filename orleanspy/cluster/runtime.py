@@ -29,13 +29,13 @@ import asyncio
 import dataclasses
 import itertools
 import os
-import resource
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, final
 
+from orleanspy._util.process import process_usage
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.connection import silo_key
@@ -626,14 +626,12 @@ class ClusterRuntime:
             agents = getattr(provider, "agents", {})
             queues[name] = sorted(str(q) for q in agents)
         membership = self.membership
-        usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "silo": str(self.me),
             "status": membership.status.value if membership and membership.status else None,
             "pid": os.getpid(),
             "uptime": silo.statistics().uptime,
-            "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            "rss_bytes": _rss_bytes(),
+            **process_usage(),
             "activations": len(silo.catalog),
             "activations_by_type": silo.statistics().activations_by_type,
             "gateway": silo.gateway.address if silo.gateway is not None else None,
@@ -679,11 +677,3 @@ class ClusterRuntime:
 
 def _copy_reply(copy: Any, reply: Any, ok: bool, value: Any) -> None:
     reply(ok, copy(value) if ok else value)
-
-def _rss_bytes() -> int:
-    """This process's resident memory (Linux ``/proc``; 0 where it is not readable)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0

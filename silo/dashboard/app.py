@@ -22,14 +22,13 @@ import dataclasses
 import hmac
 import ipaddress
 import json
-import os
-import resource
 from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
 
 from orleanspy import ConfigurationError
+from orleanspy._util.process import process_usage
 from orleanspy.logging import get_logger
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.metrics import metrics_text, registry_for
@@ -191,7 +190,7 @@ class OpsServer:
                   "activations": stats.activations,
                   "activations_by_type": stats.activations_by_type,
                   "gateway": silo.gateway.address if silo.gateway is not None else None,
-                  **_usage()}
+                  **process_usage()}
             streams: dict[str, Any] = {"silo": stats.name, "providers": {
                 name: [_plain(a) for a in agents] for name, agents in stats.streams.items()}}
             answers: list[tuple[dict[str, Any], dict[str, Any]]] = [(me, streams)]
@@ -233,16 +232,6 @@ class OpsServer:
         queues.sort(key=lambda q: (q["provider"], q["queue"]))
         return {"cluster": silo.options.cluster_id, "silos": silos,
                 "grains": dict(sorted(grains.items())), "streams": queues}
-
-
-def _usage() -> dict[str, Any]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        rss = 0
-    return {"cpu_seconds": usage.ru_utime + usage.ru_stime, "rss_bytes": rss}
 
 
 def _plain(value: Any) -> Any:
