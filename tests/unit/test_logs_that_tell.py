@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,12 +39,9 @@ class Fragile(Grain):
         await self.get_stream_provider("s").get_stream("ns", "k").subscribe(on_next)
 
 
-def events(calls: Any, name: str) -> list[dict[str, Any]]:
-    return [c.args[0] if c.args else c.kwargs for c in calls
-            if (c.args[0] if c.args else c.kwargs).get("event") == name]
-
-
-async def test_grain_errors_and_activations_are_logged_at_their_levels() -> None:
+@pytest.fixture
+def captured() -> Iterator[CapturingLoggerFactory]:
+    """structlog capturing every event at debug and above, with its level."""
     previous = structlog.get_config()
     factory = CapturingLoggerFactory()
     structlog.configure(
@@ -52,17 +50,28 @@ async def test_grain_errors_and_activations_are_logged_at_their_levels() -> None
         logger_factory=factory, cache_logger_on_first_use=False,
     )
     try:
-        silo = Silo(SiloOptions(gateway_port=None, grain_error_log_level="warning"),
-                    grains=[Fragile])
-        await silo.start()
-        try:
-            with pytest.raises(ValueError):
-                await silo.get_grain(Fragile, "f").boom()
-        finally:
-            await silo.stop()
-        calls = factory.logger.calls
+        yield factory
     finally:
         structlog.configure(**previous)
+
+
+def events(calls: Any, name: str) -> list[dict[str, Any]]:
+    return [c.args[0] if c.args else c.kwargs for c in calls
+            if (c.args[0] if c.args else c.kwargs).get("event") == name]
+
+
+async def test_grain_errors_and_activations_are_logged_at_their_levels(
+    captured: CapturingLoggerFactory,
+) -> None:
+    silo = Silo(SiloOptions(gateway_port=None, grain_error_log_level="warning"),
+                grains=[Fragile])
+    await silo.start()
+    try:
+        with pytest.raises(ValueError):
+            await silo.get_grain(Fragile, "f").boom()
+    finally:
+        await silo.stop()
+    calls = captured.logger.calls
 
     (failed,) = events(calls, "grain_call_failed")
     assert failed["level"] == "warning" and failed["method"] == "boom"
@@ -74,7 +83,7 @@ async def test_grain_errors_and_activations_are_logged_at_their_levels() -> None
 
 
 async def test_a_failing_delivery_warns_at_once_then_by_interval_and_recovers(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, captured: CapturingLoggerFactory,
 ) -> None:
     from orleanspy.streams import delivery
 
@@ -82,29 +91,19 @@ async def test_a_failing_delivery_warns_at_once_then_by_interval_and_recovers(
     FAILS["left"] = 4
     GOT.clear()
     ARRIVED.clear()
-    previous = structlog.get_config()
-    factory = CapturingLoggerFactory()
-    structlog.configure(
-        processors=[lambda _l, method, event: {**event, "level": method}],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-        logger_factory=factory, cache_logger_on_first_use=False,
-    )
+    provider = PersistentStreamProvider(MemoryAdapterFactory(), StreamProviderOptions(
+        total_queues=1, pull_period=0.01, delivery_backoff=0.01, max_delivery_backoff=0.02))
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Fragile],
+                stream_providers={"s": provider})
+    await silo.start()
     try:
-        provider = PersistentStreamProvider(MemoryAdapterFactory(), StreamProviderOptions(
-            total_queues=1, pull_period=0.01, delivery_backoff=0.01, max_delivery_backoff=0.02))
-        silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Fragile],
-                    stream_providers={"s": provider})
-        await silo.start()
-        try:
-            await silo.get_grain(Fragile, "c").join()
-            await provider.get_stream("ns", "k").on_next("e1")
-            async with asyncio.timeout(WAIT):
-                await ARRIVED.wait()
-        finally:
-            await silo.stop()
-        calls = factory.logger.calls
+        await silo.get_grain(Fragile, "c").join()
+        await provider.get_stream("ns", "k").on_next("e1")
+        async with asyncio.timeout(WAIT):
+            await ARRIVED.wait()
     finally:
-        structlog.configure(**previous)
+        await silo.stop()
+    calls = captured.logger.calls
 
     assert GOT == ["e1"]
     (warning,) = events(calls, "stream_delivery_failing")  # once: the rest within the interval
