@@ -32,7 +32,7 @@ from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
 from orleanspy.streams.cache import CacheCursor, CacheItem
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import SubscriptionRecord
-from orleanspy.streams.tokens import SequenceToken
+from orleanspy.streams.tokens import SequenceToken, event_tokens
 
 if TYPE_CHECKING:
     from orleanspy.messaging.codec import Codec
@@ -48,10 +48,6 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
-_SET_SEQUENCE = SequenceToken.__dict__["sequence"].__set__  # the slots' descriptors
-_SET_INDEX = SequenceToken.__dict__["index"].__set__
-
-
 def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
     """The events of ``containers``, each with its own token, and whether they are fresh
     (decoded for this delivery alone: no other subscription sees the same objects).
@@ -59,7 +55,6 @@ def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
     decoded, fresh = BatchContainer.decode_many(containers)
     events: list[Event] = []
     append = events.append
-    new, set_sequence, set_index = object.__new__, _SET_SEQUENCE, _SET_INDEX
     for index, container in enumerate(containers):
         values = decoded[index]
         n = container.count
@@ -69,16 +64,10 @@ def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
             except Exception as exc:
                 raise UndecodableContainer(index, exc) from exc
             raise UndecodableContainer(index, ValueError("inconsistent payload"))
-        token = container.token
         if n == 1:  # one event: its token is the container's
-            append((values[0], token))
-        else:  # each event's own token, built without the dataclass __init__ (hot)
-            sequence = token.sequence
-            for i, value in enumerate(values):
-                token = new(SequenceToken)
-                set_sequence(token, sequence)
-                set_index(token, i)
-                append((value, token))
+            append((values[0], container.token))
+        else:
+            events += zip(values, event_tokens(container.token.sequence, n), strict=True)
     return events, fresh
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SequenceToken", "container_token"]
+__all__ = ["SequenceToken", "container_token", "event_tokens"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,3 +49,16 @@ def container_token(sequence: int) -> SequenceToken:
     _set_sequence(token, sequence)
     _set_index(token, 0)
     return token
+
+
+def event_tokens(sequence: int, count: int) -> list[SequenceToken]:
+    """The tokens of the ``count`` events of the container at ``sequence`` (index 0 up),
+    built as ``container_token`` does: a delivery makes one per event."""
+    tokens: list[SequenceToken] = []
+    append = tokens.append
+    for i in range(count):
+        token = _new(SequenceToken)
+        _set_sequence(token, sequence)
+        _set_index(token, i)
+        append(token)
+    return tokens
