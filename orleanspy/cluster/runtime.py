@@ -148,6 +148,7 @@ class ClusterRuntime:
         handlers["status"] = self.status
         handlers["streams"] = self.streams_status
         handlers["locate"] = self.locate
+        handlers["calls"] = self.call_statistics
         handlers["load"] = self._on_load
         handlers["cache"] = self._on_cache
         gateway = silo.gateway
@@ -663,6 +664,11 @@ class ClusterRuntime:
             stats = provider.statistics() if hasattr(provider, "statistics") else []
             providers[name] = [dataclasses.asdict(a) for a in stats]
         return {"silo": str(self.me), "providers": providers}
+
+    def call_statistics(self) -> dict[str, Any]:
+        """What ``orleanspy grains top`` reads: each grain method's cumulative calls,
+        errors, seconds and latency buckets on this silo (``runtime.call_stats``)."""
+        return {"silo": str(self.me), "types": self.silo.call_statistics.snapshot()}
 
     def statistics(self) -> dict[str, Any]:
         return {

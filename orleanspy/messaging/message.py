@@ -51,6 +51,7 @@ class Message:
     """A request or one-way call addressed to a grain (or system target)."""
 
     hops: int
+    started: float
 
     __slots__ = (
         "args",
@@ -64,6 +65,7 @@ class Message:
         "kwargs",
         "method",
         "reply",
+        "started",
         "target",
         "timeout",
     )
@@ -96,6 +98,8 @@ class Message:
         self.reply: Callable[[bool, Any], None] | None = None
         # A runtime-local callable to invoke instead of a method (timer ticks).
         self.invoke: Callable[[], Any] | None = None
+        # ``started`` (perf_counter at the turn's start) is set by the activation that runs
+        # it, for its call statistics.
         # ``hops`` (times forwarded between silos) is set only on forwarded messages; read it
         # with ``getattr(msg, "hops", 0)`` (the local call path never pays for it).
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import copy_context
+from time import perf_counter
 from typing import Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
@@ -37,6 +38,12 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
+from orleanspy.runtime.call_stats import LAST as STATS_LAST
+from orleanspy.runtime.call_stats import SAMPLE_MASK as STATS_SAMPLE_MASK
+from orleanspy.runtime.call_stats import SCALE as STATS_SCALE
+from orleanspy.runtime.call_stats import TIME_ALL as STATS_TIME_ALL
+from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
+from orleanspy.runtime.call_stats import CallStatistics, MethodStats
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.mailbox import Mailbox
@@ -81,6 +88,9 @@ class ActivationHost(SiloHost, Protocol):
     @property
     def dispatcher(self) -> _Redispatcher: ...
 
+    @property
+    def call_statistics(self) -> CallStatistics: ...
+
     def make_state(self, spec: StateSpec[Any], grain_id: GrainId) -> PersistentState[Any]:
         """The persistent state ``spec`` of a grain, bound to its storage."""
         ...
@@ -97,6 +107,7 @@ class Activation(Mailbox):
         "_deactivated",
         "_now",
         "_teardown_started",
+        "calls",
         "completed",
         "error",
         "failed",
@@ -137,6 +148,7 @@ class Activation(Mailbox):
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
         self.received = self.completed = self.failed = 0
+        self.calls = silo.call_statistics.table(grain_id.type_name)
 
     def __repr__(self) -> str:
         return f"<Activation {self.name} {self.state.name}>"
@@ -373,6 +385,17 @@ class Activation(Mailbox):
             self._expire(msg)
             return None
         self.running[msg.id] = msg
+        calls = self.calls
+        if calls is not None and msg.invoke is None:
+            # Count every call; time the first STATS_TIME_ALL of a method, then one in
+            # STATS_SAMPLE (two clock reads and a bucket are a tenth of a local call).
+            stats = calls.get(msg.method)
+            if stats is None:
+                stats = self._method_stats(msg.method)
+            n = stats.calls
+            stats.calls = n + 1
+            msg.started = (perf_counter() if n < STATS_TIME_ALL or not n & STATS_SAMPLE_MASK
+                           else 0.0)
         blocking = self.blocking
         if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
             blocking is None
@@ -452,6 +475,16 @@ class Activation(Mailbox):
             self.blocking = None
             if running:
                 self._recompute_blocking()
+        calls = self.calls
+        if calls is not None and msg.invoke is None:
+            if msg.started:  # MethodStats.record, inlined: this runs per timed call
+                took = perf_counter() - msg.started
+                stats = calls.get(msg.method) or calls[STATS_UNKNOWN]
+                stats.seconds += took
+                i = int(took * STATS_SCALE).bit_length()
+                stats.buckets[i if i < STATS_LAST else STATS_LAST] += 1
+            if exc is not None:
+                (calls.get(msg.method) or calls[STATS_UNKNOWN]).errors += 1
         if exc is None:
             self.completed += 1
         else:
@@ -470,6 +503,17 @@ class Activation(Mailbox):
             self._pump()
         if self.state is ActivationState.DEACTIVATING and not running:
             self._maybe_teardown()
+
+    def _method_stats(self, method: str) -> MethodStats:
+        """A method's statistics entry; names that are not the grain's methods (a local
+        caller's typo, which fails as the call does) share one entry, so that no caller
+        can grow the table."""
+        assert self.calls is not None
+        name = method if method in self.info.methods else STATS_UNKNOWN
+        stats = self.calls.get(name)
+        if stats is None:
+            stats = self.calls[name] = MethodStats()
+        return stats
 
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""

@@ -61,6 +61,10 @@ class SiloOptions:
     process's long-lived objects (a third of the stream delivery path's time under load);
     the last silo of the process to stop unfreezes them. Set False when the silo shares its
     process with code that relies on the cyclic collector for objects made before it.
+
+    ``call_statistics`` (default True): count each grain method's calls, errors and a
+    latency histogram (``orleanspy.runtime.call_stats``; ``orleanspy grains top``, the
+    dashboard, ``/metrics``). It reads the clock twice per call; False saves that.
     """
 
     cluster_id: str = "dev"
@@ -88,6 +92,7 @@ class SiloOptions:
     log_level: str = "info"
     grain_error_log_level: str = "debug"
     gc_freeze: bool = True
+    call_statistics: bool = True
     membership: str | None = None
     probe_period: float = 5.0
     probe_timeout: float | None = None

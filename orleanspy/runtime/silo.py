@@ -43,6 +43,7 @@ from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.types import TypePolicy
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
+from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
@@ -148,6 +149,8 @@ class Silo:
         self.lifecycle = Lifecycle(self.log)
         #: Runtime events (``orleanspy.diagnostics``); free while nobody listens.
         self.diagnostics = Diagnostics()
+        #: Each grain method's calls, errors and latency (``runtime.call_stats``).
+        self.call_statistics = CallStatistics(self.options.call_statistics)
         #: The cluster side (``orleanspy.cluster.runtime.ClusterRuntime``), or None for a
         #: lone silo; the hosting layer supplies it through ``_build_cluster``.
         self.declared_dead = False

@@ -4,7 +4,10 @@
 Names (all prefixed ``orleanspy_``; labels in braces):
 
 - ``silo_up`` (1 while active), ``silo_uptime_seconds``
-- ``activations{type}``, ``gateway_connections``, ``grains_collected_total``,
+- ``activations{type}``, ``grain_calls_total{type, method}``,
+  ``grain_call_errors_total{type, method}``, ``grain_call_seconds{type, method}`` (histogram
+  of timed turns: every call up to a method's first 1,024 on the silo, then one in 8),
+  ``gateway_connections``, ``grains_collected_total``,
   ``reminders_fired_total``, ``event_loop_lag_seconds`` (the last measured lag)
 - per stream queue ``{provider, queue}``: ``stream_cache_items``, ``stream_cache_capacity``,
   ``stream_cache_under_pressure``, ``stream_pull_period_seconds``,
@@ -28,6 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from orleanspy.runtime.call_stats import BOUNDS, MethodStats
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.prober import StreamProber
 
@@ -66,6 +70,7 @@ class SiloCollector(Collector):
         for type_name, count in sorted(stats.activations_by_type.items()):
             acts.add_metric([*who, type_name], count)
         yield acts
+        yield from _call_metrics(silo.call_statistics.types, [*labels, "type", "method"], who)
         yield gauge("gateway_connections", "open client connections",
                     stats.gateway_connections)
         yield counter("grains_collected", "activations collected for being idle",
@@ -77,6 +82,34 @@ class SiloCollector(Collector):
         prober = silo.lifecycle.component(StreamProber)
         if prober is not None:
             yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
+
+
+def _call_metrics(types: dict[str, dict[str, MethodStats]], labels: list[str],
+                  who: list[str]) -> Iterator[Metric]:
+    calls = CounterMetricFamily(P + "grain_calls", "grain method calls", labels=labels)
+    errors = CounterMetricFamily(P + "grain_call_errors", "grain method calls that raised",
+                                 labels=labels)
+    seconds = HistogramMetricFamily(P + "grain_call_seconds",
+                                    "time of a grain method's turn, start to end (timed calls)",
+                                    labels=labels)
+    for type_name, methods in sorted(types.items()):
+        for method, stats in sorted(methods.items()):
+            key = [*who, type_name, method]
+            calls.add_metric(key, stats.calls)
+            errors.add_metric(key, stats.errors)
+            seconds.add_metric(key, _cumulative(stats.buckets), sum_value=stats.seconds)
+    yield calls
+    yield errors
+    yield seconds
+
+
+def _cumulative(buckets: list[int]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    total = 0
+    for bound, count in zip((*(f"{b:g}" for b in BOUNDS), "+Inf"), buckets, strict=True):
+        total += count
+        out.append((bound, float(total)))
+    return out
 
 
 def _probe_metrics(prober: StreamProber, labels: list[str], key: list[str]) -> Iterator[Metric]:

@@ -7,6 +7,7 @@ sqlite:membership.db`` with fast failure detection; calls go through each silo's
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,17 @@ async def test_cluster_status_lists_every_silo_with_activations(silo_launcher: S
         assert (code, out) == (1, "Spot/never: not active\n")
         code, _, err = await run_cli_to_end("grains", "locate", "Spott", "s1", *common)
         assert code == 2 and "did you mean 'Spot'?" in err
+        # grains top: both silos' calls added up (two hits, each on its own silo's client)
+        for _ in range(3):
+            await b.get_grain("Spot", "s2").hit()
+        code, out, err = await run_cli_to_end("grains", "top", "--interval", "0", "--json",
+                                              *common)
+        assert code == 0, err
+        hit = next(r for r in json.loads(out) if (r["type"], r["method"]) == ("Spot", "hit"))
+        assert hit["calls"] == 5 and hit["errors"] == 0 and hit["p50_seconds"] is not None
+        code, out, err = await run_cli_to_end("grains", "top", "--interval", "0", *common)
+        assert code == 0 and out.splitlines()[0].split()[:3] == ["TYPE", "METHOD", "CALLS"]
+        assert any(line.split()[:3] == ["Spot", "hit", "5"] for line in out.splitlines())
     finally:
         await close_all([a, b])
     await silos[0].terminate()

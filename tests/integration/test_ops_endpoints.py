@@ -68,6 +68,11 @@ async def test_endpoints_report_the_load_and_refuse_what_is_not_a_request(
             assert r.status == 404
 
     assert got[("orleanspy_activations", (("type", "Counter"),))] == GRAINS
+    add = (("method", "add"), ("type", "Counter"))
+    assert got[("orleanspy_grain_calls_total", add)] == GRAINS
+    assert got[("orleanspy_grain_call_errors_total", add)] == 0
+    assert got[("orleanspy_grain_call_seconds_count", add)] == GRAINS
+    assert got[("orleanspy_grain_call_seconds_bucket", (("le", "+Inf"), *add))] == GRAINS
     assert got[("orleanspy_silo_up", ())] == 1
     assert got[("orleanspy_gateway_connections", ())] >= 0
     assert got[("process_resident_memory_bytes", ())] > 10 * 2**20

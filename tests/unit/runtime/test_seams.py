@@ -23,6 +23,7 @@ from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
+from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.dispatcher import Dispatcher
 from orleanspy.runtime.locator import LocalLocator
@@ -57,6 +58,7 @@ class _Host:
         self.locator = LocalLocator(self)
         self.catalog = Catalog(self, self.registry)
         self.dispatcher = Dispatcher(self, self.catalog, self.locator, Codec(None))
+        self.call_statistics = CallStatistics()
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self.tasks.add(task)

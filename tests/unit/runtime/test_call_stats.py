@@ -1,0 +1,121 @@
+"""Per-method call statistics: every call and error counted, latency in the right bucket,
+quantiles read back, names that are not methods kept to one entry, and off when disabled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.runtime.call_stats import (
+    BOUNDS,
+    LAST,
+    TIME_ALL,
+    UNKNOWN,
+    MethodStats,
+    figures,
+    is_snapshot,
+    merge,
+    quantile,
+)
+
+
+class Worker(Grain):
+    async def quick(self) -> int:
+        return 1
+
+    async def slow(self) -> None:
+        await asyncio.sleep(0.03)
+
+    async def fail(self) -> None:
+        raise ValueError("on purpose")
+
+
+async def _silo(**options: object) -> Silo:
+    silo = Silo(SiloOptions(gateway_port=None, **options), grains=[Worker])  # type: ignore[arg-type]
+    await silo.start()
+    return silo
+
+
+async def test_calls_errors_and_latency_per_method() -> None:
+    silo = await _silo()
+    try:
+        for i in range(50):
+            assert await silo.get_grain(Worker, i % 5).quick() == 1
+        for _ in range(3):
+            await silo.get_grain(Worker, "s").slow()
+        for _ in range(4):
+            with pytest.raises(ValueError):
+                await silo.get_grain(Worker, "f").fail()
+        snap = silo.call_statistics.snapshot()
+    finally:
+        await silo.stop()
+    assert is_snapshot(snap)
+    methods = snap["Worker"]
+    assert methods["quick"]["calls"] == 50 and methods["quick"]["errors"] == 0
+    assert methods["slow"]["calls"] == 3 and methods["fail"]["errors"] == 4
+    by_method = {f.method: f for f in figures(snap)}
+    slow = by_method["slow"]
+    assert slow.p50 is not None and 0.015 <= slow.p50 <= 0.2  # a 30 ms sleep, in its bucket
+    assert slow.mean is not None and slow.mean >= 0.03
+    quick = by_method["quick"]
+    assert quick.p99 is not None and quick.p99 < 0.03
+
+
+async def test_after_the_first_calls_one_in_eight_is_timed_and_all_are_counted() -> None:
+    silo = await _silo()
+    try:
+        ref = silo.get_grain(Worker, "q")
+        for _ in range(TIME_ALL + 800):
+            await ref.quick()
+        stats = silo.call_statistics.types["Worker"]["quick"]
+    finally:
+        await silo.stop()
+    assert stats.calls == TIME_ALL + 800
+    assert sum(stats.buckets) == TIME_ALL + 100
+
+
+async def test_a_name_that_is_no_method_shares_one_entry() -> None:
+    silo = await _silo()
+    try:
+        ref = silo.get_grain(Worker, "x")
+        await ref.quick()
+        for name in ("nope", "nada", "zilch"):
+            with pytest.raises(Exception):  # noqa: B017 - the call's own error
+                await ref.invoke(name)
+        table = silo.call_statistics.types["Worker"]
+    finally:
+        await silo.stop()
+    assert set(table) <= {UNKNOWN, "quick", "slow", "fail"}
+    if UNKNOWN in table:  # a local reference reaches the activation with the bad name
+        assert table[UNKNOWN].errors == table[UNKNOWN].calls
+
+
+async def test_statistics_off_counts_nothing() -> None:
+    silo = await _silo(call_statistics=False)
+    try:
+        await silo.get_grain(Worker, 1).quick()
+        assert silo.call_statistics.snapshot() == {}
+    finally:
+        await silo.stop()
+
+
+def test_quantiles_and_differences() -> None:
+    a = MethodStats()
+    for _ in range(98):
+        a.record(5e-6, False)  # bucket 0
+    a.record(0.5, True)
+    a.record(0.5, False)
+    assert a.calls == 100 and a.errors == 1 and a.buckets[0] == 98
+    assert quantile(a.buckets, 0.5) is not None and quantile(a.buckets, 0.5) <= BOUNDS[0]
+    p99 = quantile(a.buckets, 0.99)
+    assert p99 is not None and 0.25 < p99 <= 1.0
+    assert quantile([0] * (LAST + 1), 0.5) is None
+    earlier = {"T": {"m": a.to_dict()}}
+    a.record(2.0, False)
+    (f,) = figures({"T": {"m": a.to_dict()}}, earlier)
+    assert f.calls == 1 and f.errors == 0 and f.p50 is not None and 1.0 < f.p50 <= 2.7
+    both = merge([earlier, earlier])
+    assert both["T"]["m"]["calls"] == 200
+    assert not is_snapshot({"T": {"m": {"calls": "many"}}})
