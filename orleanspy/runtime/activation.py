@@ -39,6 +39,7 @@ from orleanspy.messaging.message import (
     Message,
 )
 from orleanspy.runtime.call_stats import LAST as STATS_LAST
+from orleanspy.runtime.call_stats import ROLL_MASK as STATS_ROLL_MASK
 from orleanspy.runtime.call_stats import SAMPLE_MASK as STATS_SAMPLE_MASK
 from orleanspy.runtime.call_stats import SCALE as STATS_SCALE
 from orleanspy.runtime.call_stats import TIME_ALL as STATS_TIME_ALL
@@ -387,15 +388,18 @@ class Activation(Mailbox):
         self.running[msg.id] = msg
         calls = self.calls
         if calls is not None and msg.invoke is None:
-            # Count every call; time the first STATS_TIME_ALL of a method, then one in
-            # STATS_SAMPLE (two clock reads and a bucket are a tenth of a local call).
+            # Count every call; time them as runtime.call_stats samples.
             stats = calls.get(msg.method)
             if stats is None:
                 stats = self._method_stats(msg.method)
-            n = stats.calls
-            stats.calls = n + 1
-            msg.started = (perf_counter() if n < STATS_TIME_ALL or not n & STATS_SAMPLE_MASK
-                           else 0.0)
+            n = stats.seen  # Histogram.due, inlined
+            stats.seen = n + 1
+            if n < STATS_TIME_ALL or not n & STATS_SAMPLE_MASK:
+                if n >= STATS_TIME_ALL and not n & STATS_ROLL_MASK:
+                    stats.roll()
+                msg.started = perf_counter()
+            else:
+                msg.started = 0.0
         blocking = self.blocking
         if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
             blocking is None

@@ -3,11 +3,11 @@ where a turn starts and ends.
 
 A turn's latency is the time from its start (admitted by the mailbox) to its end, queueing
 excluded: what the method itself took, suspensions included. Every call and error is
-counted; the latency of the first ``TIME_ALL`` calls of a method on a silo is measured, then
-of one call in ``SAMPLE_MASK + 1`` (two clock reads and a bucket cost a tenth of a local
-call that never suspends). Buckets are powers of two from 10 µs (``BOUNDS``), so recording
-is one multiply and ``int.bit_length``. The figures are cumulative since the silo started;
-rates and recent quantiles come from the difference of two readings (as Prometheus does).
+counted; latency is measured as ``orleanspy._util.histogram`` samples (every call of a
+method that gets fewer than ``TIME_ALL`` a second, one in ``SAMPLE_MASK + 1`` beyond that:
+two clock reads and a bucket cost a tenth of a local call that never suspends). The figures
+are cumulative since the silo started; rates and recent quantiles come from the difference
+of two readings (as Prometheus does).
 """
 
 from __future__ import annotations
@@ -17,41 +17,46 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from orleanspy._util.histogram import (
+    BOUNDS,
+    LAST,
+    ROLL_MASK,
+    SAMPLE_MASK,
+    SCALE,
+    TIME_ALL,
+    WINDOW,
+    Histogram,
+    quantile,
+)
+
 __all__ = [
-    "BOUNDS", "CallStatistics", "MethodFigures", "MethodStats", "figures", "is_snapshot",
-    "merge", "quantile",
+    "BOUNDS", "LAST", "ROLL_MASK", "SAMPLE_MASK", "SCALE", "TIME_ALL", "UNKNOWN", "WINDOW",
+    "CallStatistics", "MethodFigures", "MethodStats", "figures", "is_snapshot", "merge", "quantile",
 ]
 
-# Upper bounds in seconds: 10 µs * 2**i, 10 µs .. ~84 s; one more bucket holds the rest.
-BOUNDS: Final[tuple[float, ...]] = tuple(1e-5 * 2**i for i in range(24))
-LAST: Final = len(BOUNDS)  # the index of the +Inf bucket
-SCALE: Final = 1e5  # 1 / 10 µs
-TIME_ALL: Final = 1024  # calls of a method timed before sampling starts
-SAMPLE_MASK: Final = 7  # then a call is timed when its number & SAMPLE_MASK == 0
 UNKNOWN: Final = "<unknown>"  # the entry of names that are not the grain's methods
 
 
-class MethodStats:
-    """One method's figures: ``calls`` and ``errors`` count every call; ``buckets[i]``
-    counts timed turns that took at most ``BOUNDS[i]`` (and more than ``BOUNDS[i-1]``),
-    ``buckets[LAST]`` the longer ones, and ``seconds`` is their total time. The activation
-    updates the fields itself (``record`` does the same, as a call)."""
+class MethodStats(Histogram):
+    """One method's figures: ``calls`` (every call, as ``offered``) and ``errors`` count
+    every call; the buckets and ``seconds`` hold the timed turns. The activation updates the
+    fields itself, as ``Histogram.due`` and ``record`` do."""
 
-    __slots__ = ("buckets", "calls", "errors", "seconds")
+    __slots__ = ("errors",)
 
     def __init__(self) -> None:
-        self.calls = 0
+        super().__init__()
         self.errors = 0
-        self.seconds = 0.0
-        self.buckets = [0] * (LAST + 1)
 
-    def record(self, duration: float | None, failed: bool) -> None:
+    @property
+    def calls(self) -> int:
+        return self.base + self.seen
+
+    def call(self, duration: float | None, failed: bool) -> None:
         """One call; ``duration`` None when it was not timed."""
-        self.calls += 1
+        self.seen += 1
         if duration is not None:
-            self.seconds += duration
-            i = int(duration * SCALE).bit_length()
-            self.buckets[i if i < LAST else LAST] += 1
+            self.record(duration)
         if failed:
             self.errors += 1
 
@@ -97,23 +102,6 @@ class CallStatistics:
         buckets."""
         return {t: {m: s.to_dict() for m, s in methods.items()}
                 for t, methods in self.types.items() if methods}
-
-
-def quantile(buckets: Sequence[int], q: float) -> float | None:
-    """The ``q`` quantile of a bucket array, interpolated within its bucket (None if
-    empty); a value past the last bound reads as that bound."""
-    total = sum(buckets)
-    if total <= 0:
-        return None
-    rank = q * total
-    seen = 0.0
-    for i, count in enumerate(buckets):
-        if count and seen + count >= rank:
-            upper = BOUNDS[min(i, LAST - 1)]
-            lower = 0.0 if i == 0 else BOUNDS[i - 1] if i < LAST else upper
-            return lower + (upper - lower) * max(0.0, rank - seen) / count
-        seen += count
-    return BOUNDS[-1]
 
 
 def figures(snapshot: dict[str, dict[str, dict[str, Any]]],

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from time import time as wall_time
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.backoff import Backoff
 from orleanspy._util.clock import Clock
+from orleanspy._util.histogram import ROLL_MASK, SAMPLE_MASK, TIME_ALL, Histogram
 from orleanspy.diagnostics import DeliveryAbandoned, DeliveryFailed, DeliveryRetried, Diagnostics
 from orleanspy.errors import (
     EventsMissedError,
@@ -168,8 +170,12 @@ class Delivery:
         on_failure: Callable[[SubscriptionRecord, StreamId, SequenceToken, Exception], None],
         queue: str,
         silo: str,
+        latency: Histogram | None = None,
     ) -> None:
         self.host = host
+        #: end-to-end latency: from a delivery's oldest container's write to the consumer's
+        #: return (one observation per delivery, sampled as ``Histogram.due`` says)
+        self.latency = latency
         self.silo = silo
         self.options = options
         self.provider = provider
@@ -229,6 +235,8 @@ class Delivery:
                         sub.progress_at = clock.monotonic()
                         if ok:
                             self.delivered += len(spilled)
+                            if self.latency is not None and self.latency.due():
+                                self._observe(containers[0].enqueued_at)
                     continue
                 cursor = sub.cursor
                 if cursor is None:
@@ -282,6 +290,14 @@ class Delivery:
                     continue
                 if sub.cursor is not cursor:
                     continue  # re-attached (resume) or removed meanwhile
+                latency = self.latency
+                if ok and latency is not None:  # Histogram.due, inlined (per delivery)
+                    n = latency.seen
+                    latency.seen = n + 1
+                    if n < TIME_ALL or not n & SAMPLE_MASK:
+                        if n >= TIME_ALL and not n & ROLL_MASK:
+                            latency.roll()
+                        self._observe(items[0].container.enqueued_at)
                 cursor.advance(items)
                 sub.progress_at = clock.monotonic()
                 if ok:
@@ -293,6 +309,10 @@ class Delivery:
                 sub.spilled_from is not None or (sub.cursor is not None and sub.cursor.is_set)
             ):
                 host.restart(sub)
+
+    def _observe(self, enqueued_at: float) -> None:
+        if enqueued_at and self.latency is not None:
+            self.latency.record(wall_time() - enqueued_at)
 
     # -- one delivery, with retries -------------------------------------------------------------
     async def deliver(

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.histogram import Histogram
 from orleanspy.cluster.balancing.named import assigner_named
 from orleanspy.diagnostics import Diagnostics
 from orleanspy.logging import get_logger
@@ -98,6 +99,12 @@ class PersistentStreamProvider:
         self.diagnostics = Diagnostics()  # the silo's hub, from bind
         self.manager: PullingManager | None = None  # from start
         self.delivery_failures = 0
+        #: Service-level figures of this provider on this silo: how long a publish took
+        #: to be acknowledged by the queue (sampled), and how long an event took from the
+        #: queue's write to its consumer's return (per delivery, from each container's
+        #: ``enqueued_at``).
+        self.publish_latency = Histogram()
+        self.delivery_latency = Histogram()
         self.log: Any = None
 
     # -- lifecycle (the silo calls these) -------------------------------------------------------

@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from time import perf_counter
 from typing import Any, Generic, Protocol, TypeVar
 
+from orleanspy._util.histogram import ROLL_MASK, SAMPLE_MASK, TIME_ALL, Histogram
 from orleanspy.errors import StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.streams.ids import StreamId
@@ -153,14 +155,22 @@ class StreamSubscriptionHandle:
 _UNSET: Any = object()
 
 
+def _acknowledged(latency: Histogram, began: float, future: asyncio.Future[None]) -> None:
+    # Its outcome stays the caller's to retrieve: an enqueue that failed counts too.
+    if not future.cancelled():
+        latency.record(perf_counter() - began)
+
+
 class AsyncStream(Generic[T]):
     """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
-    __slots__ = ("_provider", "_send", "_submit", "_tail", "stream_id")
+    __slots__ = ("_latency", "_provider", "_send", "_submit", "_tail", "stream_id")
 
     def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
+        # The provider's publish-acknowledgement histogram (sampled, see _util.histogram).
+        self._latency: Histogram | None = getattr(provider, "publish_latency", None)
         self._send: Callable[[list[Any]], Awaitable[None]] | None = None
         self._submit: Any = _UNSET  # the adapter's pipelined publisher, or None
         self._tail: asyncio.Future[None] | None = None  # the last send waiting its turn
@@ -184,6 +194,17 @@ class AsyncStream(Generic[T]):
         send = self._send
         if send is None:
             send = self._sender()
+        latency = self._latency
+        if latency is not None:  # Histogram.due, inlined: this runs per event
+            n = latency.seen
+            latency.seen = n + 1
+            if n < TIME_ALL or not n & SAMPLE_MASK:
+                if n >= TIME_ALL and not n & ROLL_MASK:
+                    latency.roll()
+                began = perf_counter()
+                await send([item])
+                latency.record(perf_counter() - began)
+                return
         await send([item])
 
     async def on_next_batch(self, items: Iterable[T]) -> None:
@@ -195,6 +216,12 @@ class AsyncStream(Generic[T]):
             send = self._send
             if send is None:
                 send = self._sender()
+            latency = self._latency
+            if latency is not None and latency.due():
+                began = perf_counter()
+                await send(events)
+                latency.record(perf_counter() - began)
+                return
             await send(events)
 
     def send(self, item: T) -> asyncio.Future[None]:
@@ -216,6 +243,13 @@ class AsyncStream(Generic[T]):
         return self._send_now(events)
 
     def _send_now(self, events: list[Any]) -> asyncio.Future[None]:
+        future = self._send_pipelined(events)
+        latency = self._latency
+        if latency is not None and latency.due():
+            future.add_done_callback(partial(_acknowledged, latency, perf_counter()))
+        return future
+
+    def _send_pipelined(self, events: list[Any]) -> asyncio.Future[None]:
         submit = self._submit
         if submit is _UNSET:
             make = getattr(self._provider, "submitter", None)

@@ -27,6 +27,7 @@ import contextlib
 import datetime as dt
 import enum
 import itertools
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -122,6 +123,9 @@ class QueueAdapterConformance(abc.ABC):
     provider_name = "conformance"
     at_least_once = False
     durable = False
+    #: The adapter stamps each container with its write time (``enqueued_at``); set False
+    #: for one that cannot (its containers carry 0.0, and no latency is measured from them).
+    records_write_time = True
 
     @abc.abstractmethod
     async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
@@ -310,6 +314,21 @@ class QueueAdapterConformance(abc.ABC):
             ("b", container.token.for_event(1)),
             ("c", container.token.for_event(2)),
         ]
+
+    async def test_containers_carry_their_write_time(self, adapter: QueueAdapter) -> None:
+        if not self.records_write_time:
+            pytest.skip("the adapter does not record write times")
+        stream = StreamId("orders", "o-2")
+        before = time.time()
+        await adapter.enqueue(self.queue(), stream, ["a"])
+        after = time.time()
+        async with self.receiver(adapter) as receiver:
+            (container,) = await receiver.get_messages(10)
+            (again,) = await receiver.read_from(container.token, 10) if adapter.is_rewindable \
+                else (container,)
+        # The server's clock (SQLite, Redis) may differ from ours by a little.
+        assert before - 1.0 <= container.enqueued_at <= after + 1.0
+        assert again.enqueued_at == container.enqueued_at
 
     async def test_get_messages_returns_enqueue_order_with_increasing_tokens(
         self, adapter: QueueAdapter

@@ -25,7 +25,8 @@ _EPILOG = """\
 Columns: PROVIDER, QUEUE, SILO (its owner), CACHE (containers cached / bound, "!" under
 pressure), PULL (the agent's current pull period), READ, DELIVERED, ACKED (containers
 acknowledged to the queue), FAILED (failed delivery attempts), SUBS (subscriptions),
-LAG (the furthest a subscription is behind, in queue positions). Queues of silos that do
+LAG (the furthest a subscription is behind, in queue positions), AGE (how long ago the oldest
+event a subscription has yet to take was written). Queues of silos that do
 not answer are missing. --json prints one JSON list of rows instead.
 Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
 
@@ -73,6 +74,7 @@ async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -
         for provider, agents in sorted(answer.get("providers", {}).items()):
             for a in agents:
                 lag = a.get("lag") or {}
+                age = a.get("age") or {}
                 rows.append({
                     "provider": provider, "queue": a["queue"], "silo": answer["silo"],
                     "cache": a["cache_size"], "cache_max": a["cache_max"],
@@ -80,7 +82,8 @@ async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -
                     "read": a["read"], "delivered": a["delivered"],
                     "acknowledged": a["acknowledged"], "failures": a["failures"],
                     "subscriptions": a["subscriptions"], "lag": lag,
-                    "max_lag": max(lag.values(), default=0),
+                    "max_lag": max(lag.values(), default=0), "age": age,
+                    "max_age": max(age.values(), default=None),
                 })
     rows.sort(key=lambda r: (r["provider"], _queue_order(r["queue"])))
     if as_json:
@@ -97,13 +100,13 @@ def _queue_order(queue: str) -> tuple[str, int]:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     header = ("PROVIDER", "QUEUE", "SILO", "CACHE", "PULL", "READ", "DELIVERED", "ACKED",
-              "FAILED", "SUBS", "LAG")
+              "FAILED", "SUBS", "LAG", "AGE")
     lines = [header, *(
         (r["provider"], r["queue"], r["silo"],
          f"{r['cache']}/{r['cache_max']}{'!' if r['under_pressure'] else ''}",
          f"{r['pull_period'] * 1000:.0f}ms", str(r["read"]), str(r["delivered"]),
          str(r["acknowledged"]), str(r["failures"]), str(r["subscriptions"]),
-         str(r["max_lag"]))
+         str(r["max_lag"]), "-" if r["max_age"] is None else f"{r['max_age']:.1f}s")
         for r in rows
     )]
     if not rows:

@@ -13,7 +13,12 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``stream_cache_under_pressure``, ``stream_pull_period_seconds``,
   ``stream_read_total``, ``stream_delivered_total``, ``stream_acknowledged_total``,
   ``stream_delivery_failures_total``, ``stream_subscriptions``, ``stream_spilled``
-- ``stream_subscription_lag{provider, queue, subscription}``: queue positions behind
+- ``stream_subscription_lag{provider, queue, subscription}``: queue positions behind (the
+  backlog), ``stream_subscription_backlog_age_seconds{provider, queue, subscription}``: how
+  long ago its oldest undelivered cached event was written
+- per provider ``{provider}``: ``stream_publish_seconds`` (histogram: from a publish to the
+  queue's acknowledgement, sampled after the first 1,024), ``stream_delivery_latency_seconds``
+  (histogram: from the queue's write of a delivery's oldest event to the consumer's return)
 - and prometheus-client's ``process_*`` figures (CPU seconds, resident memory, open fds).
 """
 
@@ -31,7 +36,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from orleanspy.runtime.call_stats import BOUNDS, MethodStats
+from orleanspy._util.histogram import Histogram, cumulative
+from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.prober import StreamProber
 
@@ -79,6 +85,7 @@ class SiloCollector(Collector):
         yield gauge("event_loop_lag_seconds", "how late the event loop ran a timer, last "
                     "measured", self.loop_lag())
         yield from _stream_metrics(stats.streams, labels, who)
+        yield from _stream_latency(silo, [*labels, "provider"], who)
         prober = silo.lifecycle.component(StreamProber)
         if prober is not None:
             yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
@@ -97,19 +104,28 @@ def _call_metrics(types: dict[str, dict[str, MethodStats]], labels: list[str],
             key = [*who, type_name, method]
             calls.add_metric(key, stats.calls)
             errors.add_metric(key, stats.errors)
-            seconds.add_metric(key, _cumulative(stats.buckets), sum_value=stats.seconds)
+            seconds.add_metric(key, cumulative(stats.buckets), sum_value=stats.seconds)
     yield calls
     yield errors
     yield seconds
 
 
-def _cumulative(buckets: list[int]) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
-    total = 0
-    for bound, count in zip((*(f"{b:g}" for b in BOUNDS), "+Inf"), buckets, strict=True):
-        total += count
-        out.append((bound, float(total)))
-    return out
+def _stream_latency(silo: Silo, labels: list[str], who: list[str]) -> Iterator[Metric]:
+    families = {
+        "publish_latency": HistogramMetricFamily(
+            P + "stream_publish_seconds", "time from a publish to the queue's acknowledgement",
+            labels=labels),
+        "delivery_latency": HistogramMetricFamily(
+            P + "stream_delivery_latency_seconds",
+            "time from the queue's write of an event to its consumer's return", labels=labels),
+    }
+    for name, provider in sorted(silo.stream_providers.items()):
+        for attr, family in families.items():
+            hist = getattr(provider, attr, None)
+            if isinstance(hist, Histogram):
+                family.add_metric([*who, name], cumulative(hist.buckets),
+                                  sum_value=hist.seconds)
+    yield from families.values()
 
 
 def _probe_metrics(prober: StreamProber, labels: list[str], key: list[str]) -> Iterator[Metric]:
@@ -156,6 +172,9 @@ def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
     lag = GaugeMetricFamily(P + "stream_subscription_lag",
                             "queue positions a subscription is behind",
                             labels=[*q_labels, "subscription"])
+    age = GaugeMetricFamily(P + "stream_subscription_backlog_age_seconds",
+                            "how long ago a subscription's oldest undelivered cached event "
+                            "was written", labels=[*q_labels, "subscription"])
     for provider, agents in sorted(streams.items()):
         for agent in agents:
             key = [*who, provider, str(agent.queue)]
@@ -163,8 +182,11 @@ def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
                 families[name].add_metric(key, float(getattr(agent, attr)))
             for sub, behind in sorted(agent.lag.items()):
                 lag.add_metric([*key, sub], behind)
+            for sub, seconds in sorted(agent.age.items()):
+                age.add_metric([*key, sub], seconds)
     yield from families.values()
     yield lag
+    yield age
 
 
 def registry_for(silo: Silo, loop_lag: Callable[[], float]) -> CollectorRegistry:

@@ -8,10 +8,12 @@ import os
 import signal
 import sqlite3
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from orleanspy.errors import ConfigurationError, StreamError
@@ -451,8 +453,32 @@ async def test_sqlite_table_has_documented_schema(tmp_path: Path) -> None:
         }
     finally:
         conn.close()
-    assert columns == ["seq", "queue", "namespace", "key", "events", "size"]
+    assert columns == ["seq", "queue", "namespace", "key", "events", "size", "at"]
     assert ["queue", "seq"] in indexed.values()
+
+
+async def test_sqlite_queue_file_without_write_times_opens_and_reads(tmp_path: Path) -> None:
+    """A queue file whose table has no ``at`` column gains it; its old rows read 0.0."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE stream_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                 " queue TEXT NOT NULL, namespace TEXT NOT NULL, key BLOB NOT NULL,"
+                 " events BLOB NOT NULL, size INTEGER NOT NULL)")
+    conn.execute("INSERT INTO stream_queue (queue, namespace, key, events, size) VALUES"
+                 " (?, 'ns', ?, ?, 1)", (str(Q0), msgpack.packb("k"), msgpack.packb([7])))
+    conn.commit()
+    conn.close()
+    adapter = await _open_sqlite(path)
+    try:
+        await adapter.enqueue(Q0, StreamId("ns", "k"), [8])
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        old, new = await receiver.get_messages(10)
+        await receiver.shutdown()
+    finally:
+        await adapter.close()
+    assert (old.events, old.enqueued_at) == ((7,), 0.0)
+    assert new.events == (8,) and abs(new.enqueued_at - time.time()) < 60
 
 
 def test_sqlite_factory_rejects_empty_path() -> None:

@@ -110,6 +110,9 @@ class BatchContainer:
         size: bytes of the encoded events, for flow control (an estimate for adapters that do
             not encode).
         count: how many events it holds.
+        enqueued_at: when the queue took it, in seconds since the epoch (the queue's own
+            clock where it has one: SQLite's and Redis' server time), 0.0 if unknown; what
+            end-to-end latency and a backlog's age are measured from.
 
     An adapter that reads encoded events builds its containers with ``encoded``: the events
     stay one ``bytes`` object until a delivery decodes them, so the agent's cache holds no
@@ -119,12 +122,15 @@ class BatchContainer:
     ``events`` then decodes anew on each access.
     """
 
-    __slots__ = ("_events", "_payload", "_unpack", "count", "size", "stream_id", "token")
+    __slots__ = ("_events", "_payload", "_unpack", "count", "enqueued_at", "size", "stream_id",
+                 "token")
 
     def __init__(
-        self, stream_id: StreamId, token: SequenceToken, events: tuple[Any, ...], size: int
+        self, stream_id: StreamId, token: SequenceToken, events: tuple[Any, ...], size: int,
+        enqueued_at: float = 0.0,
     ) -> None:
         self.stream_id = stream_id
+        self.enqueued_at = enqueued_at
         self.token = token
         self._events: tuple[Any, ...] | None = events
         self._payload = b""
@@ -135,7 +141,7 @@ class BatchContainer:
     @classmethod
     def encoded(
         cls, stream_id: StreamId, token: SequenceToken, payload: bytes,
-        unpack: Callable[[bytes], Any], size: int | None = None,
+        unpack: Callable[[bytes], Any], size: int | None = None, enqueued_at: float = 0.0,
     ) -> BatchContainer:
         """A container whose events are the msgpack array ``payload``, decoded by ``unpack``
         on each access. Raises ``ValueError`` if ``payload`` is not an array."""
@@ -147,6 +153,7 @@ class BatchContainer:
         container._unpack = unpack
         container.size = len(payload) if size is None else size
         container.count = array_length(payload)
+        container.enqueued_at = enqueued_at
         return container
 
     @property

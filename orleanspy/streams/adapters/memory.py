@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import itemgetter
+from time import time as _now
 from typing import Any, Final, final
 
 from orleanspy._util.clock import Clock, SystemClock
@@ -55,7 +56,7 @@ from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = ["MemoryAdapterFactory", "MemoryQueueAdapter", "MemoryQueueReceiver"]
 
-_Entry = tuple[int, StreamId, bytes]  # sequence, stream id, encoded events
+_Entry = tuple[int, StreamId, bytes, float]  # sequence, stream id, encoded events, time
 _sequence_of: Final = itemgetter(0)
 # Acknowledged entries are dropped from a queue's list (an "epoch" change) when
 # - those past the head outnumber the kept entries by _COMPACT_SLACK (all are dropped), or
@@ -217,16 +218,16 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
             self._index = i + len(chunk)
             self._last_sequence = chunk[-1][0]
             return [
-                encoded(sid, container_token(seq), payload, unpack)
-                for seq, sid, payload in chunk
+                encoded(sid, container_token(seq), payload, unpack, None, at)
+                for seq, sid, payload, at in chunk
             ]
         batch: list[BatchContainer] = []
         append = batch.append
         while i < end:
-            sequence, stream_id, payload = entries[i]
+            sequence, stream_id, payload, at = entries[i]
             i += 1
             if sequence in pending:
-                append(encoded(stream_id, container_token(sequence), payload, unpack))
+                append(encoded(stream_id, container_token(sequence), payload, unpack, None, at))
                 if len(batch) == max_count:
                     break
         self._index = i
@@ -244,10 +245,10 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         entries, pending, unpack = q.entries, q.pending, self._codec.unpackb
         batch: list[BatchContainer] = []
         for i in range(q.index_from(token.sequence), len(entries)):
-            sequence, sid, payload = entries[i]
+            sequence, sid, payload, at = entries[i]
             if sequence in pending and (stream_id is None or sid == stream_id):
                 batch.append(BatchContainer.encoded(sid, container_token(sequence), payload,
-                                                    unpack))
+                                                    unpack, None, at))
                 if len(batch) == max_count:
                     break
         return batch
@@ -337,7 +338,7 @@ class MemoryQueueAdapter(QueueAdapter):
                 q.wake_putters(1)  # the room we were given goes to the next producer
                 self._check_open("enqueue()")
         sequence = q.last_sequence = q.last_sequence + 1
-        q.entries.append((sequence, stream_id, payload))
+        q.entries.append((sequence, stream_id, payload, _now()))
         q.pending.add(sequence)
 
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:

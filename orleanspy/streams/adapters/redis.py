@@ -49,11 +49,15 @@ from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = ["RedisAdapterFactory", "RedisQueueAdapter", "RedisQueueReceiver"]
 
-# KEYS: stream, counter; ARGV: triples (namespace, packed key, packed events)
+# KEYS: stream, counter; ARGV: triples (namespace, packed key, packed events). Field 't' is
+# the server's time of the write ("seconds.micros"), read once per call.
 _APPEND: Final = """
+local now = redis.call('TIME')
+local t = now[1] .. '.' .. string.format('%06d', now[2])
 for i = 1, #ARGV, 3 do
   local n = redis.call('INCR', KEYS[2])
-  redis.call('XADD', KEYS[1], '0-' .. n, 's', ARGV[i], 'k', ARGV[i + 1], 'e', ARGV[i + 2])
+  redis.call('XADD', KEYS[1], '0-' .. n, 's', ARGV[i], 'k', ARGV[i + 1], 'e', ARGV[i + 2],
+             't', t)
 end
 return 1
 """
@@ -67,6 +71,17 @@ if string.sub(held, sp + 1) ~= ARGV[2] then return -1 end
 return redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
 """
 _PAGE: Final = 256
+
+
+def _write_time(field: bytes | None) -> float:
+    """An entry's 't' field as seconds (0.0 when absent or not a time)."""
+    if not field:
+        return 0.0
+    try:
+        at = float(field)
+    except ValueError:
+        return 0.0
+    return at if 0.0 < at < 1e11 else 0.0
 
 
 def _sequence(entry_id: bytes) -> int:
@@ -306,8 +321,9 @@ class RedisQueueReceiver(QueueAdapterReceiver):
             if len(self._sids) > 4096:
                 self._sids.clear()
             sid = self._sids[(ns, key)] = StreamId(ns.decode(), self._codec.unpackb(key))
+        at = fields.get(b"t")
         return BatchContainer.encoded(sid, container_token(_sequence(entry_id)), payload,
-                                      self._codec.unpackb)
+                                      self._codec.unpackb, None, _write_time(at))
 
     async def get_messages(self, max_count: int) -> list[BatchContainer]:
         if max_count < 0:

@@ -4,6 +4,10 @@ Data path: producer (1) -> ``enqueue`` -> a row of table ``stream_queue`` -> the
 receiver (3) selects rows past the last one it read -> cache (4) -> consumers (5) -> the purged
 containers come back through ``messages_delivered`` and their rows are deleted.
 
+Columns: ``seq``, ``queue``, ``namespace``, ``key`` (msgpack), ``events`` (a msgpack array),
+``size`` (bytes, for flow control) and ``at`` (when the row was written, in seconds since the
+epoch by SQLite's clock: a container's ``enqueued_at``; 0 in rows of a file made before the
+column, which is added when such a file is opened).
 A row's ``seq`` (``INTEGER PRIMARY KEY AUTOINCREMENT``) is its container's sequence number:
 SQLite never reuses it, even after the newest rows are deleted, so tokens keep increasing
 across restarts. An enqueue returns once its row is committed (WAL, ``synchronous=NORMAL``): it
@@ -71,20 +75,24 @@ _SCHEMA: Final = (
     " namespace TEXT NOT NULL,"
     " key BLOB NOT NULL,"
     " events BLOB NOT NULL,"
-    " size INTEGER NOT NULL)",
+    " size INTEGER NOT NULL,"
+    " at REAL NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS stream_queue_by_queue ON stream_queue (queue, seq)",
 )
+# When the row was written, in seconds since the epoch, from SQLite's clock: computed once per
+# statement, so a group commit costs no Python per row (millisecond resolution).
+_NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
 _COLUMNS: Final = 5  # queue, namespace, key, events, size
 _SELECT: Final = (
-    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "SELECT seq, namespace, key, events, size, at FROM stream_queue "
     "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 _SELECT_FROM: Final = (
-    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "SELECT seq, namespace, key, events, size, at FROM stream_queue "
     "WHERE queue = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 _SELECT_STREAM_FROM: Final = (
-    "SELECT seq, namespace, key, events, size FROM stream_queue "
+    "SELECT seq, namespace, key, events, size, at FROM stream_queue "
     "WHERE queue = ? AND namespace = ? AND key = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
@@ -94,8 +102,8 @@ _STREAM_ID_CACHE_SIZE: Final = 4096
 
 @functools.cache
 def _insert_sql(n: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?)"] * n)
-    return f"INSERT INTO stream_queue (queue, namespace, key, events, size) VALUES {values}"
+    values = ", ".join([f"(?, ?, ?, ?, ?, {_NOW})"] * n)
+    return f"INSERT INTO stream_queue (queue, namespace, key, events, size, at) VALUES {values}"
 
 
 @functools.cache
@@ -106,6 +114,9 @@ def _delete_sql(n: int) -> str:
 def _create_schema(conn: sqlite3.Connection) -> None:
     for statement in _SCHEMA:
         conn.execute(statement)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(stream_queue)")}
+    if "at" not in columns:  # a queue file made without the write time: its rows read 0
+        conn.execute("ALTER TABLE stream_queue ADD COLUMN at REAL NOT NULL DEFAULT 0")
 
 
 def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]]) -> None:
@@ -331,14 +342,14 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
     def _containers(self, rows: list[Any]) -> list[BatchContainer]:
         unpack, stream_ids = self._codec.unpackb, self._stream_ids
         batch: list[BatchContainer] = []
-        for seq, namespace, key, events, size in rows:
+        for seq, namespace, key, events, size, at in rows:
             stream_id = stream_ids.get((namespace, key))
             if stream_id is None:
                 if len(stream_ids) >= _STREAM_ID_CACHE_SIZE:
                     stream_ids.clear()
                 stream_id = stream_ids[(namespace, key)] = StreamId(namespace, unpack(key))
             batch.append(BatchContainer.encoded(stream_id, container_token(seq), events, unpack,
-                                                size))
+                                                size, at if type(at) is float else 0.0))
         return batch
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from time import time as wall_time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.diagnostics import (
@@ -104,6 +105,9 @@ class AgentStatistics:
     lag: dict[str, int]
     spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
     spill_count: int = 0  # subscriptions spilled since the agent started
+    #: subscription -> seconds since its oldest undelivered cached event was written (those
+    #: with such an event whose write time is known)
+    age: dict[str, float] = field(default_factory=dict)
 
 
 @grain_type(PULLING_AGENT_TYPE)
@@ -174,6 +178,7 @@ class PullingAgent(SystemTarget):
             diagnostics=self.diagnostics, dispatcher=silo.dispatcher, codec=silo.codec,
             track=silo.track, on_failure=self.provider.on_delivery_failure,
             queue=str(self.queue), silo=str(silo.address),
+            latency=getattr(self.provider, "delivery_latency", None),
         )
         self.receiver = self.provider.adapter.create_receiver(self.queue)
         await self.receiver.initialize()
@@ -676,6 +681,13 @@ class PullingAgent(SystemTarget):
         stats = self.cache.statistics()
         lag = {s.record.sub_id: self._lag(s) for subs in self.streams.values()
                for s in subs.values()}
+        now = wall_time()
+        age = {}
+        for subs in self.streams.values():
+            for s in subs.values():
+                item = s.cursor.item if s.cursor is not None else None
+                if item is not None and item.container.enqueued_at:
+                    age[s.record.sub_id] = max(0.0, now - item.container.enqueued_at)
         delivery = self.delivery
         return AgentStatistics(
             queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
@@ -685,7 +697,7 @@ class PullingAgent(SystemTarget):
             acknowledged=self.acknowledged,
             failures=self.read_failures + (delivery.failures if delivery else 0),
             streams=len(self.streams), subscriptions=len(lag), lag=lag,
-            spilled=len(self.spiller), spill_count=self.spiller.count,
+            spilled=len(self.spiller), spill_count=self.spiller.count, age=age,
         )
 
     @property

@@ -11,8 +11,10 @@ from orleanspy import Grain, Silo, SiloOptions
 from orleanspy.runtime.call_stats import (
     BOUNDS,
     LAST,
+    SAMPLE_MASK,
     TIME_ALL,
     UNKNOWN,
+    WINDOW,
     MethodStats,
     figures,
     is_snapshot,
@@ -63,17 +65,25 @@ async def test_calls_errors_and_latency_per_method() -> None:
     assert quick.p99 is not None and quick.p99 < 0.03
 
 
-async def test_after_the_first_calls_one_in_eight_is_timed_and_all_are_counted() -> None:
+async def test_busy_methods_are_sampled_per_window_and_all_calls_are_counted() -> None:
     silo = await _silo()
     try:
         ref = silo.get_grain(Worker, "q")
         for _ in range(TIME_ALL + 800):
             await ref.quick()
         stats = silo.call_statistics.types["Worker"]["quick"]
+        # Within one window: the first TIME_ALL timed, then one in SAMPLE_MASK + 1.
+        assert stats.calls == TIME_ALL + 800
+        assert stats.count == TIME_ALL + 800 // (SAMPLE_MASK + 1)
+        stats.window -= WINDOW  # the window is over: the next check starts a new one
+        for _ in range(TIME_ALL + 1200):
+            await ref.quick()
     finally:
         await silo.stop()
-    assert stats.calls == TIME_ALL + 800
-    assert sum(stats.buckets) == TIME_ALL + 100
+    assert stats.calls == 2 * TIME_ALL + 2000
+    # Calls 1824..2048 of the old window: every 32nd timed (8); the check at call 2048 starts
+    # a new window, whose 1,999 calls are timed as the first window's were (1,024 + 31).
+    assert stats.count == (TIME_ALL + 25) + 8 + (TIME_ALL + 31)
 
 
 async def test_a_name_that_is_no_method_shares_one_entry() -> None:
@@ -104,16 +114,16 @@ async def test_statistics_off_counts_nothing() -> None:
 def test_quantiles_and_differences() -> None:
     a = MethodStats()
     for _ in range(98):
-        a.record(5e-6, False)  # bucket 0
-    a.record(0.5, True)
-    a.record(0.5, False)
+        a.call(5e-6, False)  # bucket 0
+    a.call(0.5, True)
+    a.call(0.5, False)
     assert a.calls == 100 and a.errors == 1 and a.buckets[0] == 98
     assert quantile(a.buckets, 0.5) is not None and quantile(a.buckets, 0.5) <= BOUNDS[0]
     p99 = quantile(a.buckets, 0.99)
     assert p99 is not None and 0.25 < p99 <= 1.0
     assert quantile([0] * (LAST + 1), 0.5) is None
     earlier = {"T": {"m": a.to_dict()}}
-    a.record(2.0, False)
+    a.call(2.0, False)
     (f,) = figures({"T": {"m": a.to_dict()}}, earlier)
     assert f.calls == 1 and f.errors == 0 and f.p50 is not None and 1.0 < f.p50 <= 2.7
     both = merge([earlier, earlier])
