@@ -96,7 +96,7 @@ DRAINED: Final = 5
 SWEEP_GRACE: Final = 1.0
 
 #: The control requests a tool connection may send: questions that change nothing.
-TOOL_OPERATIONS: Final = frozenset({"calls", "locate", "status", "streams"})
+TOOL_OPERATIONS: Final = frozenset({"calls", "locate", "reminders", "status", "streams"})
 
 _NONCE_SIZE: Final = 32
 _OPENER_LABEL: Final = b"orleanspy/silo/A->B"

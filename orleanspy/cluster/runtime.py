@@ -53,6 +53,12 @@ from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
 from orleanspy.runtime.locator import fenced_error, forwarding_failed
+from orleanspy.runtime.reports import (
+    extension_report,
+    reminders_report,
+    spark_report,
+    streams_report,
+)
 from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
@@ -149,6 +155,7 @@ class ClusterRuntime:
         handlers["streams"] = self.streams_status
         handlers["locate"] = self.locate
         handlers["calls"] = self.call_statistics
+        handlers["reminders"] = self.reminders_status
         handlers["load"] = self._on_load
         handlers["cache"] = self._on_cache
         gateway = silo.gateway
@@ -633,6 +640,7 @@ class ClusterRuntime:
             "pid": os.getpid(),
             "uptime": silo.statistics().uptime,
             **process_usage(),
+            "loop_lag": silo.loop_lag,
             "activations": len(silo.catalog),
             "activations_by_type": silo.statistics().activations_by_type,
             "gateway": silo.gateway.address if silo.gateway is not None else None,
@@ -640,6 +648,8 @@ class ClusterRuntime:
             "directory_entries": len(self.directory.partition),
             "view_version": self.snapshot.version,
             "active_silos": [str(s) for s in self.snapshot.active_silos],
+            "spark": spark_report(silo),
+            "prober": extension_report(silo, "stream-prober"),
         }
 
     async def locate(self, type_name: Any, key: Any) -> dict[str, Any]:
@@ -658,12 +668,13 @@ class ClusterRuntime:
                 "entry_held_by": str(self.directory.owner(grain_id))}
 
     def streams_status(self) -> dict[str, Any]:
-        """What ``orleanspy streams status`` shows for this silo: each provider's agents."""
-        providers: dict[str, list[dict[str, Any]]] = {}
-        for name, provider in self.silo.stream_providers.items():
-            stats = provider.statistics() if hasattr(provider, "statistics") else []
-            providers[name] = [dataclasses.asdict(a) for a in stats]
-        return {"silo": str(self.me), "providers": providers}
+        """What ``orleanspy streams status`` shows for this silo: each provider's agents
+        and latency histograms."""
+        return {"silo": str(self.me), **streams_report(self.silo)}
+
+    def reminders_status(self) -> dict[str, Any]:
+        """The reminders this silo fires (the dashboard's reminder panel)."""
+        return {"silo": str(self.me), **reminders_report(self.silo)}
 
     def call_statistics(self) -> dict[str, Any]:
         """What ``orleanspy grains top`` reads: each grain method's cumulative calls,

@@ -198,6 +198,24 @@ class ReminderService:
             self._silo.log.warning("reminder_owner_not_told", grain=str(grain_id),
                                    error=repr(exc))
 
+    def scheduled(self, limit: int = 500) -> list[dict[str, Any]]:
+        """The reminders this silo fires, soonest first (at most ``limit``): grain, name,
+        period and next due time (epoch seconds)."""
+        now = self._silo.clock.time()
+        rows = []
+        for (grain_id, name), e in self._entries.items():
+            due = e.start_at if now <= e.start_at else (
+                e.start_at + math.ceil((now - e.start_at) / e.period) * e.period)
+            rows.append({"grain": str(grain_id), "name": name, "period": e.period,
+                         "next_due": due})
+        rows.sort(key=lambda r: (r["next_due"], r["grain"], r["name"]))
+        return rows[:limit]
+
+    @property
+    def count(self) -> int:
+        """Reminders this silo fires."""
+        return len(self._entries)
+
     async def list(self, grain_id: GrainId) -> list[ReminderEntry]:
         return await self.table.read_rows(grain_id)
 

@@ -115,7 +115,7 @@ def figures(snapshot: dict[str, dict[str, dict[str, Any]]],
             buckets = list(now["buckets"])
             calls, errors, seconds = now["calls"], now["errors"], now["seconds"]
             if before is not None:
-                buckets = [a - b for a, b in zip(buckets, before["buckets"], strict=False)]
+                buckets = [max(0, a - b) for a, b in zip(buckets, before["buckets"], strict=False)]
                 calls -= before["calls"]
                 errors -= before["errors"]
                 seconds -= before["seconds"]

@@ -65,6 +65,7 @@ COLLECTOR = "collector"
 GATEWAY = "gateway"
 REMINDERS = "reminders"
 STREAMS_PREFIX = "streams."
+LAG_INTERVAL = 0.5  # seconds between event-loop lag samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +177,9 @@ class Silo:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped: asyncio.Event | None = None
         self._gc_frozen = False  # this silo holds the process's gc.freeze()
+        #: How late the event loop last ran a timer, in seconds (sampled every LAG_INTERVAL)
+        self.loop_lag = 0.0
+        self._lag_timer: asyncio.TimerHandle | None = None
         self.lifecycle.subscribe("grains", SiloStage.GRAINS, on_stop=self._deactivate_all)
         self.lifecycle.subscribe(
             COLLECTOR, SiloStage.ACTIVE, on_start=self._start_collector,
@@ -298,6 +302,13 @@ class Silo:
             return
         self.track(asyncio.get_running_loop().create_task(self.stop()))
 
+    def _sample_lag(self, due: float) -> None:
+        """A timer every LAG_INTERVAL: how late the loop ran it is the event loop's lag."""
+        now = self.loop.time()
+        self.loop_lag = max(0.0, now - due)
+        self._lag_timer = self.loop.call_at(now + LAG_INTERVAL, self._sample_lag,
+                                            now + LAG_INTERVAL)
+
     def track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -323,6 +334,8 @@ class Silo:
             gc_freeze.acquire()
             self._gc_frozen = True
         self._status("active")
+        self._lag_timer = self.loop.call_later(LAG_INTERVAL, self._sample_lag,
+                                               self.loop.time() + LAG_INTERVAL)
         self.log.info(
             "silo_started",
             gateway=self.gateway.address if self.gateway else None,
@@ -339,6 +352,9 @@ class Silo:
             return
         self.stopping = True
         assert self._stopped is not None
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
+            self._lag_timer = None
         self.log.info("silo_stopping", activations=len(self.catalog))
         self._status("shutting_down")
         try:

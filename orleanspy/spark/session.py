@@ -30,6 +30,7 @@ import shutil
 import sys
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -60,6 +61,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+RECENT_JOBS = 20  # finished jobs kept for the statistics (the dashboard's Spark panel)
+
 _CONF_DIR = Path(__file__).with_name("conf")
 _CANCELLED_MARKERS = ("SPARK_JOB_CANCELLED", "OPERATION_CANCELED", "cancelled as part of",
                       "was cancelled", "Job group", "cancelled because")
@@ -79,6 +82,7 @@ class SparkStatistics:
     jobs_cancelled: int
     jobs_timed_out: int
     running: tuple[JobProgress, ...]
+    recent: tuple[JobProgress, ...] = ()  # the last RECENT_JOBS finished, newest first
 
 
 class SparkSessionManager:
@@ -110,6 +114,7 @@ class SparkSessionManager:
         self._ops: dict[str, _Op] = {}
         self._ids = itertools.count(1)
         self._counts = {"succeeded": 0, "failed": 0, "cancelled": 0, "timed_out": 0}
+        self._recent: deque[JobProgress] = deque(maxlen=RECENT_JOBS)
 
     def __repr__(self) -> str:
         return f"<SparkSessionManager {self.options.connect_url or self.options.master} " \
@@ -307,6 +312,7 @@ class SparkSessionManager:
             jobs_cancelled=self._counts["cancelled"],
             jobs_timed_out=self._counts["timed_out"],
             running=tuple(op.progress for op in ops),
+            recent=tuple(self._recent),
         )
 
     # -- internals ------------------------------------------------------------------------------
@@ -471,6 +477,7 @@ class SparkSessionManager:
                         tasks_done=prev.tasks_total if state == "succeeded" else
                         prev.tasks_done)
         op.publish(final)
+        self._recent.appendleft(final)
         self.log.debug("spark_job_finished", job_group=op.id, outcome=outcome, reason=reason)
 
 

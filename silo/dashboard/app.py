@@ -30,12 +30,18 @@ from aiohttp import web
 from orleanspy import ConfigurationError
 from orleanspy._util.process import process_usage
 from orleanspy.logging import get_logger
+from orleanspy.runtime.reports import (
+    extension_report,
+    reminders_report,
+    spark_report,
+    streams_report,
+)
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.metrics import metrics_text, registry_for
+from silo.dashboard.view import ClusterView, SiloAnswers
 
-__all__ = ["LAG_INTERVAL", "OpsServer", "install_ops_server", "ops_server_of"]
+__all__ = ["OpsServer", "install_ops_server", "ops_server_of"]
 
-LAG_INTERVAL: Final = 0.5  # seconds between event-loop lag samples
 _SILO: Final = web.AppKey("silo", Silo)
 _SERVER: Final = web.AppKey("server", object)
 _PROMETHEUS: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -67,10 +73,9 @@ class OpsServer:
         self.silo = silo
         self.host = host
         self.port = port
-        self.lag = 0.0  # seconds, the last sample
         self._runner: web.AppRunner | None = None
-        self._lag_task: asyncio.Task[None] | None = None
-        self._registry = registry_for(silo, lambda: self.lag)
+        self._registry = registry_for(silo)
+        self.view = ClusterView()
         self.log = get_logger(__name__, silo=silo.name)
 
     @property
@@ -103,24 +108,12 @@ class OpsServer:
         self._runner = runner
         if runner.addresses:  # the bound port, when 0 was asked for
             self.port = int(runner.addresses[0][1])
-        self._lag_task = asyncio.get_running_loop().create_task(self._sample_lag())
         self.log.info("dashboard_started", address=self.address)
 
     async def stop(self) -> None:
-        if self._lag_task is not None:
-            self._lag_task.cancel()
-            await asyncio.gather(self._lag_task, return_exceptions=True)
-            self._lag_task = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def _sample_lag(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(LAG_INTERVAL)
-            self.lag = max(0.0, loop.time() - before - LAG_INTERVAL)
 
     # -- handlers -------------------------------------------------------------------------
     def _authorized(self, request: web.Request) -> bool:
@@ -180,58 +173,42 @@ class OpsServer:
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every silo's figures, gathered through the runtime: this silo's own, and each
-        active peer's answer to the read-only ``status`` and ``streams`` requests."""
+        active peer's answers to the read-only ``status``, ``streams``, ``calls`` and
+        ``reminders`` requests (a peer that does not answer in time is left out)."""
         silo = self.silo
         cluster = silo.cluster
+        answers: list[SiloAnswers]
         if cluster is None:
             stats = silo.statistics()
-            me: dict[str, Any] = {
-                  "silo": stats.name, "status": stats.status, "uptime": stats.uptime,
-                  "activations": stats.activations,
-                  "activations_by_type": stats.activations_by_type,
-                  "gateway": silo.gateway.address if silo.gateway is not None else None,
-                  **process_usage()}
-            streams: dict[str, Any] = {"silo": stats.name, "providers": {
-                name: [_plain(a) for a in agents] for name, agents in stats.streams.items()}}
-            answers: list[tuple[dict[str, Any], dict[str, Any]]] = [(me, streams)]
+            status: dict[str, Any] = {
+                "silo": stats.name, "status": stats.status, "uptime": stats.uptime,
+                "activations": stats.activations, "loop_lag": silo.loop_lag,
+                "activations_by_type": stats.activations_by_type,
+                "gateway": silo.gateway.address if silo.gateway is not None else None,
+                "spark": spark_report(silo),
+                "prober": extension_report(silo, "stream-prober"), **process_usage()}
+            answers = [(status, {"silo": stats.name, **streams_report(silo)},
+                        {"silo": stats.name, "types": silo.call_statistics.snapshot()},
+                        {"silo": stats.name, **reminders_report(silo)})]
         else:
             peers = [s for s in cluster.snapshot.active_silos if s != cluster.me]
 
-            async def ask(peer: Any) -> Any:
+            async def ask(peer: Any) -> SiloAnswers | None:
+                request = cluster.transport.request
                 try:
-                    status = await cluster.transport.request(peer, "status", [], 2.0)
-                    streams = await cluster.transport.request(peer, "streams", [], 2.0)
+                    got = await asyncio.gather(*(
+                        request(peer, op, [], 2.0)
+                        for op in ("status", "streams", "calls", "reminders")))
                 except Exception:
                     return None
-                return (status, streams)
+                if not all(isinstance(g, dict) for g in got):
+                    return None  # a peer that answers nonsense is left out
+                return (got[0], got[1], got[2], got[3])
 
-            own = (cluster.status(), cluster.streams_status())
+            own: SiloAnswers = (cluster.status(), cluster.streams_status(),
+                                cluster.call_statistics(), cluster.reminders_status())
             answers = [own, *[a for a in await asyncio.gather(*map(ask, peers)) if a]]
-        silos: list[dict[str, Any]] = []
-        grains: dict[str, int] = {}
-        queues: list[dict[str, Any]] = []
-        for status, streams in answers:
-            silos.append({k: status.get(k) for k in (
-                "silo", "status", "uptime", "activations", "gateway", "cpu_seconds",
-                "rss_bytes")} | {"loop_lag": self.lag if status is answers[0][0] else None})
-            by_type: dict[str, Any] = status.get("activations_by_type") or {}
-            for type_name, count in by_type.items():
-                grains[type_name] = grains.get(type_name, 0) + int(count)
-            for provider, agents in (streams.get("providers") or {}).items():
-                for a in agents:
-                    lag = a.get("lag") or {}
-                    queues.append({
-                        "provider": provider, "queue": a["queue"], "silo": streams["silo"],
-                        "cache": a["cache_size"], "cache_max": a["cache_max"],
-                        "under_pressure": a["under_pressure"],
-                        "pull_period": a["pull_period"], "delivered": a["delivered"],
-                        "acknowledged": a["acknowledged"], "failures": a["failures"],
-                        "subscriptions": a["subscriptions"],
-                        "max_lag": max(lag.values(), default=0),
-                    })
-        queues.sort(key=lambda q: (q["provider"], q["queue"]))
-        return {"cluster": silo.options.cluster_id, "silos": silos,
-                "grains": dict(sorted(grains.items())), "streams": queues}
+        return self.view.build(silo.options.cluster_id, answers)
 
 
 def _plain(value: Any) -> Any:

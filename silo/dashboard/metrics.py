@@ -24,7 +24,7 @@ Names (all prefixed ``orleanspy_``; labels in braces):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -49,9 +49,8 @@ P = "orleanspy_"
 class SiloCollector(Collector):
     """Turns one silo's statistics into metric families at each scrape."""
 
-    def __init__(self, silo: Silo, loop_lag: Callable[[], float]) -> None:
+    def __init__(self, silo: Silo) -> None:
         self.silo = silo
-        self.loop_lag = loop_lag
 
     def collect(self) -> Iterator[Metric]:
         silo = self.silo
@@ -83,7 +82,7 @@ class SiloCollector(Collector):
                       stats.collected)
         yield counter("reminders_fired", "reminder ticks delivered", stats.reminders_fired)
         yield gauge("event_loop_lag_seconds", "how late the event loop ran a timer, last "
-                    "measured", self.loop_lag())
+                    "measured", silo.loop_lag)
         yield from _stream_metrics(stats.streams, labels, who)
         yield from _stream_latency(silo, [*labels, "provider"], who)
         prober = silo.lifecycle.component(StreamProber)
@@ -189,11 +188,11 @@ def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
     yield age
 
 
-def registry_for(silo: Silo, loop_lag: Callable[[], float]) -> CollectorRegistry:
+def registry_for(silo: Silo) -> CollectorRegistry:
     """A registry of its own (never the process-global one): several silos in one process
     each export their own figures."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SiloCollector(silo, loop_lag))
+    registry.register(SiloCollector(silo))
     ProcessCollector(registry=registry)
     return registry
 

@@ -92,6 +92,15 @@ class StreamProber:
         self._one_at_a_time = asyncio.Lock()  # probes share the probe grain and stream
         self.log = get_logger(__name__, silo=silo.name, provider=provider)
 
+    def report(self) -> dict[str, Any]:
+        """The prober's figures as plain values (the cluster view's prober panel)."""
+        d, sub = self.delivery, self.subscribe
+        return {"provider": self.provider, "period": self.period, "bound": self.bound,
+                "probes": d.n, "failures": self.failures,
+                "last_subscribe_seconds": sub.last if sub.n else None,
+                "last_delivery_seconds": d.last if d.n else None,
+                "mean_delivery_seconds": d.total / d.n if d.n else None}
+
     async def start(self) -> None:
         if self.provider not in self.silo.stream_providers:
             raise ConfigurationError(
@@ -175,5 +184,6 @@ def install_prober(silo: Silo, provider: str, period: float = 10.0,
     silo.register_grain_class(ProbeConsumer)
     silo.lifecycle.set_component(StreamProber, prober)
     silo.lifecycle.subscribe("stream-prober", SiloStage.STREAMS + 500,
-                             on_start=prober.start, on_stop=prober.stop)
+                             on_start=prober.start, on_stop=prober.stop,
+                             statistics=prober.report)
     return prober

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 from orleanspy import Grain, placement
+from orleanspy.streams import implicit_subscription
 
-__all__ = ["Boom", "Relay", "Spot", "SpreadSpot"]
+__all__ = ["Boom", "Listener", "Relay", "Spot", "SpreadSpot", "Ticker"]
 
 
 class Boom(Exception):
@@ -58,3 +60,33 @@ class Relay(Grain):
         except Boom as exc:
             return f"caught {type(exc).__name__}: {exc}"
         return "not raised"
+
+
+class Ticker(Grain):
+    """Holds a durable reminder (a minute apart: it is listed, not waited for)."""
+
+    async def remind(self) -> None:
+        await self.register_reminder("tick", due=60.0, period=60.0)
+
+    async def receive_reminder(self, name: str, status: Any) -> None:
+        pass
+
+
+@implicit_subscription("feed")
+class Listener(Grain):
+    """Counts the events of stream ``feed/KEY`` (implicitly subscribed); ``publish`` puts
+    ``n`` events on the stream of provider ``s``."""
+
+    async def on_activate(self) -> None:
+        self.seen = 0
+
+    async def on_next(self, item: Any, token: Any) -> None:
+        self.seen += 1
+
+    async def publish(self, n: int) -> None:
+        stream = self.get_stream_provider("s").get_stream("feed", self.key)
+        for i in range(n):
+            await stream.on_next(i)
+
+    async def count(self) -> int:
+        return self.seen

@@ -18,6 +18,10 @@ from .silo_process import SiloLauncher, poll_until
 
 CLUSTER = "dash"
 GRAINS = 12
+FAILING = 3
+REMINDERS = 5
+EVENTS = 30
+PANELS = ("overview", "grains-panel", "streams-panel", "reminders-panel", "spark-panel")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -42,7 +46,7 @@ async def test_one_silos_page_shows_the_whole_cluster(
     config = tmp_path / "orleanspy.toml"
     config.write_text('[streams.s]\nadapter = "memory"\ntotal_queues = 4\n')
     common = ("--membership", "sqlite:membership.db", "--cluster-id", CLUSTER,
-              "--storage", "memory", "--reminders", "memory", "--config", str(config))
+              "--storage", "memory", "--reminders", "sqlite:reminders.db", "--config", str(config))
     first = await silo_launcher.start(*common, "--dashboard-port", "0",
                                       app="tests.integration.cluster_app")
     second = await silo_launcher.start(*common, app="tests.integration.cluster_app")
@@ -50,6 +54,14 @@ async def test_one_silos_page_shows_the_whole_cluster(
         for k in range(GRAINS):
             spot: Any = client.get_grain("SpreadSpot", f"g{k}")
             await spot.hit()
+        for k in range(FAILING):
+            with pytest.raises(Exception, match="on purpose"):
+                await client.get_grain("SpreadSpot", f"g{k}").bad_value("on purpose")
+        for k in range(REMINDERS):
+            await client.get_grain("Ticker", f"t{k}").remind()
+        listener: Any = client.get_grain("Listener", "l")
+        await listener.publish(EVENTS)
+        await poll_until(listener.count, lambda n: n == EVENTS, timeout=20)
 
     async def api() -> dict[str, Any]:
         async with aiohttp.ClientSession() as http, \
@@ -57,11 +69,27 @@ async def test_one_silos_page_shows_the_whole_cluster(
             view: dict[str, Any] = await r.json()
             return view
 
-    view = await poll_until(api, lambda v: len(v["silos"]) == 2, timeout=20)
+    view = await poll_until(
+        api, lambda v: len(v["silos"]) == 2 and len(v["reminders"]) == REMINDERS, timeout=20)
     assert view["grains"]["SpreadSpot"] == GRAINS
     assert {s["silo"] for s in view["silos"]} == {first.silo_address, second.silo_address}
     assert sum(s["activations"] for s in view["silos"]) >= GRAINS
+    assert all(s["loop_lag"] is not None for s in view["silos"])
     assert {q["queue"] for q in view["streams"]} == {f"s-{i}" for i in range(4)}
+    methods = {(m["type"], m["method"]): m for m in view["methods"]}
+    hit, bad = methods[("SpreadSpot", "hit")], methods[("SpreadSpot", "bad_value")]
+    assert hit["calls"] == GRAINS and hit["errors"] == 0 and hit["p99"] is not None
+    assert bad["calls"] == FAILING and bad["errors"] == FAILING
+    assert methods[("Listener", "(stream delivery)")]["calls"] >= 1
+    assert sum(q["delivered"] for q in view["streams"]) == EVENTS
+    (latency,) = view["stream_latency"]
+    assert latency["provider"] == "s" and latency["publish_count"] == EVENTS
+    assert latency["delivery_count"] >= 1 and latency["delivery_p99"] is not None
+    assert sorted(r["grain"] for r in view["reminders"]) == [
+        f"Ticker/t{k}" for k in range(REMINDERS)]
+    assert {r["silo"] for r in view["reminders"]} <= {first.silo_address, second.silo_address}
+    assert sum(s["reminders"] for s in view["silos"]) == REMINDERS
+    assert view["spark"] == []  # no Spark session in this app: an empty panel
 
     shot = tmp_path / "dashboard.png"
     async with async_playwright() as p:
@@ -71,16 +99,36 @@ async def test_one_silos_page_shows_the_whole_cluster(
             await page.goto(f"{first.dashboard}/")
             await page.wait_for_function(
                 "document.querySelectorAll('#silos tbody tr').length === 2", timeout=15000)
+            await page.wait_for_function(
+                f"document.querySelectorAll('#reminders tbody tr').length === {REMINDERS}",
+                timeout=15000)
             grains = await page.locator("#grains tbody tr").all_inner_texts()
             silos = await page.locator("#silos tbody tr td:first-child").all_inner_texts()
             queues = await page.locator("#streams tbody tr").count()
+            methods_text = await page.locator("#methods tbody tr").all_inner_texts()
+            latency_text = await page.locator("#latency tbody tr").all_inner_texts()
+            spark_text = await page.locator("#spark tbody").inner_text()
             state = await page.locator("#state").inner_text()
             await page.screenshot(path=str(shot), full_page=True)
+            # Each page (panel) on its own; ORLEANSPY_DASHBOARD_SHOTS=DIR keeps them (docs/).
+            keep = os.environ.get("ORLEANSPY_DASHBOARD_SHOTS")
+            shots = Path(keep) if keep else tmp_path
+            for panel in PANELS:
+                await page.locator(f"#{panel}").screenshot(
+                    path=str(shots / f"dashboard-{panel}.png"))
         finally:
             await browser.close()
     assert any(row.split("\t") == ["SpreadSpot", str(GRAINS)] for row in grains), grains
     assert set(silos) == {first.silo_address, second.silo_address}
     assert queues == 4
+    rows = [r.split("\t") for r in methods_text]
+    bad_row = next(r for r in rows if r[:2] == ["SpreadSpot", "bad_value"])
+    assert bad_row[3:5] == [str(FAILING), str(FAILING)]  # calls, errors
+    assert any(r[:2] == ["Listener", "(stream delivery)"] for r in rows)
+    (latency_row,) = [r.split("\t") for r in latency_text]
+    assert latency_row[:2] == ["s", str(EVENTS)]
+    assert spark_text.strip() == "none"
     assert state.startswith("live, 2 silo(s)")
     assert shot.stat().st_size > 10_000
+    assert all((shots / f"dashboard-{panel}.png").stat().st_size > 2_000 for panel in PANELS)
     assert await first.terminate() == 0 and await second.terminate() == 0

@@ -142,4 +142,12 @@ async def test_the_stream_prober_reports_in_metrics(
                                  (("provider", "s"),)), 0) >= 3, timeout=20)
     assert got[("orleanspy_probe_failures_total", (("provider", "s"),))] == 0
     assert got[("orleanspy_probe_subscribe_seconds_count", (("provider", "s"),))] >= 3
+    # The probe's events are the provider's own: its latency figures count them too.
+    assert got[("orleanspy_stream_publish_seconds_count", (("provider", "s"),))] >= 3
+    assert got[("orleanspy_stream_delivery_latency_seconds_count", (("provider", "s"),))] >= 3
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"{silo.dashboard}/api/cluster") as r:
+        (probe,) = (await r.json())["probes"]
+    assert probe["provider"] == "s" and probe["probes"] >= 3 and probe["failures"] == 0
+    assert probe["last_delivery_seconds"] is not None
     assert await silo.terminate() == 0

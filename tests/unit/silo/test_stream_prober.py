@@ -57,7 +57,7 @@ async def test_the_probes_delivery_figure_moves_when_a_consumer_is_slowed() -> N
         finally:
             stop.set()
             await feeder
-        text = metrics_text(registry_for(silo, lambda: 0.0)).decode()
+        text = metrics_text(registry_for(silo)).decode()
     finally:
         await silo.stop()
 

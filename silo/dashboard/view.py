@@ -1,0 +1,183 @@
+"""The dashboard's cluster view: every silo's answers to the read-only control requests
+(``status``, ``streams``, ``calls``, ``reminders``) turned into the page's panels.
+
+Call and latency figures are cumulative on each silo; the view keeps its recent readings
+(``HISTORY`` seconds) and reports rates and quantiles over the last ``WINDOW`` seconds (or
+since the oldest reading it has), as a Prometheus ``rate`` would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, Final
+
+from orleanspy._util.histogram import quantile
+from orleanspy.runtime.call_stats import figures, is_snapshot, merge
+
+__all__ = ["ClusterView", "SiloAnswers"]
+
+WINDOW: Final = 10.0  # seconds that rates and quantiles cover
+HISTORY: Final = 60.0  # seconds of readings kept
+MAX_METHODS: Final = 50  # rows of the methods panel
+MAX_REMINDERS: Final = 200  # rows of the reminders panel
+
+# One silo's answers: status, streams, calls, reminders (each a dict, or None if missing).
+SiloAnswers = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]
+
+
+class ClusterView:
+    """Builds the view from the silos' answers; keeps the readings that rates need."""
+
+    def __init__(self) -> None:
+        # (time, merged call snapshot, merged latency histograms)
+        self._readings: deque[tuple[float, dict[str, Any], dict[str, Any]]] = deque()
+
+    def build(self, cluster_id: str, answers: list[SiloAnswers]) -> dict[str, Any]:
+        now = time.monotonic()
+        silos: list[dict[str, Any]] = []
+        grains: dict[str, int] = {}
+        queues: list[dict[str, Any]] = []
+        reminders: list[dict[str, Any]] = []
+        spark: list[dict[str, Any]] = []
+        probes: list[dict[str, Any]] = []
+        call_snaps: list[dict[str, Any]] = []
+        latency_parts: list[dict[str, Any]] = []
+        for status, streams, calls, rems in answers:
+            name = status.get("silo")
+            silos.append({k: status.get(k) for k in (
+                "silo", "status", "uptime", "activations", "gateway", "cpu_seconds",
+                "rss_bytes", "loop_lag")} | {
+                "reminders": (rems or {}).get("count"), "reminders_fired": (rems or {}).get(
+                    "fired")})
+            by_type: dict[str, Any] = status.get("activations_by_type") or {}
+            for type_name, count in by_type.items():
+                grains[type_name] = grains.get(type_name, 0) + int(count)
+            queues.extend(_queues(streams))
+            latency_parts.append(streams.get("latency") or {})
+            if calls is not None and is_snapshot(calls.get("types")):
+                call_snaps.append(calls["types"])
+            reminders.extend({**r, "silo": name} for r in (rems or {}).get("reminders") or []
+                             if _reminder_row(r))
+            if isinstance(status.get("spark"), dict):
+                spark.append({"silo": name, **status["spark"]})
+            if isinstance(status.get("prober"), dict):
+                probes.append({"silo": name, **status["prober"]})
+        queues.sort(key=lambda q: (q["provider"], q["queue"]))
+        reminders.sort(key=lambda r: (r["next_due"], r["grain"], r["name"]))
+        merged_calls = merge(call_snaps)
+        merged_latency = _merge_latency(latency_parts)
+        earlier = self._earlier(now)
+        self._readings.append((now, merged_calls, merged_latency))
+        while self._readings and now - self._readings[0][0] > HISTORY:
+            self._readings.popleft()
+        span = now - earlier[0] if earlier is not None else None
+        return {
+            "cluster": cluster_id, "silos": silos, "grains": dict(sorted(grains.items())),
+            "window": span,
+            "calls_total": sum(m["calls"] for ms in merged_calls.values() for m in ms.values()),
+            "methods": _methods(merged_calls, earlier[1] if earlier else None, span),
+            "streams": queues,
+            "stream_latency": _latency(merged_latency, earlier[2] if earlier else None),
+            "reminders": reminders[:MAX_REMINDERS], "spark": spark, "probes": probes,
+        }
+
+    def _earlier(self, now: float) -> tuple[float, dict[str, Any], dict[str, Any]] | None:
+        """The newest reading at least WINDOW old, else the oldest one (None: none yet)."""
+        chosen = None
+        for reading in self._readings:
+            if now - reading[0] >= WINDOW or chosen is None:
+                chosen = reading
+            else:
+                break
+        if chosen is not None and now - chosen[0] < 0.2:
+            return None  # too recent to make a rate of
+        return chosen
+
+
+def _queues(streams: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for provider, agents in (streams.get("providers") or {}).items():
+        for a in agents:
+            lag = a.get("lag") or {}
+            age = a.get("age") or {}
+            out.append({
+                "provider": provider, "queue": a["queue"], "silo": streams.get("silo"),
+                "cache": a["cache_size"], "cache_max": a["cache_max"],
+                "under_pressure": a["under_pressure"], "pull_period": a["pull_period"],
+                "delivered": a["delivered"], "acknowledged": a["acknowledged"],
+                "failures": a["failures"], "subscriptions": a["subscriptions"],
+                "max_lag": max(lag.values(), default=0),
+                "max_age": max(age.values(), default=None),
+            })
+    return out
+
+
+def _methods(now: dict[str, Any], earlier: dict[str, Any] | None,
+             span: float | None) -> list[dict[str, Any]]:
+    """Per method: total calls and errors, calls per second over the window, and latency
+    quantiles over the window (since start when the window timed no call of it)."""
+    totals = {(f.type_name, f.method): f for f in figures(now)}
+    rows: list[dict[str, Any]] = []
+    for f in figures(now, earlier) if earlier is not None else totals.values():
+        total = totals[(f.type_name, f.method)]
+        latest = f if f.p50 is not None else total
+        rows.append({
+            "type": f.type_name, "method": _method_name(f.method), "calls": total.calls,
+            "calls_per_second": max(0, f.calls) / span if span else None,
+            "errors": total.errors, "p50": latest.p50, "p99": latest.p99,
+            "mean": latest.mean,
+        })
+    rows.sort(key=lambda r: (-(r["calls_per_second"] or 0), -r["calls"], r["type"],
+                             r["method"]))
+    return rows[:MAX_METHODS]
+
+
+_RUNTIME_NAMES: Final = {"__orleanspy_stream_deliver__": "(stream delivery)",
+                         "__orleanspy_stream_error__": "(stream error)"}
+
+
+def _method_name(method: str) -> str:
+    return _RUNTIME_NAMES.get(method, method)
+
+
+def _reminder_row(r: Any) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("grain"), str)
+            and isinstance(r.get("name"), str)
+            and isinstance(r.get("next_due"), (int, float))
+            and isinstance(r.get("period"), (int, float)))
+
+
+def _merge_latency(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for part in parts:
+        for provider, hists in part.items():
+            into = out.setdefault(provider, {})
+            for kind, h in hists.items():
+                buckets = h.get("buckets") if isinstance(h, dict) else None
+                if not isinstance(buckets, list):
+                    continue
+                have = into.get(kind)
+                into[kind] = list(buckets) if have is None else [
+                    a + b for a, b in zip(have, buckets, strict=False)]
+    return out
+
+
+def _latency(now: dict[str, Any], earlier: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per provider: publishes and deliveries observed, and their latency quantiles over
+    the window (since start when the window observed none)."""
+    rows = []
+    for provider, hists in sorted(now.items()):
+        row: dict[str, Any] = {"provider": provider}
+        for kind in ("publish", "delivery"):
+            total = hists.get(kind) or []
+            before = ((earlier or {}).get(provider) or {}).get(kind)
+            recent = total
+            if before is not None:
+                recent = [max(0, a - b) for a, b in zip(total, before, strict=False)]
+            shown = recent if sum(recent) else total
+            row[f"{kind}_count"] = sum(total)
+            row[f"{kind}_p50"] = quantile(shown, 0.5) if shown else None
+            row[f"{kind}_p99"] = quantile(shown, 0.99) if shown else None
+        rows.append(row)
+    return rows
