@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, Silo
+from silo.commands import silo_stop
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, put_cwd_on_path, usage
 from silo.config import find_config_file, load_config
 from silo.dashboard import ops_server_of
+from silo.run_records import remove_record, write_record
 from silo.spark_config import apply_spark_overrides
 from silo.startup import configure_logging, run_silo
 
@@ -49,7 +52,7 @@ a second signal exits at once with code 1.
 
 
 def add_parser(commands: Any) -> None:
-    """Register ``silo`` and its ``start`` subcommand on the top-level subparsers."""
+    """Register ``silo`` and its ``start`` and ``stop`` subcommands."""
     silo = commands.add_parser(
         "silo", help="run and manage silos", description="Run and manage silo processes.",
     )
@@ -63,6 +66,7 @@ def add_parser(commands: Any) -> None:
     )
     _add_arguments(start)
     start.set_defaults(handler=run)
+    silo_stop.add_subcommand(silo_commands)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -205,8 +209,14 @@ def run(args: argparse.Namespace) -> int:
     prober = None if args.stream_prober is None else (
         args.stream_prober, args.stream_prober_period, args.stream_prober_bound)
 
+    record: list[Path] = []
+
     def ready(silo: Silo) -> None:
         ops = ops_server_of(silo)
+        record.append(write_record(options.data_dir, {
+            "silo": silo.name, "cluster": options.cluster_id,
+            "gateway": silo.gateway.address if silo.gateway is not None else None,
+            "dashboard": f"http://{ops.address}" if ops is not None else None}))
         if ops is not None:
             print(f"orleanspy silo dashboard http://{ops.address}", flush=True)
         if silo.cluster is not None:
@@ -221,8 +231,12 @@ def run(args: argparse.Namespace) -> int:
                      spark=spark, dashboard=dashboard, prober=prober)
         )
     except BaseException:
+        for path in record:
+            remove_record(path)
         runner.close()
         raise
+    for path in record:
+        remove_record(path)
     if code != EXIT_OK:
         # Forced or failed shutdown: do not wait for leftover tasks or storage threads.
         sys.stdout.flush()
