@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any, Final, TypeVar, cast
 
 from orleanspy.errors import ConfigurationError
+from orleanspy.grains.arguments import ArgumentChecker, argument_checker
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.state import StateSpec
 from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
@@ -88,6 +89,8 @@ class MethodInfo:
     runtime: bool = False
     #: a gateway client may call it
     client_ok: bool = True
+    #: checks a client's arguments against the signature (``grains.arguments``)
+    check: ArgumentChecker | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -263,7 +266,9 @@ def _build(cls: type) -> GrainClassInfo:
         flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
         ow = bool(getattr(fn, "_orleanspy_one_way", False))
         hook = name in RUNTIME_HOOKS or name.startswith("__orleanspy_")
-        methods[name] = MethodInfo(name, ai, ro, ow, flags, hook, open_to_clients and not hook)
+        client_ok = open_to_clients and not hook
+        check = argument_checker(type_name_of(cls), name, fn) if client_ok else None
+        methods[name] = MethodInfo(name, ai, ro, ow, flags, hook, client_ok, check)
     states = {
         name: value
         for klass in reversed(cls.__mro__)

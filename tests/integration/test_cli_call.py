@@ -19,7 +19,7 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
     gw = ["--gateway", silo.gateway, "--secret", "s3cret"]
     # independent calls, run concurrently to keep the test short on a loaded machine
     (add, echo, info, raised, unknown, no_secret, unreachable, two, typo_type,
-     typo_method) = await asyncio.gather(
+     typo_method, wrong_type, too_many) = await asyncio.gather(
         run_cli_to_end("call", *gw, "Counter", "alice", "add", "5"),
         run_cli_to_end(
             "call", *gw, "Counter", "7", "echo", "1", "hello", '"2"', '{"a": [null, true]}'
@@ -34,6 +34,8 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
                        "carol", "add", "3"),
         run_cli_to_end("call", *gw, "Countr", "dan", "get"),
         run_cli_to_end("call", *gw, "Counter", "dan", "ad", "1"),
+        run_cli_to_end("call", *gw, "Counter", "eve", "add", "five"),
+        run_cli_to_end("call", *gw, "Counter", "eve", "add", "1", "2"),
     )
     assert add == (0, "5\n", "")
 
@@ -59,6 +61,12 @@ async def test_call_prints_result_errors_and_exit_codes(silo_launcher: SiloLaunc
 
     assert typo_type[0] == 1 and "did you mean 'Counter'?" in typo_type[2]
     assert typo_method[0] == 1 and "did you mean 'add'?" in typo_method[2]
+
+    # The arguments are checked against the method's signature before it runs.
+    assert wrong_type[0] == 1
+    assert "argument 'n' must be int, got str 'five'" in wrong_type[2]
+    assert "Counter.add(n: int) -> int" in wrong_type[2]
+    assert too_many[0] == 1 and "too many positional arguments" in too_many[2]
 
 
 async def test_console_script_calls_the_silo(silo_launcher: SiloLauncher) -> None:

@@ -1,0 +1,133 @@
+"""Checking a client's arguments against a grain method's signature and annotations, at the
+silo, before the call runs: a wrong argument gets an error that names it, what the method
+expects and what came, instead of failing somewhere inside the method.
+
+Checked: the number and names of the arguments (``inspect.Signature.bind``), and each value
+whose annotation is a plain type that the wire carries as itself: ``int``, ``float`` (an int
+is accepted), ``str``, ``bytes``, ``bool``, ``list``, ``dict``, ``tuple`` (the wire carries
+tuples as lists), ``None``, and ``Optional``/``Union``/``Literal`` and parametrized
+``list[...]``/``dict[...]`` of those (the container only, not its items). Other annotations
+(classes, ``Any``, strings that do not resolve) are not checked. Only calls from gateway
+clients are checked: grains and the silo's own code are trusted as Python is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["ArgumentChecker", "argument_checker"]
+
+_PLAIN: Final[dict[Any, tuple[type, ...]]] = {
+    int: (int,), float: (int, float), str: (str,), bytes: (bytes,), bool: (bool,),
+    list: (list,), dict: (dict,), tuple: (list, tuple), type(None): (type(None),),
+}
+_Check = Callable[[Any], bool]
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _check_of(annotation: Any) -> tuple[_Check, str] | None:
+    """A predicate for ``annotation`` and its name, or None if it is not checked."""
+    if annotation is None:
+        annotation = type(None)
+    plain = _PLAIN.get(annotation)
+    if plain is not None:
+        if annotation is int:  # bool is an int to Python, not to a caller
+            return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "int"
+        if annotation is float:
+            return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)), "float"
+        return (lambda v, t=plain: isinstance(v, t)), getattr(annotation, "__name__", "None")
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        allowed = typing.get_args(annotation)
+        return (lambda v: any(v == a and type(v) is type(a) for a in allowed)), repr(annotation)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_check_of(a) for a in typing.get_args(annotation)]
+        if any(p is None for p in parts):
+            return None
+        checks = [p[0] for p in parts if p is not None]
+        name = " | ".join(p[1] for p in parts if p is not None)
+        return (lambda v: any(c(v) for c in checks)), name
+    if origin in (list, dict, tuple):
+        container = _check_of(origin)
+        return (container[0], str(annotation)) if container is not None else None
+    return None
+
+
+class ArgumentChecker:
+    """Checks the arguments of one method; ``__call__`` returns the problem, or None."""
+
+    __slots__ = ("_checks", "_max", "_min", "_params", "_signature", "name")
+
+    def __init__(self, name: str, signature: inspect.Signature,
+                 checks: dict[str, tuple[_Check, str]]) -> None:
+        self.name = name
+        self._signature = signature
+        self._checks = checks
+        params = [p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._params = [p.name for p in params]
+        self._min = sum(1 for p in params if p.default is p.empty)
+        self._max = len(params) if not any(
+            p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()) else -1
+
+    def __call__(self, args: tuple[Any, ...] | list[Any],
+                 kwargs: dict[str, Any] | None) -> str | None:
+        checks = self._checks
+        if not kwargs and self._min <= len(args) <= self._max:  # the usual call: positional
+            for name, value in zip(self._params, args, strict=False):
+                check = checks.get(name)
+                if check is not None and not check[0](value):
+                    return self._wrong(name, check[1], value)
+            return None
+        try:
+            bound = self._signature.bind(*args, **(kwargs or {}))
+        except TypeError as exc:
+            return f"{exc} (it takes {self._text()})"
+        for name, value in bound.arguments.items():
+            check = checks.get(name)
+            if check is not None and not check[0](value):
+                return self._wrong(name, check[1], value)
+        return None
+
+    def _wrong(self, name: str, expected: str, value: Any) -> str:
+        return (f"argument {name!r} must be {expected}, got {_describe(value)} "
+                f"(it takes {self._text()})")
+
+    def _text(self) -> str:
+        return f"{self.name}{self._signature}"
+
+
+def argument_checker(type_name: str, name: str, fn: Callable[..., Any]) -> ArgumentChecker | None:
+    """The checker of method ``fn`` (unbound, ``self`` first), None if it has no signature
+    to check against."""
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except (TypeError, ValueError):
+        return None
+    except Exception:  # an annotation that does not evaluate: show it as written
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return None
+    params = list(signature.parameters.values())
+    if params and params[0].name == "self":
+        signature = signature.replace(parameters=params[1:])
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # a forward reference that does not resolve: arity only
+        hints = {}
+    checks = {}
+    for p in signature.parameters.values():
+        if p.name in hints and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            check = _check_of(hints[p.name])
+            if check is not None:
+                checks[p.name] = check
+    return ArgumentChecker(f"{type_name}.{name}", signature, checks)
