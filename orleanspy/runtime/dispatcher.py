@@ -105,10 +105,14 @@ class Dispatcher:
                 self.silo.log.warning("client_call_refused", grain=str(grain_id),
                                       method=method, reason="not callable from a client")
             raise _refusal(info, method, m)
-        if m.check is not None and msg.flags & FLAG_FROM_CLIENT:
-            problem = m.check(msg.args, msg.kwargs)
-            if problem is not None:
-                raise MessageRejectedError(problem, "bad_arguments")
+        check = m.check
+        if check is not None and msg.flags & FLAG_FROM_CLIENT:
+            args, fast = msg.args, check.fast
+            if not (fast is not None and not msg.kwargs and len(args) == len(fast)
+                    and all(map(isinstance, args, fast))):
+                problem = check(args, msg.kwargs)
+                if problem is not None:
+                    raise MessageRejectedError(problem, "bad_arguments")
         msg.flags |= m.flags
         return act if act is not None else self._catalog.get_or_create(grain_id)
 

@@ -39,7 +39,8 @@ def test_good_calls_pass() -> None:
     assert check("buy", "pen", 3, 2) is None  # an int is a float
     assert check("buy", "pen", qty=3, note=None) is None
     assert check("mode", "fast", ["a"], object()) is None
-    assert check("loose", 1, 2, 3, a="x") is None
+    assert argument_checker("Shop", "loose", Shop.loose) is None  # only *rest, **named
+    assert argument_checker("Shop", "relay", Shop.relay) is None  # nothing to check
 
 
 def test_a_wrong_value_names_the_argument_and_the_signature() -> None:
@@ -48,7 +49,7 @@ def test_a_wrong_value_names_the_argument_and_the_signature() -> None:
     assert problem.startswith("argument 'qty' must be int, got str '3'")
     assert "Shop.buy(item: str, qty: int, price: float = 1.0, note: str | None = None)" \
         in problem
-    assert "must be int, got bool True" in (check("buy", "pen", True) or "")
+    assert "must be float, got str 'x'" in (check("buy", "pen", 1, "x") or "")
     assert "'note' must be str | None" in (check("buy", "pen", 1, note=5) or "")
     assert "'m' must be typing.Literal['fast', 'slow']" in (check("mode", "f", [], 0) or "")
     assert "'tags' must be list[str]" in (check("mode", "fast", "a", 0) or "")
