@@ -70,12 +70,30 @@ def usage(parser: argparse.ArgumentParser) -> int:
     return EXIT_USAGE
 
 
+_FIGURE: Final = re.compile(r"^-?[\d.,]+(ms|s|%|/[\d.,]+!?)?$|^-$")
+
+
 def print_table(lines: Sequence[Sequence[str]]) -> None:
-    """Print rows of text cells (the first is the header) in columns two spaces apart."""
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    for line in lines:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(),
-              flush=True)
+    """Print rows of text cells (the first is the header) in columns two spaces apart, with
+    rich: a bold header on a terminal, plain text in a pipe, never wrapped (one row, one
+    line, for ``grep`` and ``awk``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0),
+                  header_style="bold", show_header=True)
+    for i, name in enumerate(lines[0]):
+        numeric = all(_FIGURE.match(line[i]) for line in lines[1:]) and len(lines) > 1
+        table.add_column(name, no_wrap=True,
+                         justify="right" if numeric else "left")
+    for line in lines[1:]:
+        table.add_row(*line)
+    console = Console(soft_wrap=True, width=sys.maxsize if not sys.stdout.isatty() else None,
+                      highlight=False, markup=False, emoji=False)
+    with console.capture() as capture:
+        console.print(table)
+    out = "\n".join(row.rstrip() for row in capture.get().splitlines())
+    print(out, flush=True)
 
 
 def error(message: str) -> None:
