@@ -3,9 +3,9 @@ progress.
 
 The method is called through a gateway like ``orleanspy call``; while it runs, the command
 polls the grain's ``spark_progress()`` (an always-interleaved ``SparkGrain`` method) every
-``--interval`` seconds and draws a bar on stderr (one line per change when stderr is not a
-terminal). The result is printed as JSON on stdout. Ctrl-C asks the grain to cancel its
-Spark jobs (``cancel_spark``) before exiting.
+``--interval`` seconds and draws a bar on stderr: rich's live progress bar on a terminal,
+one plain line per change otherwise (logs and pipes). The result is printed as JSON on
+stdout. Ctrl-C asks the grain to cancel its Spark jobs (``cancel_spark``) before exiting.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ _CANCEL_TIMEOUT: Final = 5.0  # seconds the grain gets to answer cancel_spark on
 
 
 class ProgressBar:
-    """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  stage``."""
+    """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  stage`` as
+    text lines, or as a rich progress bar on a terminal."""
 
     def __init__(
         self, stream: TextIO, *, tty: bool | None = None, clock: Clock | None = None
@@ -38,6 +39,25 @@ class ProgressBar:
         self.fraction = 0.0
         self.lines = 0
         self.tasks = (0, 0)  # the last (done, total) seen
+        self._live: Any = None
+        self._task: Any = None
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._live = Progress(
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                TextColumn("{task.fields[tasks]}"), TimeElapsedColumn(),
+                TextColumn("{task.fields[stage]}"),
+                console=Console(file=stream, highlight=False, markup=False), transient=False)
+            self._task = self._live.add_task("spark", total=1.0, tasks="0/0 tasks", stage="")
+            self._live.start()
 
     def render(self, jobs: list[dict[str, Any]], *, finished: bool = False) -> str:
         done = sum(int(j.get("tasks_done", 0)) for j in jobs)
@@ -59,8 +79,11 @@ class ProgressBar:
 
     def update(self, jobs: list[dict[str, Any]]) -> None:
         text = self.render(jobs)
-        if self.tty:
-            self.stream.write("\r" + text.ljust(len(self.last)))
+        if self._live is not None:
+            stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
+            self._live.update(self._task, completed=self.fraction,
+                              tasks=f"{self.tasks[0]}/{self.tasks[1]} tasks",
+                              stage=str(stage)[:40] if stage else "")
         elif text.split("  ")[0] != self.last.split("  ")[0]:
             self.stream.write(text + "\n")
             self.lines += 1
@@ -71,8 +94,15 @@ class ProgressBar:
         if ok:
             self.fraction = 1.0
         text = self.render([], finished=True) + ("  done" if ok else "  failed")
-        self.stream.write(("\r" + text.ljust(len(self.last)) + "\n") if self.tty
-                          else text + "\n")
+        if self._live is not None:
+            done, total = self.tasks
+            self._live.update(self._task, completed=self.fraction,
+                              description="done" if ok else "failed",
+                              tasks=f"{total if ok else done}/{total} tasks", stage="")
+            self._live.stop()
+            self._live = None
+            return
+        self.stream.write(text + "\n")
         self.stream.flush()
 
 

@@ -56,6 +56,16 @@ def test_progress_bar_final_line_keeps_the_task_counts() -> None:
     assert "100.0%" in last and "8/8 tasks" in last and last.endswith("done"), last
 
 
+def test_progress_bar_on_a_terminal_is_drawn_by_rich() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(out, tty=True)
+    bar.update([{"tasks_done": 3, "tasks_total": 6, "fraction": 0.5, "stage": "stage 1"}])
+    bar.finish(True)
+
+    last = out.getvalue().rstrip().splitlines()[-1]
+    assert last.startswith("done ") and "100%" in last and "6/6 tasks" in last, last
+
+
 def test_spark_config_from_toml_table(tmp_path: Path) -> None:
     config = tmp_path / "orleanspy.toml"
     config.write_text(
