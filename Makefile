@@ -1,8 +1,9 @@
 # Two commands do all set-up on a fresh machine with Python 3.11+:
 #   make run    installs into .venv and runs the bank demo on embedded defaults
-#   make test   installs into .venv, then runs ruff, import-linter (packages import downward
-#               only), mypy --strict (the packages and the typing test's correct module, with
-#               orleanspy.mypy_plugin) and the whole test suite
+#   make test   installs into .venv (and Debian's chromium, if missing and apt-get can), then
+#               runs ruff, import-linter (packages import downward only), mypy --strict (the
+#               packages and the typing test's correct module, with orleanspy.mypy_plugin)
+#               and the whole test suite
 #   make layers checks that packages import downward only (import-linter contracts)
 #   make clickstream  runs the Spark pipeline example (streams -> Parquet -> Spark grain)
 PYTHON ?= python3
@@ -10,7 +11,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint layers install clean clickstream
+.PHONY: run test bench lint layers install clean clickstream browser
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11 or newer: set PYTHON=python3.11")'
@@ -27,7 +28,20 @@ run: $(STAMP)
 clickstream: $(STAMP)
 	$(PY) -m examples.clickstream.run
 
-test: $(STAMP)
+# The dashboard's browser test drives Debian's chromium (playwright's own browsers come from
+# a CDN this project does not use): installed here when missing, if apt-get can.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get) for the dashboard's browser test"; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } || \
+	    echo "apt-get could not install chromium: the dashboard's browser test will skip"; \
+	  else \
+	    echo "no chromium on PATH: the dashboard's browser test will skip (apt-get install chromium)"; \
+	  fi; }
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy

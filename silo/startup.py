@@ -22,7 +22,7 @@ from orleanspy.logging import get_logger
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, install_spark
 from silo.dashboard import install_ops_server
-from silo.dashboard.prober import install_prober
+from silo.dashboard.prober import ProbeConsumer, install_prober
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -181,6 +181,10 @@ async def run_silo(
 
     if spark is not None:
         install_spark(silo, spark)
+    # Every silo hosts the probe's consumer grain, so that a silo owning the queue of a
+    # probe stream (which another silo's prober publishes to) can deliver to it: the
+    # silos of a cluster host the same grain classes.
+    silo.register_grain_class(ProbeConsumer)
     if prober is not None:
         install_prober(silo, *prober)
     ops = install_ops_server(silo, *dashboard) if dashboard is not None else None
