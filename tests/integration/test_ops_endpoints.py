@@ -151,3 +151,35 @@ async def test_the_stream_prober_reports_in_metrics(
     assert probe["provider"] == "s" and probe["probes"] >= 3 and probe["failures"] == 0
     assert probe["last_delivery_seconds"] is not None
     assert await silo.terminate() == 0
+
+
+async def test_probes_reach_a_queue_that_another_silo_owns(
+    silo_launcher: SiloLauncher, tmp_path: Any,
+) -> None:
+    """The only queue is the first silo's (the sticky balancer keeps it there); the second
+    silo probes: its probe stream is served by the first silo's agent, which delivers to
+    the probe grain like to any consumer, though the first silo runs no prober."""
+    from .silo_process import poll_until
+
+    config = tmp_path / "orleanspy.toml"
+    config.write_text('[streams.s]\nadapter = "sqlite:streams.db"\ntotal_queues = 1\n'
+                      'pull_period = 0.02\n')
+    common = ("--membership", "sqlite:membership.db", "--cluster-id", "probes",
+              "--config", str(config))
+    first = await silo_launcher.start(*common, "--dashboard-port", "0")
+
+    async def view() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{first.dashboard}/api/cluster") as r:
+            found: dict[str, Any] = await r.json()
+            return found
+
+    await poll_until(view, lambda v: [q["silo"] for q in v["streams"]]
+                     == [first.silo_address], timeout=20)
+    second = await silo_launcher.start(*common, "--stream-prober", "s",
+                                       "--stream-prober-period", "0.2")
+    got = await poll_until(
+        view, lambda v: len(v["probes"]) == 1 and v["probes"][0]["probes"] >= 3, timeout=30)
+    (probe,) = got["probes"]
+    assert probe["silo"] == second.silo_address and probe["failures"] == 0, probe
+    assert [q["silo"] for q in got["streams"]] == [first.silo_address]
