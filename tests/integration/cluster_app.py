@@ -13,7 +13,7 @@ from typing import Any
 from orleanspy import Grain, placement
 from orleanspy.streams import implicit_subscription
 
-__all__ = ["Boom", "Listener", "Relay", "Spot", "SpreadSpot", "Ticker"]
+__all__ = ["Boom", "Fussy", "Listener", "Relay", "Spot", "SpreadSpot", "Ticker"]
 
 
 class Boom(Exception):
@@ -89,4 +89,27 @@ class Listener(Grain):
             await stream.on_next(i)
 
     async def count(self) -> int:
+        return self.seen
+
+
+@implicit_subscription("fussy")
+class Fussy(Grain):
+    """A consumer of stream ``fussy/KEY`` whose handler fails until ``heal``."""
+
+    async def on_activate(self) -> None:
+        self.seen: list[Any] = []
+        self.healthy = False
+
+    async def on_next(self, item: Any, token: Any) -> None:
+        if not self.healthy:
+            raise RuntimeError("not ready for events yet")
+        self.seen.append(item)
+
+    async def publish(self, item: Any) -> None:
+        await self.get_stream_provider("s").get_stream("fussy", self.key).on_next(item)
+
+    async def heal(self) -> None:
+        self.healthy = True
+
+    async def received(self) -> list[Any]:
         return self.seen
