@@ -84,7 +84,7 @@ class Subscription:
     from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
 
     __slots__ = (
-        "abandoned", "after", "buffer", "consumer", "cursor", "detached", "inflight",
+        "abandoned", "after", "buffer", "consumer", "cursor", "detached", "failing", "inflight",
         "inflight_spilled", "member", "next_seq", "progress_at", "record", "retrying",
         "spilled_from", "stream_id", "task",
     )
@@ -101,6 +101,7 @@ class Subscription:
         self.abandoned = False  # a delivery failed while the agent stops: left to the next owner
         self.next_seq = -1  # the container of the next event a failing delivery retries
         self.retrying = False  # waiting out a back-off between attempts
+        self.failing = 0  # failed attempts of the delivery under way (0: none failed)
         self.spilled_from: CacheCursor | None = None
         self.after = -1
         self.buffer: list[BatchContainer] = []
@@ -345,10 +346,12 @@ class Delivery:
                 )
                 if self._warned and record.sub_id in self._warned:
                     self._recovered(sub)
+                sub.failing = 0
                 return True
             except Exception as exc:
                 attempt += 1
                 self.failures += 1
+                sub.failing += 1
                 if sub.detached:
                     self._warned.pop(record.sub_id, None)
                     return False  # unsubscribed meanwhile: nobody to retry for

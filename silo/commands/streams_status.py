@@ -84,6 +84,8 @@ async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -
                     "subscriptions": a["subscriptions"], "lag": lag,
                     "max_lag": max(lag.values(), default=0), "age": age,
                     "max_age": max(age.values(), default=None),
+                    "failing": a.get("failing") or {}, "consumers": a.get("consumers") or {},
+                    "flow_control": a.get("flow_control"),
                 })
     rows.sort(key=lambda r: (r["provider"], _queue_order(r["queue"])))
     if as_json:

@@ -21,6 +21,7 @@ WINDOW: Final = 10.0  # seconds that rates and quantiles cover
 HISTORY: Final = 60.0  # seconds of readings kept
 MAX_METHODS: Final = 50  # rows of the methods panel
 MAX_REMINDERS: Final = 200  # rows of the reminders panel
+MAX_SUBSCRIPTIONS: Final = 50  # rows of the subscriptions table: failing first, then lag
 
 # One silo's answers: status, streams, calls, reminders (each a dict, or None if missing).
 SiloAnswers = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]
@@ -38,6 +39,7 @@ class ClusterView:
         silos: list[dict[str, Any]] = []
         grains: dict[str, int] = {}
         queues: list[dict[str, Any]] = []
+        subscriptions: list[dict[str, Any]] = []
         reminders: list[dict[str, Any]] = []
         spark: list[dict[str, Any]] = []
         probes: list[dict[str, Any]] = []
@@ -54,6 +56,7 @@ class ClusterView:
             for type_name, count in by_type.items():
                 grains[type_name] = grains.get(type_name, 0) + int(count)
             queues.extend(_queues(streams))
+            subscriptions.extend(_subscriptions(streams))
             latency_parts.append(streams.get("latency") or {})
             if calls is not None and is_snapshot(calls.get("types")):
                 call_snaps.append(calls["types"])
@@ -64,6 +67,8 @@ class ClusterView:
             if isinstance(status.get("prober"), dict):
                 probes.append({"silo": name, **status["prober"]})
         queues.sort(key=lambda q: (q["provider"], q["queue"]))
+        subscriptions.sort(key=lambda r: (-r["failing"], -r["lag"], r["provider"], r["queue"],
+                                          r["subscription"]))
         reminders.sort(key=lambda r: (r["next_due"], r["grain"], r["name"]))
         merged_calls = merge(call_snaps)
         merged_latency = _merge_latency(latency_parts)
@@ -77,7 +82,7 @@ class ClusterView:
             "window": span,
             "calls_total": sum(m["calls"] for ms in merged_calls.values() for m in ms.values()),
             "methods": _methods(merged_calls, earlier[1] if earlier else None, span),
-            "streams": queues,
+            "streams": queues, "subscriptions": subscriptions[:MAX_SUBSCRIPTIONS],
             "stream_latency": _latency(merged_latency, earlier[2] if earlier else None),
             "reminders": reminders[:MAX_REMINDERS], "spark": spark, "probes": probes,
         }
@@ -109,7 +114,25 @@ def _queues(streams: dict[str, Any]) -> list[dict[str, Any]]:
                 "failures": a["failures"], "subscriptions": a["subscriptions"],
                 "max_lag": max(lag.values(), default=0),
                 "max_age": max(age.values(), default=None),
+                "flow_control": a.get("flow_control"),
             })
+    return out
+
+
+def _subscriptions(streams: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per subscription an agent serves: its consumer, lag, backlog age and the
+    failed attempts of the delivery under way."""
+    out = []
+    for provider, agents in (streams.get("providers") or {}).items():
+        for a in agents:
+            lag, age = a.get("lag") or {}, a.get("age") or {}
+            consumers, failing = a.get("consumers") or {}, a.get("failing") or {}
+            for sub, behind in lag.items():
+                out.append({
+                    "provider": provider, "queue": a["queue"], "silo": streams.get("silo"),
+                    "subscription": sub, "consumer": consumers.get(sub), "lag": behind,
+                    "age": age.get(sub), "failing": int(failing.get(sub, 0)),
+                })
     return out
 
 

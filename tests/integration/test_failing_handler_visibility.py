@@ -41,7 +41,9 @@ async def test_a_failing_handler_shows_in_logs_metrics_dashboard_and_cli(
             async with http.get(f"{silo.dashboard}/metrics") as r:
                 metrics = failures_in_metrics(await r.text())
             async with http.get(f"{silo.dashboard}/api/cluster") as r:
-                (queue,) = (await r.json())["streams"]
+                view = await r.json()
+                (queue,) = view["streams"]
+                subscriptions = view["subscriptions"]
         code, out, err = await run_cli_to_end(
             "streams", "status", "--membership", "sqlite:membership.db", "--data-dir",
             str(silo_launcher.data_dir), "--cluster-id", CLUSTER, "--json")
@@ -49,7 +51,8 @@ async def test_a_failing_handler_shows_in_logs_metrics_dashboard_and_cli(
         (row,) = json.loads(out)
         logged = [json.loads(line) for line in silo.log_path.read_text().splitlines()
                   if '"stream_delivery_failing"' in line]
-        return {"metrics": metrics, "queue": queue, "cli": row, "logged": logged}
+        return {"metrics": metrics, "queue": queue, "cli": row, "logged": logged,
+                "subscriptions": subscriptions}
 
     async with silo.client(cluster_id=CLUSTER) as client:
         fussy: Any = client.get_grain("Fussy", "f")
@@ -63,6 +66,9 @@ async def test_a_failing_handler_shows_in_logs_metrics_dashboard_and_cli(
         (warning, *_) = seen["logged"]
         assert warning["level"] == "warning" and warning["stream"] == "fussy/f"
         assert "not ready for events yet" in warning["error"]
+        (sub,) = seen["subscriptions"]
+        assert sub["consumer"] == "fussy/f -> Fussy/f" and sub["failing"] >= 1
+        assert min(seen["cli"]["failing"].values()) >= 1  # read a moment apart: no equality
         # Not acknowledged while it fails: the queue keeps the event.
         assert seen["queue"]["acknowledged"] == 0 and seen["cli"]["acknowledged"] == 0
         assert await fussy.received() == []

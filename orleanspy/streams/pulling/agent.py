@@ -108,6 +108,11 @@ class AgentStatistics:
     #: subscription -> seconds since its oldest undelivered cached event was written (those
     #: with such an event whose write time is known)
     age: dict[str, float] = field(default_factory=dict)
+    #: subscription -> "stream -> consumer grain"
+    consumers: dict[str, str] = field(default_factory=dict)
+    #: subscription -> failed attempts of the delivery under way (those failing now)
+    failing: dict[str, int] = field(default_factory=dict)
+    flow_control: str = "min"  # the provider's flow control (min, max or tagged)
 
 
 @grain_type(PULLING_AGENT_TYPE)
@@ -683,11 +688,17 @@ class PullingAgent(SystemTarget):
                for s in subs.values()}
         now = wall_time()
         age = {}
+        consumers = {}
+        failing = {}
         for subs in self.streams.values():
             for s in subs.values():
+                sub_id = s.record.sub_id
                 item = s.cursor.item if s.cursor is not None else None
                 if item is not None and item.container.enqueued_at:
-                    age[s.record.sub_id] = max(0.0, now - item.container.enqueued_at)
+                    age[sub_id] = max(0.0, now - item.container.enqueued_at)
+                consumers[sub_id] = f"{s.stream_id} -> {s.consumer.grain_id}"
+                if s.failing:
+                    failing[sub_id] = s.failing
         delivery = self.delivery
         return AgentStatistics(
             queue=str(self.queue), cache_size=stats.size, cache_max=stats.max_size,
@@ -698,6 +709,7 @@ class PullingAgent(SystemTarget):
             failures=self.read_failures + (delivery.failures if delivery else 0),
             streams=len(self.streams), subscriptions=len(lag), lag=lag,
             spilled=len(self.spiller), spill_count=self.spiller.count, age=age,
+            consumers=consumers, failing=failing, flow_control=str(self.options.flow_control),
         )
 
     @property
