@@ -208,7 +208,8 @@ async def run_silo(
         await silo.start()
         gateway = silo.gateway.address if silo.gateway is not None else None
         log.info(
-            "silo_ready", gateway=gateway, grain_types=sorted(silo.registry),
+            "silo_ready", gateway=gateway,
+            grain_types=sorted(t for t, i in silo.registry.items() if not i.runtime),
             app=list(app_modules), data_dir=options.data_dir, storage=options.storage,
             reminders=options.reminders, dashboard=ops.address if ops is not None else None,
         )

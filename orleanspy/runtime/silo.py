@@ -339,7 +339,7 @@ class Silo:
         self.log.info(
             "silo_started",
             gateway=self.gateway.address if self.gateway else None,
-            grain_types=sorted(self.registry),
+            grain_types=sorted(t for t, i in self.registry.items() if not i.runtime),
             storage=self.options.storage,
             address=str(self.address) if self.cluster is not None else None,
         )

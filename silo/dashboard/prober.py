@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, Grain, grain_type
+from orleanspy.grains.interface import runtime_grain
 from orleanspy.logging import get_logger
 from orleanspy.runtime.silo import Silo
 
@@ -52,7 +53,8 @@ class Histogram:
         return out
 
 
-@grain_type("OrleansPyStreamProbe")
+@runtime_grain
+@grain_type("orleanspy.StreamProbe")
 class ProbeConsumer(Grain):
     """The prober's consumer: hands each probe event back to the silo's prober."""
 
