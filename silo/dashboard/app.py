@@ -42,6 +42,7 @@ from silo.dashboard.view import ClusterView, SiloAnswers
 
 __all__ = ["OpsServer", "install_ops_server", "ops_server_of"]
 
+VIEW_REUSE: Final = 0.5  # seconds a gathered cluster view answers further requests
 _SILO: Final = web.AppKey("silo", Silo)
 _SERVER: Final = web.AppKey("server", object)
 _PROMETHEUS: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -76,6 +77,7 @@ class OpsServer:
         self._runner: web.AppRunner | None = None
         self._registry = registry_for(silo)
         self.view = ClusterView()
+        self._view_cache: tuple[float, asyncio.Future[str]] | None = None
         self.log = get_logger(__name__, silo=silo.name)
 
     @property
@@ -168,8 +170,28 @@ class OpsServer:
     async def _api_cluster(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._refuse()
-        return web.Response(text=json.dumps(await self.cluster_view()),
-                            content_type="application/json")
+        return web.Response(text=await self._cluster_json(), content_type="application/json")
+
+    async def _cluster_json(self) -> str:
+        """The cluster view as JSON, shared by the requests of one VIEW_REUSE interval (and
+        by those that arrive while it is being gathered): however many pages are open, or
+        however fast someone asks, the peers get one round of requests per interval."""
+        loop = asyncio.get_running_loop()
+        cached = self._view_cache
+        if cached is not None and (not cached[1].done()
+                                   or loop.time() - cached[0] < VIEW_REUSE):
+            return await asyncio.shield(cached[1])
+        future: asyncio.Future[str] = loop.create_future()
+        self._view_cache = (loop.time(), future)
+        try:
+            text = json.dumps(await self.cluster_view())
+        except BaseException as exc:
+            self._view_cache = None
+            future.set_exception(exc)
+            future.exception()  # retrieved here: the waiters get it too
+            raise
+        future.set_result(text)
+        return text
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every silo's figures, gathered through the runtime: this silo's own, and each
