@@ -23,11 +23,14 @@ from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Final
 
-__all__ = ["MAX_DEPTH", "Continuation", "eager_start"]
+__all__ = ["MAX_DEPTH", "Continuation", "Done", "eager_start"]
 
 MAX_DEPTH: Final = 20
 
 _depth = 0
+
+
+Done = Callable[[Any, bool, Any], None]
 
 
 class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
@@ -36,32 +39,64 @@ class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
     A Task drives it like any coroutine. Unlike a generator wrapper, a ``throw`` that
     arrives before the first ``send`` (a cancel requested during the eager step) reaches the
     grain's coroutine where it is suspended, so its ``except``/``finally`` blocks run.
+
+    A bare first yield (``await asyncio.sleep(0)``) is not yielded again: the Task's first
+    step already runs a loop pass later, which is what the bare yield asked for.
+
+    With ``done``, the outcome is reported as ``done(arg, ok, value)`` in the step that
+    finishes the coroutine, not a loop pass later by a done callback: a caller waiting for
+    the turn wakes one pass sooner. An exception is then the callback's to report, and the
+    Task ends normally (a ``CancelledError`` still cancels it).
     """
 
-    __slots__ = ("_coro", "_yielded")
+    __slots__ = ("_arg", "_coro", "_done", "_yielded")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any,
+                 done: Done | None = None, arg: Any = None) -> None:
         self._coro = coro
-        self._yielded: Any = _NOTHING if yielded is None else yielded
-        if yielded is None:
-            self._yielded = _BARE
+        self._yielded: Any = _BARE if yielded is None else yielded
+        self._done = done
+        self._arg = arg
 
     def send(self, value: Any) -> Any:
         first = self._yielded
         if first is not _NOTHING:
             self._yielded = _NOTHING
-            if first is _BARE:
-                return None
-            if getattr(first, "_asyncio_future_blocking", None) is False:
-                first._asyncio_future_blocking = True  # unmarked by ``eager_start``: see there
-            return first
-        return self._coro.send(value)
+            if first is not _BARE:
+                if getattr(first, "_asyncio_future_blocking", None) is False:
+                    first._asyncio_future_blocking = True  # unmarked by ``eager_start``
+                return first
+        if self._done is None:
+            return self._coro.send(value)
+        try:
+            return self._coro.send(value)
+        except BaseException as exc:
+            self._finished(exc)
+            raise  # pragma: no cover - _finished raises
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         self._yielded = _NOTHING
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)  # pragma: no cover - legacy signature
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)  # pragma: no cover - legacy signature
+        except BaseException as exc:
+            if self._done is None:
+                raise
+            self._finished(exc)
+            raise  # pragma: no cover - _finished raises
+
+    def _finished(self, exc: BaseException) -> None:
+        """Report the outcome (``exc`` ended the coroutine) and end the Task's step."""
+        done, self._done = self._done, None
+        assert done is not None
+        if isinstance(exc, StopIteration):
+            done(self._arg, True, exc.value)
+            raise StopIteration(None) from None
+        done(self._arg, False, exc)
+        if isinstance(exc, (Exception,)) and not isinstance(exc, asyncio.CancelledError):
+            raise StopIteration(None) from None  # reported: the Task ends normally
+        raise exc
 
     def close(self) -> None:
         self._coro.close()
@@ -72,6 +107,7 @@ class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
 
 _NOTHING: Final = object()
 _BARE: Final = object()  # the coroutine yielded None (asyncio.sleep(0))
+_FRESH: Final = _NOTHING  # a coroutine not started yet: the Task's first send starts it
 
 
 if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
@@ -83,22 +119,35 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
         enter: Callable[[Any, Any], None],
         a: Any,
         b: Any,
+        done: Done | None = None,
     ) -> tuple[asyncio.Task[Any] | None, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
         ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
-        inside ``context``."""
+        inside ``context``; ``done(b, ok, value)`` hears the outcome of a task (see
+        ``Continuation``; here from a done callback)."""
         global _depth
         context.run(enter, a, b)
         if _depth >= MAX_DEPTH:
-            return loop.create_task(coro, context=context), None
-        _depth += 1
-        try:
-            task = asyncio.Task(coro, loop=loop, context=context, eager_start=True)
-        finally:
-            _depth -= 1
-        if task.done():
-            return None, task.result()
+            task = loop.create_task(coro, context=context)
+        else:
+            _depth += 1
+            try:
+                task = asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+            finally:
+                _depth -= 1
+            if task.done():
+                return None, task.result()
+        if done is not None:
+            task.add_done_callback(lambda t: _report(t, done, b))
         return task, None
+
+    def _report(task: asyncio.Task[Any], done: Done, arg: Any) -> None:
+        if task.cancelled():
+            done(arg, False, asyncio.CancelledError())
+        elif task.exception() is not None:
+            done(arg, False, task.exception())
+        else:
+            done(arg, True, task.result())
 
 else:
     from asyncio import tasks as _tasks
@@ -169,15 +218,19 @@ else:
         enter: Callable[[Any, Any], None],
         a: Any,
         b: Any,
+        done: Done | None = None,
     ) -> tuple[asyncio.Task[Any] | None, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
         ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
-        inside ``context``."""
+        inside ``context``; ``done(b, ok, value)`` hears the outcome of a task in the step
+        that ends it (see ``Continuation``)."""
         global _depth
         depth = _depth
         if depth >= MAX_DEPTH:
             context.run(enter, a, b)
-            return loop.create_task(coro, context=context), None
+            if done is None:
+                return loop.create_task(coro, context=context), None
+            return loop.create_task(Continuation(coro, _FRESH, done, b), context=context), None
         stand_in = _free[depth]
         if stand_in is None or stand_in._loop is not loop:
             stand_in = _free[depth] = _PendingTask(loop)
@@ -203,7 +256,7 @@ else:
             # awaits the same future in this pass would fail: unmark it now, and the
             # Continuation marks it again when it hands it to the Task.
             yielded._asyncio_future_blocking = False
-        task = loop.create_task(Continuation(coro, yielded), context=context)
+        task = loop.create_task(Continuation(coro, yielded, done, b), context=context)
         _free[depth] = None  # this stand-in now belongs to the task
         stand_in.bind(task)
         return task, None

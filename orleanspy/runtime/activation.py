@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import copy_context
+from contextvars import Context, copy_context
 from time import perf_counter
 from typing import Any, Final, Protocol
 
@@ -144,7 +144,8 @@ class Activation(Mailbox):
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
-        self.tasks: set[asyncio.Task[Any]] = set()
+        #: the Tasks of this activation's suspended turns, by message id
+        self.tasks: dict[int, asyncio.Task[Any]] = {}
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
@@ -419,7 +420,7 @@ class Activation(Mailbox):
             return None
         try:
             task, result = eager_start(
-                self.silo.loop, coro, copy_context(), _enter_turn, self, msg
+                self.silo.loop, coro, copy_context(), _enter_turn, self, msg, self._turn_done
             )
         except BaseException as error:
             failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
@@ -438,8 +439,7 @@ class Activation(Mailbox):
                 return result
             self._deliver(msg, True, result)
             return None
-        self.tasks.add(task)
-        task.add_done_callback(lambda t: self._task_done(msg, t))
+        self.tasks[msg.id] = task
         if inline:
             fut = TurnFuture()
             msg.reply = fut.reply
@@ -454,16 +454,24 @@ class Activation(Mailbox):
             f"{self.name}.{msg.method} was dropped unstarted: its caller's deadline had passed"
         ))
 
-    def _task_done(self, msg: Message, task: asyncio.Task[Any]) -> None:
-        self.tasks.discard(task)
-        if task.cancelled():
-            exc: BaseException | None = _cancelled(self, msg)
+    def _turn_done(self, msg: Message, ok: bool, value: Any) -> None:
+        """A turn that suspended has ended (``eager.Continuation`` calls this in its Task's
+        last step): finish it, reply, and start what waits, in a context of its own (not
+        the ended turn's)."""
+        self.tasks.pop(msg.id, None)
+        if ok:
+            exc: BaseException | None = None
+        elif isinstance(value, asyncio.CancelledError):
+            exc = _cancelled(self, msg)
         else:
-            exc = task.exception()
+            exc = value
+        Context().run(self._reply, msg, exc, value)
+
+    def _reply(self, msg: Message, exc: BaseException | None, value: Any) -> None:
         self._finish(msg, exc)
         try:
             if exc is None:
-                self._deliver(msg, True, task.result())
+                self._deliver(msg, True, value)
             else:
                 self._deliver(msg, False, exc)
         except Exception as err:  # the reply itself failed (e.g. unencodable result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from orleanspy._util.deadlines import PRECISE_BELOW, Deadlines
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     GrainCallTimeoutError,
@@ -56,8 +57,8 @@ class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
     __slots__ = (
-        "_activations", "_call_later", "_catalog", "_codec", "_default_timeout", "_local_only",
-        "_locator", "_monotonic", "silo",
+        "_activations", "_call_later", "_catalog", "_codec", "_deadlines", "_default_timeout",
+        "_local_only", "_locator", "_monotonic", "silo",
     )
 
     def __init__(
@@ -75,6 +76,8 @@ class Dispatcher:
         self._activations = catalog.activations
         self._codec = codec
         self._default_timeout = silo.options.response_timeout
+        #: the response deadlines of local calls waiting for a reply (one shared timer)
+        self._deadlines = Deadlines(silo.clock.call_later, silo.clock.monotonic, _expire)
 
     # -- values ---------------------------------------------------------------------------
     def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -153,11 +156,7 @@ class Dispatcher:
         if type(result) is TurnFuture:
             if not result.done():
                 t = timeout or self._default_timeout
-                handle = self._call_later(t, _expire, result, msg, t)
-                try:
-                    result = await result
-                finally:
-                    handle.cancel()
+                result = await self._wait(result, msg, t)
             else:
                 result = result.result()
         kind = type(result)
@@ -184,12 +183,25 @@ class Dispatcher:
         msg.reply = fut.reply
         self._locator.route(msg, local_origin=True)
         if not fut.done():
-            handle = self._call_later(t, _expire, fut, msg, t)
+            return await self._wait(fut, msg, t)
+        return fut.result()
+
+    async def _wait(self, fut: TurnFuture, msg: Message, timeout: float) -> Any:
+        """The reply, or ``GrainCallTimeoutError`` after ``timeout`` seconds: a deadline in
+        the shared sweep (``_util.deadlines``), or a timer of its own if it is short."""
+        if timeout < PRECISE_BELOW:
+            handle = self._call_later(timeout, _expire, fut, msg, timeout)
             try:
                 return await fut
             finally:
                 handle.cancel()
-        return fut.result()
+        deadlines = self._deadlines
+        key = msg.id
+        deadlines.add(key, self._monotonic() + timeout, fut, msg, timeout)
+        try:
+            return await fut
+        finally:
+            deadlines.remove(key)
 
     async def send_one_way(
         self,
