@@ -62,3 +62,8 @@ class SystemClock(Clock):
     """The real clock (the event loop's time)."""
 
     __slots__ = ()
+
+    # The functions themselves, not methods calling them: a bound ``clock.monotonic`` (kept
+    # by hot paths) is then a C call, with no Python frame.
+    monotonic = staticmethod(time.monotonic)
+    time = staticmethod(time.time)

@@ -410,8 +410,10 @@ class Activation(Mailbox):
         try:
             if msg.invoke is not None:
                 coro = msg.invoke()
+            elif msg.kwargs:
+                coro = getattr(self.grain, msg.method)(*msg.args, **msg.kwargs)
             else:
-                coro = getattr(self.grain, msg.method)(*msg.args, **(msg.kwargs or {}))
+                coro = getattr(self.grain, msg.method)(*msg.args)
         except Exception as exc:  # e.g. wrong arguments: the caller's error
             self._finish(msg, exc)
             if inline:
