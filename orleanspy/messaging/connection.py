@@ -4,7 +4,9 @@ Reads parse every complete frame in the buffer at once. Writes are coalesced: fr
 written once ``WRITE_BATCH`` are pending, and the rest at the end of the event-loop
 iteration. (Writing everything at the end of the iteration turns 100 calls in flight into
 strict ping-pong between the two processes, each idle while the other works; writing every
-frame at once costs a syscall per frame. Batches of 16 measured best.) A frame longer than
+frame at once costs a syscall per frame. Batches of 32 measured best: with 100 calls in
+flight, client to silo 0.67x the coalescing echo against 0.62x with 16 and 0.46x with all
+at the end of the pass; silo to silo the same as 16.) A frame longer than
 ``max_frame_size`` or a payload that a subclass rejects closes this connection only
 (``ProtocolError``).
 
@@ -24,7 +26,7 @@ from orleanspy.messaging.guard import DEFAULT_PRE_AUTH_FRAME_LIMIT, HandshakeGua
 
 __all__ = ["WRITE_BATCH", "FramedConnection"]
 
-WRITE_BATCH: Final = 16
+WRITE_BATCH: Final = 32
 
 
 class FramedConnection(asyncio.Protocol):
