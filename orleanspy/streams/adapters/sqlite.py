@@ -116,7 +116,11 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
     columns = {row[1] for row in conn.execute("PRAGMA table_info(stream_queue)")}
     if "at" not in columns:  # a queue file made without the write time: its rows read 0
-        conn.execute("ALTER TABLE stream_queue ADD COLUMN at REAL NOT NULL DEFAULT 0")
+        try:
+            conn.execute("ALTER TABLE stream_queue ADD COLUMN at REAL NOT NULL DEFAULT 0")
+        except sqlite3.OperationalError as exc:  # another process added it meanwhile
+            if "duplicate column" not in str(exc):
+                raise
 
 
 def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]]) -> None:
