@@ -156,7 +156,15 @@ class Dispatcher:
         if type(result) is TurnFuture:
             if not result.done():
                 t = timeout or self._default_timeout
-                result = await self._wait(result, msg, t)
+                if t < PRECISE_BELOW:
+                    result = await self._wait(result, msg, t)
+                else:  # _wait, inlined: one coroutine fewer per suspended call
+                    deadlines = self._deadlines
+                    deadlines.add(msg.id, self._monotonic() + t, result, msg, t)
+                    try:
+                        result = await result
+                    finally:
+                        deadlines.remove(msg.id)
             else:
                 result = result.result()
         kind = type(result)
