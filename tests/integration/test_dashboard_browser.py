@@ -98,6 +98,9 @@ async def test_one_silos_page_shows_the_whole_cluster(
         browser = await p.chromium.launch(executable_path=CHROMIUM)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             await page.goto(f"{first.dashboard}/")
             await page.wait_for_function(
                 "document.querySelectorAll('#silos tbody tr').length === 2", timeout=15000)
@@ -131,6 +134,7 @@ async def test_one_silos_page_shows_the_whole_cluster(
     assert latency_row[:2] == ["s", str(EVENTS)]
     assert spark_text.strip() == "none"
     assert state.startswith("live, 2 silo(s)")
+    assert errors == []  # the page's script ran without an error
     assert shot.stat().st_size > 10_000
     assert all((shots / f"dashboard-{panel}.png").stat().st_size > 2_000 for panel in PANELS)
     assert await first.terminate() == 0 and await second.terminate() == 0
