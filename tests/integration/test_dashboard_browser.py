@@ -138,3 +138,30 @@ async def test_one_silos_page_shows_the_whole_cluster(
     assert shot.stat().st_size > 10_000
     assert all((shots / f"dashboard-{panel}.png").stat().st_size > 2_000 for panel in PANELS)
     assert await first.terminate() == 0 and await second.terminate() == 0
+
+
+async def test_with_a_secret_the_page_needs_the_token_in_its_fragment(
+    silo_launcher: SiloLauncher,
+) -> None:
+    async_playwright = need_browser()
+    silo = await silo_launcher.start("--dashboard-port", "0", secret="s3cret-for-the-page")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM)
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{silo.dashboard}/")
+            await page.wait_for_function(
+                "document.getElementById('state').textContent.startsWith('unreachable')",
+                timeout=15000)
+            refused = await page.locator("#state").inner_text()
+            await page.goto(f"{silo.dashboard}/#token=s3cret-for-the-page")
+            await page.reload()
+            await page.wait_for_function(
+                "document.getElementById('state').textContent.startsWith('live')",
+                timeout=15000)
+            silos = await page.locator("#silos tbody tr").count()
+        finally:
+            await browser.close()
+    assert "HTTP 401" in refused
+    assert silos == 1
+    assert await silo.terminate() == 0
