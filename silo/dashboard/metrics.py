@@ -8,7 +8,10 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``grain_call_errors_total{type, method}``, ``grain_call_seconds{type, method}`` (histogram
   of timed turns: every call up to a method's first 1,024 on the silo, then one in 8),
   ``gateway_connections``, ``grains_collected_total``,
-  ``reminders_fired_total``, ``event_loop_lag_seconds`` (the last measured lag)
+  ``reminders_fired_total``, ``reminders`` (the reminders the silo fires),
+  ``event_loop_lag_seconds`` (the last measured lag)
+- with a Spark session: ``spark_jobs{state}`` (running, queued) and
+  ``spark_jobs_finished_total{outcome}`` (succeeded, failed, cancelled, timed_out)
 - per stream queue ``{provider, queue}``: ``stream_cache_items``, ``stream_cache_capacity``,
   ``stream_cache_under_pressure``, ``stream_pull_period_seconds``,
   ``stream_read_total``, ``stream_delivered_total``, ``stream_acknowledged_total``,
@@ -81,6 +84,12 @@ class SiloCollector(Collector):
         yield counter("grains_collected", "activations collected for being idle",
                       stats.collected)
         yield counter("reminders_fired", "reminder ticks delivered", stats.reminders_fired)
+        service = silo.reminders
+        yield gauge("reminders", "reminders this silo fires",
+                    float(getattr(service, "count", 0) or 0))
+        spark = stats.extensions.get("spark")
+        if spark is not None:
+            yield from _spark_metrics(spark, labels, who)
         yield gauge("event_loop_lag_seconds", "how late the event loop ran a timer, last "
                     "measured", silo.loop_lag)
         yield from _stream_metrics(stats.streams, labels, who)
@@ -88,6 +97,19 @@ class SiloCollector(Collector):
         prober = silo.lifecycle.component(StreamProber)
         if prober is not None:
             yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
+
+
+def _spark_metrics(spark: Any, labels: list[str], who: list[str]) -> Iterator[Metric]:
+    jobs = GaugeMetricFamily(P + "spark_jobs", "Spark jobs in flight by state",
+                             labels=[*labels, "state"])
+    jobs.add_metric([*who, "running"], spark.jobs_running)
+    jobs.add_metric([*who, "queued"], spark.jobs_queued)
+    yield jobs
+    done = CounterMetricFamily(P + "spark_jobs_finished", "Spark jobs finished by outcome",
+                               labels=[*labels, "outcome"])
+    for outcome in ("succeeded", "failed", "cancelled", "timed_out"):
+        done.add_metric([*who, outcome], getattr(spark, f"jobs_{outcome}"))
+    yield done
 
 
 def _call_metrics(types: dict[str, dict[str, MethodStats]], labels: list[str],

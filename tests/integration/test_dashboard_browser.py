@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .silo_process import SiloLauncher, poll_until
 
@@ -91,6 +92,13 @@ async def test_one_silos_page_shows_the_whole_cluster(
         f"Ticker/t{k}" for k in range(REMINDERS)]
     assert {r["silo"] for r in view["reminders"]} <= {first.silo_address, second.silo_address}
     assert sum(s["reminders"] for s in view["silos"]) == REMINDERS
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"{first.dashboard}/metrics") as r:
+        metrics = await r.text()
+    (own,) = [s["reminders"] for s in view["silos"] if s["silo"] == first.silo_address]
+    (gauge,) = [s.value for f in text_string_to_metric_families(metrics) for s in f.samples
+                if s.name == "orleanspy_reminders"]
+    assert gauge == own
     assert view["spark"] == []  # no Spark session in this app: an empty panel
 
     shot = tmp_path / "dashboard.png"

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from orleanspy.testing import TestCluster
 from silo.dashboard import install_ops_server
@@ -34,6 +35,9 @@ async def test_running_and_finished_jobs_show_in_the_cluster_view(
                 running = await spark_view()
         assert await asyncio.wait_for(call, WAIT) == 80
         done = await spark_view()
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"http://{server.address}/metrics") as r:
+            metrics = await r.text()
     finally:
         await server.stop()
     (job,) = running["running"]
@@ -43,3 +47,6 @@ async def test_running_and_finished_jobs_show_in_the_cluster_view(
     last = done["recent"][0]
     assert last["job_group"] == job["job_group"]
     assert last["state"] == "succeeded" and last["fraction"] == 1.0
+    finished = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(metrics)
+                for s in f.samples if s.name == "orleanspy_spark_jobs_finished_total"}
+    assert finished["succeeded"] == done["jobs_succeeded"]
