@@ -153,6 +153,7 @@ else:
     from asyncio import tasks as _tasks
 
     _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
+    _Task = asyncio.Task
 
     class _PendingTask:
         """The current task while a turn's first step runs eagerly (3.11 only)."""
@@ -256,7 +257,10 @@ else:
             # awaits the same future in this pass would fail: unmark it now, and the
             # Continuation marks it again when it hands it to the Task.
             yielded._asyncio_future_blocking = False
-        task = loop.create_task(Continuation(coro, yielded, done, b), context=context)
+        if loop.get_task_factory() is None:  # the Task itself: loop.create_task's checks, skipped
+            task = _Task(Continuation(coro, yielded, done, b), loop=loop, context=context)
+        else:
+            task = loop.create_task(Continuation(coro, yielded, done, b), context=context)
         _free[depth] = None  # this stand-in now belongs to the task
         stand_in.bind(task)
         return task, None

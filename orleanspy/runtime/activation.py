@@ -467,7 +467,11 @@ class Activation(Mailbox):
             exc = _cancelled(self, msg)
         else:
             exc = value
-        Context().run(self._reply, msg, exc, value)
+        if self.waiting or self.state is not ActivationState.VALID:
+            # What starts now (a waiting turn, the teardown) must not inherit its context.
+            Context().run(self._reply, msg, exc, value)
+        else:
+            self._reply(msg, exc, value)
 
     def _reply(self, msg: Message, exc: BaseException | None, value: Any) -> None:
         self._finish(msg, exc)

@@ -1,0 +1,54 @@
+"""A turn's context is its own: a context variable set by a turn that suspended does not
+reach the turn that starts when it ends; and a loop's task factory makes the Task that
+continues a suspended turn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from typing import Any
+
+from orleanspy import Grain, Silo, SiloOptions
+
+VAR: contextvars.ContextVar[str | None] = contextvars.ContextVar("turn_test_var", default=None)
+
+
+class Keeper(Grain):
+    async def set_and_wait(self) -> str | None:
+        VAR.set("set by the first turn")
+        await asyncio.sleep(0)
+        return VAR.get()
+
+    async def read(self) -> str | None:
+        return VAR.get()
+
+
+async def test_a_waiting_turn_does_not_inherit_the_ended_turns_context() -> None:
+    silo = Silo(SiloOptions(gateway_port=None), grains=[Keeper])
+    await silo.start()
+    try:
+        ref = silo.get_grain(Keeper, "k")
+        first, second = await asyncio.gather(ref.set_and_wait(), ref.read())
+    finally:
+        await silo.stop()
+    assert first == "set by the first turn"
+    assert second is None
+
+
+async def test_the_loops_task_factory_makes_the_continuing_task() -> None:
+    loop = asyncio.get_running_loop()
+    made: list[Any] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    silo = Silo(SiloOptions(gateway_port=None), grains=[Keeper])
+    await silo.start()
+    loop.set_task_factory(factory)
+    try:
+        assert await silo.get_grain(Keeper, "f").set_and_wait() == "set by the first turn"
+    finally:
+        loop.set_task_factory(None)
+        await silo.stop()
+    assert any(type(c).__name__ == "Continuation" for c in made)
