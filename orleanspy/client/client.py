@@ -20,7 +20,6 @@ from typing import Any, TypeVar, final, overload
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.client.connection import GatewayConnection
-from orleanspy.client.deadlines import Deadlines
 from orleanspy.client.gateways import GatewayPool
 from orleanspy.client.options import ClientOptions
 from orleanspy.client.stream_receiver import StreamReceiver
@@ -34,6 +33,7 @@ from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import ONE_WAY, REQUEST
 from orleanspy.messaging.types import TypePolicy
+from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.streams.publisher import ClientStreamProvider
 
 __all__ = ["ClusterClient"]
@@ -91,7 +91,7 @@ class ClusterClient:
         self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
         self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
         self._ids = itertools.count(1)
-        self._deadlines = Deadlines(self.clock)
+        self._deadlines = Deadlines(self.clock, "client")
         self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log,
                                  self._deadlines.trim)
         self._streams: StreamReceiver | None = None

@@ -11,10 +11,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from orleanspy._util.deadlines import PRECISE_BELOW, Deadlines
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
-    GrainCallTimeoutError,
     MessageRejectedError,
     SiloUnavailableError,
 )
@@ -25,6 +23,7 @@ from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
 from orleanspy.runtime.catalog import Catalog
+from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
 
@@ -33,16 +32,6 @@ __all__ = ["Dispatcher"]
 
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
-
-
-def _expire(fut: TurnFuture, msg: Message, timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(
-            GrainCallTimeoutError(
-                f"call {msg.target}.{msg.method} timed out after {timeout:g} s "
-                "(per-call: ref.with_timeout(s); silo default: response_timeout)"
-            )
-        )
 
 
 def _drop_reason(exc: Exception) -> str:
@@ -57,8 +46,8 @@ class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
     __slots__ = (
-        "_activations", "_call_later", "_catalog", "_codec", "_deadlines", "_default_timeout",
-        "_local_only", "_locator", "_monotonic", "silo",
+        "_activations", "_catalog", "_codec", "_deadlines", "_default_timeout",
+        "_local_only", "_locator", "_monotonic", "_waiting", "silo",
     )
 
     def __init__(
@@ -70,14 +59,15 @@ class Dispatcher:
         self.silo = silo
         self._locator = locator
         self._local_only = locator.local_only
-        self._call_later = silo.clock.call_later  # bound once: the per-call expiry timer
         self._monotonic = silo.clock.monotonic
         self._catalog = catalog
         self._activations = catalog.activations
         self._codec = codec
         self._default_timeout = silo.options.response_timeout
-        #: the response deadlines of local calls waiting for a reply (one shared timer)
-        self._deadlines = Deadlines(silo.clock.call_later, silo.clock.monotonic, _expire)
+        #: local calls waiting for a reply, by message id, and their response deadlines
+        #: (one timer for all of them)
+        self._waiting: dict[int, TurnFuture] = {}
+        self._deadlines = Deadlines(silo.clock, "silo default")
 
     # -- values ---------------------------------------------------------------------------
     def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -155,16 +145,15 @@ class Dispatcher:
             result = fut
         if type(result) is TurnFuture:
             if not result.done():
-                t = timeout or self._default_timeout
-                if t < PRECISE_BELOW:
-                    result = await self._wait(result, msg, t)
-                else:  # _wait, inlined: one coroutine fewer per suspended call
-                    deadlines = self._deadlines
-                    deadlines.add(msg.id, self._monotonic() + t, result, msg, t)
-                    try:
-                        result = await result
-                    finally:
-                        deadlines.remove(msg.id)
+                # _wait, inlined: one coroutine fewer per suspended call
+                waiting, key = self._waiting, msg.id
+                waiting[key] = result
+                self._deadlines.add(timeout or self._default_timeout, key, grain_id, method,
+                                    waiting)
+                try:
+                    result = await result
+                finally:
+                    waiting.pop(key, None)
             else:
                 result = result.result()
         kind = type(result)
@@ -195,21 +184,15 @@ class Dispatcher:
         return fut.result()
 
     async def _wait(self, fut: TurnFuture, msg: Message, timeout: float) -> Any:
-        """The reply, or ``GrainCallTimeoutError`` after ``timeout`` seconds: a deadline in
-        the shared sweep (``_util.deadlines``), or a timer of its own if it is short."""
-        if timeout < PRECISE_BELOW:
-            handle = self._call_later(timeout, _expire, fut, msg, timeout)
-            try:
-                return await fut
-            finally:
-                handle.cancel()
-        deadlines = self._deadlines
-        key = msg.id
-        deadlines.add(key, self._monotonic() + timeout, fut, msg, timeout)
+        """The reply, or ``GrainCallTimeoutError`` after ``timeout`` seconds
+        (``runtime.deadlines``)."""
+        waiting, key = self._waiting, msg.id
+        waiting[key] = fut
+        self._deadlines.add(timeout, key, msg.target, msg.method, waiting)
         try:
             return await fut
         finally:
-            deadlines.remove(key)
+            waiting.pop(key, None)
 
     async def send_one_way(
         self,

@@ -1,9 +1,11 @@
-"""Deadlines: the response timeouts of a client's calls, with one timer for all of them.
+"""Deadlines: the response timeouts of many calls, with one timer for all of them.
 
-Calls with the same timeout expire in the order they were sent, so each timeout value keeps
-a FIFO of (deadline, id, grain, method, pending map of the call's connection); heads whose
-call already finished are dropped as responses arrive, and one clock timer is armed for the
-earliest live head. A call therefore costs a tuple append, never a timer of its own.
+Calls with the same timeout expire in the order they were made, so each timeout value keeps
+a FIFO of (deadline, key, grain, method, pending map); a call is live while its key is in
+its pending map. Finished heads are dropped as calls are added (and by ``trim``, which the
+owner may call as replies arrive), and one clock timer is armed for the earliest head. A
+call therefore costs a tuple append, never a timer of its own. The silo's dispatcher and
+each client keep one.
 """
 
 from __future__ import annotations
@@ -17,30 +19,35 @@ from orleanspy.ids import GrainId
 
 __all__ = ["Deadlines"]
 
-_Entry = tuple[float, int, GrainId, str, dict[int, Any]]
+_Entry = tuple[float, Any, GrainId, str, dict[Any, Any]]
 
 
 class Deadlines:
-    """Request timeouts of one client, on its clock."""
+    """Request timeouts on one clock. ``default`` names where the default timeout is set,
+    for the error message (``client: response_timeout``)."""
 
-    __slots__ = ("_clock", "_handle", "_queues", "_when")
+    __slots__ = ("_clock", "_default", "_handle", "_queues", "_when")
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, default: str) -> None:
         self._clock = clock
+        self._default = default
         self._queues: dict[float, deque[_Entry]] = {}
         self._handle: TimerHandle | None = None
         self._when = 0.0
 
     def add(
-        self, timeout: float, corr: int, grain_id: GrainId, method: str,
-        pending: dict[int, Any],
+        self, timeout: float, key: Any, grain_id: GrainId, method: str,
+        pending: dict[Any, Any],
     ) -> None:
-        """Fail ``pending[corr]`` with GrainCallTimeoutError unless it is gone by then."""
+        """Fail the future ``pending[key]`` with GrainCallTimeoutError unless it is gone
+        by then."""
         q = self._queues.get(timeout)
         if q is None:
             q = self._queues[timeout] = deque()
+        while q and q[0][1] not in q[0][4]:  # finished heads go as new calls come
+            q.popleft()
         deadline = self._clock.monotonic() + timeout
-        q.append((deadline, corr, grain_id, method, pending))
+        q.append((deadline, key, grain_id, method, pending))
         handle = self._handle
         if handle is None:
             self._arm(deadline)
@@ -55,7 +62,7 @@ class Deadlines:
         )
 
     def trim(self) -> None:
-        """Drop the heads whose call has finished (called as responses arrive)."""
+        """Drop the heads whose call has finished (called as replies arrive)."""
         for q in self._queues.values():
             while q and q[0][1] not in q[0][4]:
                 q.popleft()
@@ -66,13 +73,14 @@ class Deadlines:
         earliest = None
         for timeout, q in self._queues.items():
             while q and (q[0][0] <= now or q[0][1] not in q[0][4]):
-                _, corr, grain_id, method, pending = q.popleft()
-                fut = pending.pop(corr, None)
+                _, key, grain_id, method, pending = q.popleft()
+                fut = pending.pop(key, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(
                         GrainCallTimeoutError(
                             f"call {grain_id}.{method} timed out after {timeout:g} s "
-                            "(per-call: ref.with_timeout(s); client: response_timeout)"
+                            f"(per-call: ref.with_timeout(s); {self._default}: "
+                            "response_timeout)"
                         )
                     )
             if q and (earliest is None or q[0][0] < earliest):
@@ -81,7 +89,7 @@ class Deadlines:
             self._arm(earliest)
 
     def cancel(self) -> None:
-        """Forget every deadline (the client is closing)."""
+        """Forget every deadline (the owner is closing)."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
