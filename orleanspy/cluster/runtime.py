@@ -35,7 +35,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, final
 
-from orleanspy._util.process import process_usage
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import membership_options_of, open_membership_table
 from orleanspy.cluster.connection import silo_key
@@ -53,12 +52,7 @@ from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
 from orleanspy.runtime.locator import fenced_error, forwarding_failed
-from orleanspy.runtime.reports import (
-    extension_report,
-    reminders_report,
-    spark_report,
-    streams_report,
-)
+from orleanspy.runtime.reports import reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
 
 __all__ = ["ClusterRuntime", "LeaseStoreFactory", "membership_options_of", "open_membership_table"]
@@ -635,21 +629,14 @@ class ClusterRuntime:
             queues[name] = sorted(str(q) for q in agents)
         membership = self.membership
         return {
+            **status_report(silo, silo.statistics()),
             "silo": str(self.me),
             "status": membership.status.value if membership and membership.status else None,
             "pid": os.getpid(),
-            "uptime": silo.statistics().uptime,
-            **process_usage(),
-            "loop_lag": silo.loop_lag,
-            "activations": len(silo.catalog),
-            "activations_by_type": silo.statistics().activations_by_type,
-            "gateway": silo.gateway.address if silo.gateway is not None else None,
             "queues": queues,
             "directory_entries": len(self.directory.partition),
             "view_version": self.snapshot.version,
             "active_silos": [str(s) for s in self.snapshot.active_silos],
-            "spark": spark_report(silo),
-            "prober": extension_report(silo, "stream-prober"),
         }
 
     async def locate(self, type_name: Any, key: Any) -> dict[str, Any]:

@@ -8,12 +8,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-__all__ = ["extension_report", "reminders_report", "spark_report", "streams_report"]
+from orleanspy._util.process import process_usage
+
+__all__ = ["extension_report", "plain", "reminders_report", "status_report", "streams_report"]
 
 
 class _Reporting(Protocol):
     stream_providers: dict[str, Any]
     reminders: Any
+    gateway: Any
+    loop_lag: float
 
     def statistics(self) -> Any: ...
 
@@ -39,28 +43,39 @@ def reminders_report(silo: _Reporting, limit: int = 500) -> dict[str, Any]:
             "reminders": service.scheduled(limit)}
 
 
-def spark_report(silo: _Reporting) -> dict[str, Any] | None:
-    """The silo's Spark session: state, master, job counts, jobs running and recent."""
-    return extension_report(silo, "spark")
+def status_report(silo: _Reporting, stats: Any) -> dict[str, Any]:
+    """The silo's own figures from one ``Silo.statistics()`` reading ``stats``: status,
+    uptime, activations (by type), event-loop lag, gateway, process usage, and the Spark
+    session's and the stream prober's figures (None without them)."""
+    return {
+        "status": stats.status, "uptime": stats.uptime, "activations": stats.activations,
+        "activations_by_type": stats.activations_by_type, "loop_lag": silo.loop_lag,
+        "gateway": silo.gateway.address if silo.gateway is not None else None,
+        "spark": extension_report(stats, "spark"),
+        "prober": extension_report(stats, "stream-prober"),
+        **process_usage(),
+    }
 
 
-def extension_report(silo: _Reporting, name: str) -> dict[str, Any] | None:
-    """The figures a lifecycle participant ``name`` offers (``Silo.statistics().extensions``),
-    as plain values; None if there is none."""
-    figures = silo.statistics().extensions.get(name)
+def extension_report(stats: Any, name: str) -> dict[str, Any] | None:
+    """The figures a lifecycle participant ``name`` offers (``stats.extensions`` of a
+    ``Silo.statistics()`` reading), as plain values; None if there is none."""
+    figures = stats.extensions.get(name)
     if figures is None:
         return None
-    plain = _plain(figures)
-    return plain if isinstance(plain, dict) else {"value": plain}
+    value = plain(figures)
+    return value if isinstance(value, dict) else {"value": value}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """Statistics (dataclasses, dicts, sequences of them) as plain JSON and msgpack values;
+    anything else as its ``str``."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)

@@ -18,7 +18,6 @@ is a 404 or 405; a malformed request gets aiohttp's 400 and closes only its conn
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import ipaddress
 import json
@@ -28,14 +27,8 @@ from typing import Any, Final
 from aiohttp import web
 
 from orleanspy import ConfigurationError
-from orleanspy._util.process import process_usage
 from orleanspy.logging import get_logger
-from orleanspy.runtime.reports import (
-    extension_report,
-    reminders_report,
-    spark_report,
-    streams_report,
-)
+from orleanspy.runtime.reports import plain, reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.metrics import metrics_text, registry_for
 from silo.dashboard.view import ClusterView, SiloAnswers
@@ -157,7 +150,7 @@ class OpsServer:
         if not self._authorized(request):
             return self._refuse()
         stats = self.silo.statistics()
-        return web.Response(text=json.dumps(_plain(stats)), content_type="application/json")
+        return web.Response(text=json.dumps(plain(stats)), content_type="application/json")
 
 
     async def _page(self, request: web.Request) -> web.Response:
@@ -202,13 +195,7 @@ class OpsServer:
         answers: list[SiloAnswers]
         if cluster is None:
             stats = silo.statistics()
-            status: dict[str, Any] = {
-                "silo": stats.name, "status": stats.status, "uptime": stats.uptime,
-                "activations": stats.activations, "loop_lag": silo.loop_lag,
-                "activations_by_type": stats.activations_by_type,
-                "gateway": silo.gateway.address if silo.gateway is not None else None,
-                "spark": spark_report(silo),
-                "prober": extension_report(silo, "stream-prober"), **process_usage()}
+            status: dict[str, Any] = {"silo": stats.name, **status_report(silo, stats)}
             answers = [(status, {"silo": stats.name, **streams_report(silo)},
                         {"silo": stats.name, "types": silo.call_statistics.snapshot()},
                         {"silo": stats.name, **reminders_report(silo)})]
@@ -231,19 +218,6 @@ class OpsServer:
                                 cluster.call_statistics(), cluster.reminders_status())
             answers = [own, *[a for a in await asyncio.gather(*map(ask, peers)) if a]]
         return self.view.build(silo.options.cluster_id, answers)
-
-
-def _plain(value: Any) -> Any:
-    """Statistics dataclasses as JSON-able values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
 
 
 def ops_server_of(silo: Silo) -> OpsServer | None:
