@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
@@ -187,8 +187,18 @@ class AsyncStream(Generic[T]):
         self._send = send
         return send
 
-    async def on_next(self, item: T) -> None:
-        """Publish one event (durable once this returns, for durable adapters)."""
+    def on_next(self, item: T) -> Coroutine[Any, Any, None]:
+        """Publish one event (durable once awaited, for durable adapters). A plain function
+        returning ``_publish``'s coroutine: one coroutine per event, not two."""
+        return self._publish([item])
+
+    async def on_next_batch(self, items: Iterable[T]) -> None:
+        """Publish several events as one batch (one queue message)."""
+        events = list(items)
+        if events:
+            await self._publish(events)
+
+    async def _publish(self, events: list[Any]) -> None:
         if self._tail is not None:
             await self._after_sends()
         send = self._send
@@ -202,27 +212,10 @@ class AsyncStream(Generic[T]):
                 if n >= TIME_ALL and not n & ROLL_MASK:
                     latency.roll()
                 began = perf_counter()
-                await send([item])
-                latency.record(perf_counter() - began)
-                return
-        await send([item])
-
-    async def on_next_batch(self, items: Iterable[T]) -> None:
-        """Publish several events as one batch (one queue message)."""
-        events = list(items)
-        if events:
-            if self._tail is not None:
-                await self._after_sends()
-            send = self._send
-            if send is None:
-                send = self._sender()
-            latency = self._latency
-            if latency is not None and latency.due():
-                began = perf_counter()
                 await send(events)
                 latency.record(perf_counter() - began)
                 return
-            await send(events)
+        await send(events)
 
     def send(self, item: T) -> asyncio.Future[None]:
         """Publish one event without waiting: pipelining for producers that put many events
