@@ -172,6 +172,14 @@ async def read_membership(options: SiloOptions) -> Any:
     return data
 
 
+async def read_live_silos(options: SiloOptions) -> list[Any] | int:
+    """The membership rows of the active silos, or an exit code (``read_membership``)."""
+    data = await read_membership(options)
+    if isinstance(data, int):
+        return data
+    return [e for e in data.entries() if e.status is SiloStatus.ACTIVE]
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
     header = ("SILO", "STATUS", "UPTIME", "ACTIVATIONS", "QUEUES", "GATEWAY")
     lines: list[tuple[str, ...]] = [header]

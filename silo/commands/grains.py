@@ -11,14 +11,13 @@ import json
 from typing import Any
 
 from orleanspy import SiloOptions
-from orleanspy.cluster.membership import SiloStatus
 from orleanspy.errors import MessageRejectedError
 from orleanspy.runtime.call_stats import MethodFigures, figures, is_snapshot, merge
 from silo.commands.cluster_status import (
     add_arguments,
     ask_silos,
     cluster_options,
-    read_membership,
+    read_live_silos,
 )
 from silo.commands.common import EXIT_OK, EXIT_USAGE, error, parse_key, print_table, usage
 from silo.startup import configure_logging
@@ -100,10 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _locate(options: SiloOptions, type_name: str, key: Any, timeout: float,
                   as_json: bool) -> int:
-    data = await read_membership(options)
-    if isinstance(data, int):
-        return data
-    live = [e for e in data.entries() if e.status is SiloStatus.ACTIVE]
+    live = await read_live_silos(options)
+    if isinstance(live, int):
+        return live
     for entry in live:
         (answer,) = await ask_silos(options, [entry], "locate", timeout, [type_name, key])
         if isinstance(answer, MessageRejectedError):
@@ -147,10 +145,9 @@ async def _read_calls(options: SiloOptions, entries: list[Any],
 
 async def _top(options: SiloOptions, interval: float, limit: int, timeout: float,
                as_json: bool) -> int:
-    data = await read_membership(options)
-    if isinstance(data, int):
-        return data
-    live = [e for e in data.entries() if e.status is SiloStatus.ACTIVE]
+    live = await read_live_silos(options)
+    if isinstance(live, int):
+        return live
     first = await _read_calls(options, live, timeout)
     earlier = None
     now = first

@@ -17,6 +17,7 @@ from silo.commands.cluster_status import (
     read_membership,
 )
 from silo.commands.common import EXIT_OK, print_table, usage
+from silo.dashboard.view import queue_rows
 from silo.startup import configure_logging
 
 __all__ = ["add_parser"]
@@ -67,26 +68,8 @@ async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -
         return data
     entries = list(data.entries())
     answers = await ask_silos(options, entries, "streams", timeout)
-    rows: list[dict[str, Any]] = []
-    for answer in answers:
-        if not isinstance(answer, dict):
-            continue
-        for provider, agents in sorted(answer.get("providers", {}).items()):
-            for a in agents:
-                lag = a.get("lag") or {}
-                age = a.get("age") or {}
-                rows.append({
-                    "provider": provider, "queue": a["queue"], "silo": answer["silo"],
-                    "cache": a["cache_size"], "cache_max": a["cache_max"],
-                    "under_pressure": a["under_pressure"], "pull_period": a["pull_period"],
-                    "read": a["read"], "delivered": a["delivered"],
-                    "acknowledged": a["acknowledged"], "failures": a["failures"],
-                    "subscriptions": a["subscriptions"], "lag": lag,
-                    "max_lag": max(lag.values(), default=0), "age": age,
-                    "max_age": max(age.values(), default=None),
-                    "failing": a.get("failing") or {}, "consumers": a.get("consumers") or {},
-                    "flow_control": a.get("flow_control"),
-                })
+    rows = [row for answer in answers if isinstance(answer, dict)
+            for row in queue_rows(answer)]
     rows.sort(key=lambda r: (r["provider"], _queue_order(r["queue"])))
     if as_json:
         print(json.dumps(rows), flush=True)

@@ -15,7 +15,7 @@ from typing import Any, Final
 from orleanspy._util.histogram import quantile
 from orleanspy.runtime.call_stats import figures, is_snapshot, merge
 
-__all__ = ["ClusterView", "SiloAnswers"]
+__all__ = ["ClusterView", "SiloAnswers", "queue_rows"]
 
 WINDOW: Final = 10.0  # seconds that rates and quantiles cover
 HISTORY: Final = 60.0  # seconds of readings kept
@@ -55,8 +55,9 @@ class ClusterView:
             by_type: dict[str, Any] = status.get("activations_by_type") or {}
             for type_name, count in by_type.items():
                 grains[type_name] = grains.get(type_name, 0) + int(count)
-            queues.extend(_queues(streams))
-            subscriptions.extend(_subscriptions(streams))
+            for row in queue_rows(streams):
+                queues.append({k: v for k, v in row.items() if k not in _PER_SUBSCRIPTION})
+                subscriptions.extend(_subscriptions(row))
             latency_parts.append(streams.get("latency") or {})
             if calls is not None and is_snapshot(calls.get("types")):
                 call_snaps.append(calls["types"])
@@ -100,7 +101,10 @@ class ClusterView:
         return chosen
 
 
-def _queues(streams: dict[str, Any]) -> list[dict[str, Any]]:
+def queue_rows(streams: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per stream queue of a silo's ``streams`` answer (``orleanspy streams status``
+    prints them): its owner, cache, pull period, counters, and per subscription its lag,
+    backlog age, consumer and failing attempts, with the furthest lag and oldest age."""
     out = []
     for provider, agents in (streams.get("providers") or {}).items():
         for a in agents:
@@ -110,30 +114,29 @@ def _queues(streams: dict[str, Any]) -> list[dict[str, Any]]:
                 "provider": provider, "queue": a["queue"], "silo": streams.get("silo"),
                 "cache": a["cache_size"], "cache_max": a["cache_max"],
                 "under_pressure": a["under_pressure"], "pull_period": a["pull_period"],
-                "delivered": a["delivered"], "acknowledged": a["acknowledged"],
-                "failures": a["failures"], "subscriptions": a["subscriptions"],
-                "max_lag": max(lag.values(), default=0),
+                "read": a["read"], "delivered": a["delivered"],
+                "acknowledged": a["acknowledged"], "failures": a["failures"],
+                "subscriptions": a["subscriptions"], "lag": lag,
+                "max_lag": max(lag.values(), default=0), "age": age,
                 "max_age": max(age.values(), default=None),
+                "failing": a.get("failing") or {}, "consumers": a.get("consumers") or {},
                 "flow_control": a.get("flow_control"),
             })
     return out
 
 
-def _subscriptions(streams: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per subscription an agent serves: its consumer, lag, backlog age and the
+# Per-subscription figures: the view lists them under "subscriptions", not per queue.
+_PER_SUBSCRIPTION: Final = frozenset({"lag", "age", "failing", "consumers"})
+
+
+def _subscriptions(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per subscription of a queue row: its consumer, lag, backlog age and the
     failed attempts of the delivery under way."""
-    out = []
-    for provider, agents in (streams.get("providers") or {}).items():
-        for a in agents:
-            lag, age = a.get("lag") or {}, a.get("age") or {}
-            consumers, failing = a.get("consumers") or {}, a.get("failing") or {}
-            for sub, behind in lag.items():
-                out.append({
-                    "provider": provider, "queue": a["queue"], "silo": streams.get("silo"),
-                    "subscription": sub, "consumer": consumers.get(sub), "lag": behind,
-                    "age": age.get(sub), "failing": int(failing.get(sub, 0)),
-                })
-    return out
+    age, consumers, failing = row["age"], row["consumers"], row["failing"]
+    return [{"provider": row["provider"], "queue": row["queue"], "silo": row["silo"],
+             "subscription": sub, "consumer": consumers.get(sub), "lag": behind,
+             "age": age.get(sub), "failing": int(failing.get(sub, 0))}
+            for sub, behind in row["lag"].items()]
 
 
 def _methods(now: dict[str, Any], earlier: dict[str, Any] | None,
