@@ -50,6 +50,12 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
+def _observe(latency: Histogram, enqueued_at: float) -> None:
+    """A delivery's end-to-end time, from its oldest container's write time (if known)."""
+    if enqueued_at:
+        latency.record(wall_time() - enqueued_at)
+
+
 def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
     """The events of ``containers``, each with its own token, and whether they are fresh
     (decoded for this delivery alone: no other subscription sees the same objects).
@@ -236,8 +242,9 @@ class Delivery:
                         sub.progress_at = clock.monotonic()
                         if ok:
                             self.delivered += len(spilled)
-                            if self.latency is not None and self.latency.due():
-                                self._observe(containers[0].enqueued_at)
+                            latency = self.latency
+                            if latency is not None and latency.due():
+                                _observe(latency, containers[0].enqueued_at)
                     continue
                 cursor = sub.cursor
                 if cursor is None:
@@ -298,7 +305,7 @@ class Delivery:
                     if n < TIME_ALL or not n & SAMPLE_MASK:
                         if n >= TIME_ALL and not n & ROLL_MASK:
                             latency.roll()
-                        self._observe(items[0].container.enqueued_at)
+                        _observe(latency, items[0].container.enqueued_at)
                 cursor.advance(items)
                 sub.progress_at = clock.monotonic()
                 if ok:
@@ -311,9 +318,6 @@ class Delivery:
             ):
                 host.restart(sub)
 
-    def _observe(self, enqueued_at: float) -> None:
-        if enqueued_at and self.latency is not None:
-            self.latency.record(wall_time() - enqueued_at)
 
     # -- one delivery, with retries -------------------------------------------------------------
     async def deliver(
