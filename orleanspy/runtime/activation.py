@@ -494,15 +494,15 @@ class Activation(Mailbox):
             if running:
                 self._recompute_blocking()
         calls = self.calls
-        if calls is not None and msg.invoke is None:
-            if msg.started:  # MethodStats.record, inlined: this runs per timed call
+        if calls is not None and msg.invoke is None and (msg.started or exc is not None):
+            stats = calls.get(msg.method) or calls[STATS_UNKNOWN]
+            if msg.started:  # Histogram.record, inlined: this runs per timed call
                 took = perf_counter() - msg.started
-                stats = calls.get(msg.method) or calls[STATS_UNKNOWN]
                 stats.seconds += took
                 i = int(took * STATS_SCALE).bit_length()
                 stats.buckets[i if i < STATS_LAST else STATS_LAST] += 1
             if exc is not None:
-                (calls.get(msg.method) or calls[STATS_UNKNOWN]).errors += 1
+                stats.errors += 1
         if exc is None:
             self.completed += 1
         else:

@@ -40,7 +40,7 @@ UNKNOWN: Final = "<unknown>"  # the entry of names that are not the grain's meth
 class MethodStats(Histogram):
     """One method's figures: ``calls`` (every call, as ``offered``) and ``errors`` count
     every call; the buckets and ``seconds`` hold the timed turns. The activation updates the
-    fields itself, as ``Histogram.due`` and ``record`` do."""
+    fields itself, inlining ``Histogram.due`` and ``record``."""
 
     __slots__ = ("errors",)
 
@@ -51,14 +51,6 @@ class MethodStats(Histogram):
     @property
     def calls(self) -> int:
         return self.base + self.seen
-
-    def call(self, duration: float | None, failed: bool) -> None:
-        """One call; ``duration`` None when it was not timed."""
-        self.seen += 1
-        if duration is not None:
-            self.record(duration)
-        if failed:
-            self.errors += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "errors": self.errors, "seconds": self.seconds,
