@@ -17,6 +17,7 @@ from contextvars import Context, copy_context
 from time import perf_counter
 from typing import Any, Final, Protocol
 
+from orleanspy._util.carrier import Carrier
 from orleanspy._util.eager import eager_start
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
@@ -144,8 +145,9 @@ class Activation(Mailbox):
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
-        #: the Tasks of this activation's suspended turns, by message id
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
+        #: what runs this activation's suspended turns, by message id: a Task of their own,
+        #: or the Carrier through which a local caller's task runs it
+        self.tasks: dict[int, asyncio.Task[Any] | Carrier] = {}
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
@@ -420,9 +422,16 @@ class Activation(Mailbox):
                 raise
             self._deliver(msg, False, exc)
             return None
+        # The turn's own context: the caller's, with this turn current and no reentrancy
+        # scope (set with C calls only: this runs for every call).
+        context = copy_context()
+        context.run(_set_turn, (self, msg))
+        if reentrancy_scope.get():
+            context.run(reentrancy_scope.set, False)
         try:
             task, result = eager_start(
-                self.silo.loop, coro, copy_context(), _enter_turn, self, msg, self._turn_done
+                self.silo.loop, coro, context, None, None, msg, self._turn_done,
+                self if inline else None,
             )
         except BaseException as error:
             failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
@@ -443,6 +452,8 @@ class Activation(Mailbox):
             return None
         self.tasks[msg.id] = task
         if inline:
+            if type(task) is Carrier:
+                return task  # the caller's task runs the rest of the turn
             fut = TurnFuture()
             msg.reply = fut.reply
             return fut
@@ -472,6 +483,38 @@ class Activation(Mailbox):
             Context().run(self._reply, msg, exc, value)
         else:
             self._reply(msg, exc, value)
+
+    def turn_ended(self, msg: Message, exc: BaseException | None) -> BaseException | None:
+        """A turn its caller carried has ended (``_util.carrier``): finish it and start what
+        waits, in a context of its own. Returns the error its caller raises."""
+        self.tasks.pop(msg.id, None)
+        if exc is not None and isinstance(exc, asyncio.CancelledError):
+            exc = _cancelled(self, msg)
+        if self.waiting or self.state is not ActivationState.VALID:
+            Context().run(self._finish, msg, exc)
+        else:
+            self._finish(msg, exc)
+        return exc
+
+    def turn_detached(self, msg: Message, task: asyncio.Task[Any]) -> None:
+        """The caller of a carried turn gave up on it (cancelled, or its deadline passed):
+        ``task`` runs the rest of the turn, and its outcome has nobody to go to."""
+        self.tasks[msg.id] = task
+        msg.reply = _nobody_waits
+
+    def turn_waits(self) -> list[asyncio.Future[Any]]:
+        """Futures that resolve as this activation's suspended turns end (or move)."""
+        return [t if isinstance(t, asyncio.Task) else t.ended() for t in self.tasks.values()]
+
+    def cancel_turns(self) -> None:
+        """Cancel every suspended turn (the silo's shutdown ran out of time)."""
+        for t in list(self.tasks.values()):
+            if isinstance(t, asyncio.Task):
+                t.cancel()
+            else:
+                t.cancel_turn()
+
+    turn_done = _turn_done
 
     def _reply(self, msg: Message, exc: BaseException | None, value: Any) -> None:
         self._finish(msg, exc)
@@ -577,11 +620,18 @@ class Activation(Mailbox):
         )
 
 
+_set_turn = current_turn.set
+
+
 def _enter_turn(activation: Activation, msg: Message) -> None:
     """Runs inside the turn's fresh context: the turn is this one, no reentrancy scope."""
     current_turn.set((activation, msg))
     if reentrancy_scope.get():
         reentrancy_scope.set(False)
+
+
+def _nobody_waits(ok: bool, value: Any) -> None:
+    """The reply of a turn whose caller gave up on it (the turn logs its own failure)."""
 
 
 def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:

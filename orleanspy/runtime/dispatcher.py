@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from orleanspy._util.carrier import Carrier
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     MessageRejectedError,
@@ -66,7 +67,7 @@ class Dispatcher:
         self._default_timeout = silo.options.response_timeout
         #: local calls waiting for a reply, by message id, and their response deadlines
         #: (one timer for all of them)
-        self._waiting: dict[int, TurnFuture] = {}
+        self._waiting: dict[int, TurnFuture | Carrier] = {}
         self._deadlines = Deadlines(silo.clock, "silo default")
 
     # -- values ---------------------------------------------------------------------------
@@ -143,8 +144,9 @@ class Dispatcher:
             msg.deadline = self._monotonic() + (timeout or self._default_timeout)
             act.enqueue(msg)
             result = fut
-        if type(result) is TurnFuture:
-            if not result.done():
+        kind = type(result)
+        if kind is Carrier or kind is TurnFuture:
+            if kind is Carrier or not result.done():
                 # _wait, inlined: one coroutine fewer per suspended call
                 waiting, key = self._waiting, msg.id
                 waiting[key] = result

@@ -382,7 +382,7 @@ class Silo:
             busy = [a for a in self.catalog if a.running or a.waiting or a.blocked]
             if not busy:
                 return
-            pending = [t for a in busy for t in a.tasks.values()]
+            pending: list[asyncio.Future[Any]] = [t for a in busy for t in a.turn_waits()]
             pending.extend(t for t in self._tasks if t is not me)
             try:
                 async with self.clock.timeout_at(deadline):
@@ -417,8 +417,7 @@ class Silo:
             stuck = [a.name for a in acts if a.state is not ActivationState.INVALID]
             self.log.error("silo_shutdown_timeout", stuck=stuck[:20], count=len(stuck))
             for act in acts:
-                for task in list(act.tasks.values()):
-                    task.cancel()
+                act.cancel_turns()
             for task in list(self._tasks):  # hanging on_activate / on_deactivate
                 if task is not me:
                     task.cancel()
@@ -426,7 +425,7 @@ class Silo:
         # callbacks: wait for those too, bounded, before storage closes.
         deadline = self.clock.monotonic() + (1.0 if dead else self.options.shutdown_timeout)
         while True:
-            turns = [t for act in acts for t in act.tasks.values()]
+            turns = [t for act in acts for t in act.turn_waits()]
             pending = [*turns, *(t for t in self._tasks if t is not me)]
             if not pending:
                 break

@@ -114,7 +114,8 @@ def test_no_deferred_import_closes_an_import_cycle():
 
 def test_no_module_level_mutable_registry():
     """Components keep their state on themselves or on the silo that owns them. A memo of a
-    pure function of its key (a dict named ``*_cache``) is the one exception."""
+    pure function of its key (a dict named ``*_cache``) and a free list of interchangeable
+    objects (a list named ``*_spare``) are the exceptions."""
     offenders = []
     for pkg in PACKAGES:
         for path in (ROOT / pkg).rglob("*.py"):
@@ -126,7 +127,7 @@ def test_no_module_level_mutable_registry():
                 text = ast.unparse(value)
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 names = [ast.unparse(t) for t in targets]
-                if any(n == "__all__" or n.endswith("_cache") for n in names):
+                if any(n == "__all__" or n.endswith(("_cache", "_spare")) for n in names):
                     continue
                 if text in ("{}", "[]", "set()", "dict()") or text.startswith(
                     ("weakref.", "WeakKeyDictionary(", "WeakValueDictionary(", "defaultdict(")

@@ -1,0 +1,95 @@
+"""Continuation: the rest of a coroutine that already ran its first step, for a Task to drive.
+
+A turn's first step runs eagerly (``_util.eager``); when the rest of it needs a Task of its
+own (it was queued, or its caller stopped carrying it: see ``_util.carrier``), the Task
+drives a ``Continuation``: it yields what the coroutine last yielded, then goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Final
+
+__all__ = ["BARE", "FRESH", "Continuation", "Done"]
+
+Done = Callable[[Any, bool, Any], None]
+
+_NOTHING: Final = object()
+#: the coroutine yielded None (``asyncio.sleep(0)``)
+BARE: Final = object()
+#: a coroutine not started yet: the Task's first send starts it
+FRESH: Final = _NOTHING
+
+
+class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """The rest of a coroutine that already ran its first step and yielded ``yielded``.
+
+    A Task drives it like any coroutine. Unlike a generator wrapper, a ``throw`` that
+    arrives before the first ``send`` (a cancel requested during the eager step) reaches the
+    grain's coroutine where it is suspended, so its ``except``/``finally`` blocks run.
+
+    A bare first yield (``await asyncio.sleep(0)``) is not yielded again: the Task's first
+    step already runs a loop pass later, which is what the bare yield asked for.
+
+    With ``done``, the outcome is reported as ``done(arg, ok, value)`` in the step that
+    finishes the coroutine, not a loop pass later by a done callback: a caller waiting for
+    the turn wakes one pass sooner. An exception is then the callback's to report, and the
+    Task ends normally (a ``CancelledError`` still cancels it).
+    """
+
+    __slots__ = ("_arg", "_coro", "_done", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any,
+                 done: Done | None = None, arg: Any = None) -> None:
+        self._coro = coro
+        self._yielded: Any = BARE if yielded is None else yielded
+        self._done = done
+        self._arg = arg
+
+    def send(self, value: Any) -> Any:
+        first = self._yielded
+        if first is not _NOTHING:
+            self._yielded = _NOTHING
+            if first is not BARE:
+                if getattr(first, "_asyncio_future_blocking", None) is False:
+                    first._asyncio_future_blocking = True  # unmarked by its first taker
+                return first
+        if self._done is None:
+            return self._coro.send(value)
+        try:
+            return self._coro.send(value)
+        except BaseException as exc:
+            self._finished(exc)
+            raise  # pragma: no cover - _finished raises
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._yielded = _NOTHING
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)  # pragma: no cover - legacy signature
+        except BaseException as exc:
+            if self._done is None:
+                raise
+            self._finished(exc)
+            raise  # pragma: no cover - _finished raises
+
+    def _finished(self, exc: BaseException) -> None:
+        """Report the outcome (``exc`` ended the coroutine) and end the Task's step."""
+        done, self._done = self._done, None
+        assert done is not None
+        if isinstance(exc, StopIteration):
+            done(self._arg, True, exc.value)
+            raise StopIteration(None) from None
+        done(self._arg, False, exc)
+        if isinstance(exc, Exception) and not isinstance(exc, asyncio.CancelledError):
+            raise StopIteration(None) from None  # reported: the Task ends normally
+        raise exc
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        raise TypeError("a Continuation is driven by its Task, not awaited")
