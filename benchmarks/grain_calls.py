@@ -81,11 +81,8 @@ class Counter(Grain):
         return self.count
 
 
-_EXTRA: dict = {}
-
-
 def _silo_options(gateway_port: int | None = None) -> SiloOptions:
-    return SiloOptions(gateway_port=gateway_port, collection_quantum=3600.0, **_EXTRA)
+    return SiloOptions(gateway_port=gateway_port, collection_quantum=3600.0)
 
 
 # -- measurement ----------------------------------------------------------------------------
