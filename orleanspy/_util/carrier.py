@@ -63,6 +63,11 @@ class CarryHost(Protocol):
         it ends)."""
         ...
 
+    def turn_suspended(self, arg: Any, carrier: Carrier) -> None:
+        """The turn waits for a future, or yields a second time: its caller's response
+        deadline is to be watched from now on (``carrier.set_exception`` gives up)."""
+        ...
+
     def turn_done(self, arg: Any, ok: bool, value: Any) -> None:
         """A turn that moved to a Task of its own has ended (``Continuation``)."""
         ...
@@ -74,6 +79,7 @@ class Carrier:
     __slots__ = (
         "_arg", "_asyncio_future_blocking", "_cb", "_cb_ctx", "_coro", "_ctx", "_ended",
         "_first", "_host", "_loop", "_outcome", "_stand_in", "_state", "_task", "_waiter",
+        "_watched",
     )
 
     def __init__(
@@ -105,6 +111,7 @@ class Carrier:
         self._asyncio_future_blocking = False
         stand_in._state = CARRIED
         stand_in._carrier = self
+        self._watched = False
         self._first: Any = _BARE if yielded is None else self._yield(yielded)
 
     # -- driven by the awaiting task ------------------------------------------------------
@@ -224,7 +231,12 @@ class Carrier:
 
     def _yield(self, yielded: Any) -> Any:
         """What the carrying task waits for: nothing (a bare loop pass), or this carrier
-        standing for the future the turn awaits."""
+        standing for the future the turn awaits. The turn's first wait for a future, or
+        its second bare yield, tells the host that the turn may take a while (its caller's
+        deadline starts to matter)."""
+        if not self._watched:
+            self._watched = True
+            self._host.turn_suspended(self._arg, self)
         if yielded is None:
             return None
         blocking = getattr(yielded, "_asyncio_future_blocking", None)

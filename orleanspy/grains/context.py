@@ -16,18 +16,16 @@ if TYPE_CHECKING:
 
 __all__ = ["allow_call_chain_reentrancy", "current_turn", "turn_chain"]
 
-# (activation, message) of the turn running in this context, or None outside grains.
-current_turn: ContextVar[tuple[Any, Message] | None] = ContextVar(
-    "orleanspy_current_turn", default=None
-)
+# The message of the turn running in this context (its ``activation`` is the grain's), or
+# None outside grains.
+current_turn: ContextVar[Message | None] = ContextVar("orleanspy_current_turn", default=None)
 # True inside allow_call_chain_reentrancy(): calls made may re-enter the calling grain.
 reentrancy_scope: ContextVar[bool] = ContextVar("orleanspy_ccr_scope", default=False)
 
 
-def turn_chain(turn: tuple[Any, Message]) -> tuple[CallChainEntry, ...]:
+def turn_chain(turn: Message) -> tuple[CallChainEntry, ...]:
     """The call chain an outgoing call made from ``turn`` carries."""
-    activation, msg = turn
-    return (*msg.chain, (activation.name, msg.id, reentrancy_scope.get()))
+    return (*turn.chain, (turn.activation.name, turn.id, reentrancy_scope.get()))
 
 
 @contextmanager

@@ -52,8 +52,11 @@ class Message:
 
     hops: int
     started: float
+    #: the activation running it as a turn (set by the activation when the turn starts)
+    activation: Any
 
     __slots__ = (
+        "activation",
         "args",
         "chain",
         "deadline",

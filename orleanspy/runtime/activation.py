@@ -75,6 +75,8 @@ class _Catalog(Protocol):
 class _Redispatcher(Protocol):
     def redispatch(self, msg: Message) -> None: ...
 
+    def watch(self, msg: Message, carrier: Carrier) -> None: ...
+
 
 class ActivationHost(SiloHost, Protocol):
     """What an activation needs from the silo hosting it (the silo implements it; grains
@@ -288,7 +290,7 @@ class Activation(Mailbox):
         for timer in list(self.timers):
             timer.dispose()
         grain = self.grain
-        token = current_turn.set((self, _TEARDOWN))
+        token = current_turn.set(_marker("deactivate", self))
         try:
             if grain is not None and self.reason is not DeactivationReason.DECLARED_DEAD:
                 try:
@@ -424,8 +426,9 @@ class Activation(Mailbox):
             return None
         # The turn's own context: the caller's, with this turn current and no reentrancy
         # scope (set with C calls only: this runs for every call).
+        msg.activation = self
         context = copy_context()
-        context.run(_set_turn, (self, msg))
+        context.run(_set_turn, msg)
         if reentrancy_scope.get():
             context.run(reentrancy_scope.set, False)
         try:
@@ -495,6 +498,10 @@ class Activation(Mailbox):
         else:
             self._finish(msg, exc)
         return exc
+
+    def turn_suspended(self, msg: Message, carrier: Carrier) -> None:
+        """A carried turn may take a while: the dispatcher watches its caller's deadline."""
+        self.silo.dispatcher.watch(msg, carrier)
 
     def turn_detached(self, msg: Message, task: asyncio.Task[Any]) -> None:
         """The caller of a carried turn gave up on it (cancelled, or its deadline passed):
@@ -580,7 +587,8 @@ class Activation(Mailbox):
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
         try:
             task, _ = eager_start(
-                self.silo.loop, coro, copy_context(), _enter_turn, self, _ACTIVATE
+                self.silo.loop, coro, copy_context(), _enter_turn, self,
+                _marker("activate", self)
             )
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -625,7 +633,8 @@ _set_turn = current_turn.set
 
 def _enter_turn(activation: Activation, msg: Message) -> None:
     """Runs inside the turn's fresh context: the turn is this one, no reentrancy scope."""
-    current_turn.set((activation, msg))
+    msg.activation = activation
+    current_turn.set(msg)
     if reentrancy_scope.get():
         reentrancy_scope.set(False)
 
@@ -642,9 +651,11 @@ def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:
     )
 
 
-def _marker(name: str) -> Message:
-    return Message(Direction.ONE_WAY, GrainId("orleanspy.runtime", name), name, (), None)
+def _marker(name: str, activation: Activation) -> Message:
+    """The message of a runtime turn of ``activation`` (its activation or teardown)."""
+    msg = Message(Direction.ONE_WAY, _RUNTIME_IDS[name], name, (), None)
+    msg.activation = activation
+    return msg
 
 
-_ACTIVATE: Final = _marker("activate")
-_TEARDOWN: Final = _marker("deactivate")
+_RUNTIME_IDS: Final = {n: GrainId("orleanspy.runtime", n) for n in ("activate", "deactivate")}

@@ -31,6 +31,7 @@ from orleanspy.runtime.locator import GrainLocator
 __all__ = ["Dispatcher"]
 
 
+_REQUEST = Direction.REQUEST
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
 
@@ -131,7 +132,7 @@ class Dispatcher:
             kwargs = self.copy_value(kwargs)
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
-        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
+        msg = Message(_REQUEST, grain_id, method, args, kwargs, chain, 0, timeout)
         m = act.info.methods.get(method) if act is not None else None
         if m is not None and act is not None:
             msg.flags = m.flags
@@ -145,8 +146,15 @@ class Dispatcher:
             act.enqueue(msg)
             result = fut
         kind = type(result)
-        if kind is Carrier or kind is TurnFuture:
-            if kind is Carrier or not result.done():
+        if kind is Carrier:
+            # The turn goes on in this task; its deadline is watched once it waits for a
+            # future or yields twice (``watch``): a turn done by then never pays for it.
+            try:
+                result = await result
+            finally:
+                self._waiting.pop(msg.id, None)
+        elif kind is TurnFuture:
+            if not result.done():
                 # _wait, inlined: one coroutine fewer per suspended call
                 waiting, key = self._waiting, msg.id
                 waiting[key] = result
@@ -162,6 +170,15 @@ class Dispatcher:
         if kind in IMMUTABLE_TYPES and (kind is not int or _MIN_INT <= result <= _MAX_INT):
             return result
         return self.copy_value(result)
+
+    def watch(self, msg: Message, carrier: Carrier) -> None:
+        """Give ``carrier`` (a local call's turn that its caller carries) the caller's
+        response deadline: past it, the caller gets ``GrainCallTimeoutError`` and the turn
+        goes on by itself."""
+        key = msg.id
+        self._waiting[key] = carrier
+        self._deadlines.add(msg.timeout or self._default_timeout, key, msg.target, msg.method,
+                            self._waiting)
 
     async def _routed_call(
         self,
@@ -211,7 +228,7 @@ class Dispatcher:
         # calls back look like a cycle. Only "to myself" is kept (never held back).
         msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, ())
         turn = current_turn.get()
-        if turn is not None and turn[0].grain_id == grain_id:
+        if turn is not None and turn.activation.grain_id == grain_id:
             msg.flags |= FLAG_SELF_CALL
         if not self._local_only and grain_id not in self._activations:
             self._locator.route(msg)

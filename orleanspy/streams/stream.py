@@ -94,12 +94,12 @@ def as_observer(handler: Any, on_error: ErrorHandler | None = None) -> StreamObs
 
 def _consumer() -> Any:
     turn = current_turn.get()
-    if turn is None or turn[0].grain is None:
+    if turn is None or turn.activation.grain is None:
         raise RuntimeError(
             "subscribe and resume run inside a grain (the grain is the consumer); "
             "call them from a grain method or on_activate"
         )
-    return turn[0]
+    return turn.activation
 
 
 @dataclass(frozen=True, slots=True)
