@@ -103,7 +103,7 @@ async def _gone(task: asyncio.Task[object]) -> BaseException | None:
     async with asyncio.timeout(WAIT):
         try:
             await task
-        except BaseException as exc:  # noqa: BLE001 - the outcome is the subject
+        except BaseException as exc:
             return exc
     return None
 
