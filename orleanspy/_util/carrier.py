@@ -54,13 +54,15 @@ _BARE: Final = object()
 class CarryHost(Protocol):
     """Who started the turn: hears how it ends."""
 
-    def turn_ended(self, arg: Any, exc: BaseException | None) -> BaseException | None:
-        """The carried turn ended (``exc``: how it failed); returns what its caller raises."""
+    def turn_ended(self, arg: Any, exc: BaseException | None, watched: bool
+                   ) -> BaseException | None:
+        """The carried turn ended (``exc``: how it failed; ``watched``: after
+        ``turn_suspended``); returns what its caller raises."""
         ...
 
     def turn_detached(self, arg: Any, task: asyncio.Task[Any]) -> None:
         """The caller gave up: ``task`` runs the rest of the turn (``turn_done`` hears how
-        it ends)."""
+        it ends; its caller's deadline no longer matters)."""
         ...
 
     def turn_suspended(self, arg: Any, carrier: Carrier) -> None:
@@ -104,11 +106,10 @@ class Carrier:
         #: the future the turn awaits, and the waiting task's wake-up registered on it
         self._waiter: Any = None
         self._cb: Callable[[Any], None] | None = None
-        self._cb_ctx: Context | None = None
         self._outcome: BaseException | None = None
-        self._task: asyncio.Task[Any] | None = None
         self._ended: asyncio.Future[None] | None = None
-        self._asyncio_future_blocking = False
+        # (``_cb_ctx`` is set with ``_cb``, ``_task`` on detaching, and
+        # ``_asyncio_future_blocking`` before this carrier is first yielded to a task)
         stand_in._state = CARRIED
         stand_in._carrier = self
         self._watched = False
@@ -164,7 +165,7 @@ class Carrier:
             stand_in_spare.append(stand_in)
         else:
             stand_in._state = ENDED
-        self._host.turn_ended(self._arg, None)
+        self._host.turn_ended(self._arg, None, self._watched)
         if self._ended is not None:
             self._ended.set_result(None)
         raise StopIteration(value)
@@ -269,7 +270,7 @@ class Carrier:
 
     def _ended_ok(self) -> None:
         self._release()
-        self._host.turn_ended(self._arg, None)
+        self._host.turn_ended(self._arg, None, self._watched)
         if self._ended is not None:
             self._ended.set_result(None)
 
@@ -281,7 +282,7 @@ class Carrier:
             self._ended_ok()
             raise StopIteration(value)
         self._release()
-        error: BaseException | None = self._host.turn_ended(self._arg, outcome)
+        error: BaseException | None = self._host.turn_ended(self._arg, outcome, self._watched)
         if self._ended is not None:
             self._ended.set_result(None)
         try:
@@ -290,7 +291,10 @@ class Carrier:
             error = outcome = None
 
     def _given_up(self, exc: BaseException | None) -> Any:
-        error: BaseException | None = self._outcome or exc
+        # The caller's own cancellation wins over the outcome it was about to be told (as
+        # a Task's pending cancel wins over its future's exception).
+        error: BaseException | None = (
+            exc if isinstance(exc, _CancelledError) else self._outcome or exc)
         if error is None:
             raise asyncio.InvalidStateError("the turn's caller no longer carries it")
         try:
@@ -340,7 +344,7 @@ class Carrier:
     # -- for the silo's shutdown --------------------------------------------------------------
     def ended(self) -> asyncio.Future[Any]:
         """Resolves when the turn has ended or moved to a Task of its own (then that Task)."""
-        if self._task is not None:
+        if self._state == _DETACHED:
             return self._task
         fut = self._ended
         if fut is None:

@@ -43,14 +43,14 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
         enter: Callable[[Any, Any], None] | None,
         a: Any,
         b: Any,
-        done: Done | None = None,
-        carry: Any = None,
+        host: Any = None,
+        carry: bool = False,
     ) -> tuple[Any, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
         ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
-        inside ``context``; ``done(b, ok, value)`` hears the outcome of a task (see
-        ``Continuation``; here from a done callback). ``carry`` is not used on 3.12+: the
-        eagerly started Task runs the rest."""
+        inside ``context``; ``host.turn_done(b, ok, value)`` hears the outcome of a task
+        (see ``Continuation``; here from a done callback). ``carry`` is not used on 3.12+:
+        the eagerly started Task runs the rest."""
         global _depth
         if enter is not None:
             context.run(enter, a, b)
@@ -64,7 +64,8 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
                 _depth -= 1
             if task.done():
                 return None, task.result()
-        if done is not None:
+        if host is not None:
+            done = host.turn_done
             task.add_done_callback(lambda t: _report(t, done, b))
         return task, None
 
@@ -102,23 +103,24 @@ else:
         enter: Callable[[Any, Any], None] | None,
         a: Any,
         b: Any,
-        done: Done | None = None,
-        carry: Any = None,
+        host: Any = None,
+        carry: bool = False,
     ) -> tuple[Any, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
         ``(runner, None)``. The runner is a ``Carrier`` for the caller to await when
-        ``carry`` (a ``CarryHost``) is given and the stack is not too deep, else the Task
-        that runs the rest. ``enter(a, b)`` (if given) runs first, inside ``context``;
-        ``done(b, ok, value)`` hears the outcome of a Task in the step that ends it (see
-        ``Continuation``)."""
+        ``carry`` is set (``host`` is then a ``CarryHost``) and the stack is not too deep,
+        else the Task that runs the rest. ``enter(a, b)`` (if given) runs first, inside
+        ``context``; ``host.turn_done(b, ok, value)`` hears the outcome of a Task in the
+        step that ends it (see ``Continuation``)."""
         global _depth
         depth = _depth
         if depth >= MAX_DEPTH:
             if enter is not None:
                 context.run(enter, a, b)
-            if done is None:
+            if host is None:
                 return loop.create_task(coro, context=context), None
-            return loop.create_task(Continuation(coro, FRESH, done, b), context=context), None
+            rest = Continuation(coro, FRESH, host.turn_done, b)
+            return loop.create_task(rest, context=context), None
         stand_in = _free[depth]
         if stand_in is None or stand_in._loop is not loop:
             stand_in = stand_in_spare.pop() if stand_in_spare else None
@@ -143,11 +145,11 @@ else:
             else:
                 _current_tasks[loop] = previous
         _free[depth] = None  # this stand-in now belongs to the turn
-        if carry is not None:
+        if carry:
             level = previous._level + 1 if type(previous) is StandIn else 1
             if level <= MAX_CARRY:
                 stand_in._level = level
-                return Carrier(loop, coro, context, stand_in, yielded, carry, b), None
+                return Carrier(loop, coro, context, stand_in, yielded, host, b), None
         if getattr(yielded, "_asyncio_future_blocking", None):
             # ``await fut`` marks the future "blocking" until a Task takes it, and a second
             # ``await`` of a still-marked pending future fails ("await wasn't used with
@@ -155,9 +157,10 @@ else:
             # awaits the same future in this pass would fail: unmark it now, and the
             # Continuation marks it again when it hands it to the Task.
             yielded._asyncio_future_blocking = False
+        rest = Continuation(coro, yielded, None if host is None else host.turn_done, b)
         if loop.get_task_factory() is None:  # the Task itself: loop.create_task's checks, skipped
-            task = _Task(Continuation(coro, yielded, done, b), loop=loop, context=context)
+            task = _Task(rest, loop=loop, context=context)
         else:
-            task = loop.create_task(Continuation(coro, yielded, done, b), context=context)
+            task = loop.create_task(rest, context=context)
         stand_in.bind(task)
         return task, None

@@ -77,6 +77,8 @@ class _Redispatcher(Protocol):
 
     def watch(self, msg: Message, carrier: Carrier) -> None: ...
 
+    def unwatch(self, msg: Message) -> None: ...
+
 
 class ActivationHost(SiloHost, Protocol):
     """What an activation needs from the silo hosting it (the silo implements it; grains
@@ -343,7 +345,7 @@ class Activation(Mailbox):
         ) and not self._admissible_now(msg):
             return NOT_NOW
         self.received += 1
-        return self._start(msg, inline=True)
+        return self._start(msg, True)
 
     def enqueue(self, msg: Message, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue a message (any origin); its outcome goes to ``msg.reply``.
@@ -432,10 +434,8 @@ class Activation(Mailbox):
         if reentrancy_scope.get():
             context.run(reentrancy_scope.set, False)
         try:
-            task, result = eager_start(
-                self.silo.loop, coro, context, None, None, msg, self._turn_done,
-                self if inline else None,
-            )
+            task, result = eager_start(self.silo.loop, coro, context, None, None, msg, self,
+                                       inline)
         except BaseException as error:
             failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
             self._finish(msg, failure)
@@ -487,10 +487,13 @@ class Activation(Mailbox):
         else:
             self._reply(msg, exc, value)
 
-    def turn_ended(self, msg: Message, exc: BaseException | None) -> BaseException | None:
+    def turn_ended(self, msg: Message, exc: BaseException | None, watched: bool
+                   ) -> BaseException | None:
         """A turn its caller carried has ended (``_util.carrier``): finish it and start what
         waits, in a context of its own. Returns the error its caller raises."""
         self.tasks.pop(msg.id, None)
+        if watched:
+            self.silo.dispatcher.unwatch(msg)
         if exc is not None and isinstance(exc, asyncio.CancelledError):
             exc = _cancelled(self, msg)
         if self.waiting or self.state is not ActivationState.VALID:
@@ -508,6 +511,7 @@ class Activation(Mailbox):
         ``task`` runs the rest of the turn, and its outcome has nobody to go to."""
         self.tasks[msg.id] = task
         msg.reply = _nobody_waits
+        self.silo.dispatcher.unwatch(msg)
 
     def turn_waits(self) -> list[asyncio.Future[Any]]:
         """Futures that resolve as this activation's suspended turns end (or move)."""

@@ -149,10 +149,7 @@ class Dispatcher:
         if kind is Carrier:
             # The turn goes on in this task; its deadline is watched once it waits for a
             # future or yields twice (``watch``): a turn done by then never pays for it.
-            try:
-                result = await result
-            finally:
-                self._waiting.pop(msg.id, None)
+            result = await result
         elif kind is TurnFuture:
             if not result.done():
                 # _wait, inlined: one coroutine fewer per suspended call
@@ -179,6 +176,10 @@ class Dispatcher:
         self._waiting[key] = carrier
         self._deadlines.add(msg.timeout or self._default_timeout, key, msg.target, msg.method,
                             self._waiting)
+
+    def unwatch(self, msg: Message) -> None:
+        """The turn of ``msg`` ended, or its caller gave up on it: no deadline to watch."""
+        self._waiting.pop(msg.id, None)
 
     async def _routed_call(
         self,
