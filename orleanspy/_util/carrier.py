@@ -1,26 +1,31 @@
-"""Carrier: a turn whose caller's task runs it to its end (in-process calls, Python 3.11).
+"""Carried turns: a turn whose local caller's task runs it to its end (Python 3.11).
 
 A local call that starts a turn eagerly (``_util.eager``) and sees it suspend does not hand
-the rest to a Task of its own: the caller awaits a ``Carrier``, and the caller's task drives
-the turn's coroutine step by step — in the turn's own context, with the turn's ``StandIn``
-as the current task — until it ends. That costs no Task, no future and no loop pass of its
-own: the turn resumes exactly when a Task would have, in the task that waits for it anyway.
+the rest to a Task of its own: the caller awaits ``carry(...)``, a generator-based
+awaitable through which the caller's task drives the turn's coroutine step by step — in the
+turn's own context, with the turn's ``StandIn`` as the current task — until it ends. That
+costs no Task, no future and no loop pass of its own: the turn resumes exactly when a Task
+would have, in the task that waits for it anyway.
 
 The caller may give up on the turn; the turn does not end with it. If the caller's task is
-cancelled, or the call's response deadline passes (``set_exception``), the turn is handed to
-a Task of its own (``Continuation``) exactly where it is suspended and goes on, and the
-caller gets the ``CancelledError`` or the timeout at once. The turn's own cancels (its
+cancelled, or the call's response deadline passes (``Carrier.set_exception``), the turn is
+handed to a Task of its own (``Continuation``) exactly where it is suspended and goes on, and
+the caller gets the ``CancelledError`` or the timeout at once. The turn's own cancels (its
 ``asyncio.timeout()``, a ``TaskGroup``, ``current_task().cancel()``) go through the stand-in
 and reach only the turn.
 
-To its caller's task a suspended carrier is the future it awaits: the carrier forwards the
-task's wake-up callback to the future the turn awaits, so the caller wakes directly from it.
+A ``Carrier`` is made once the turn first waits for a future or yields a second time (until
+then it has resumed within a loop pass, and most turns end so): it tells the host that the
+caller's deadline now matters (``turn_suspended``), and it is what the caller's task awaits
+instead of the turn's future — it forwards the task's wake-up callback to that future, so the
+caller wakes directly from it, and it takes the task's ``cancel`` for the caller's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import types
 from asyncio import tasks as _tasks
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
@@ -29,14 +34,14 @@ from typing import Any, Final, Protocol
 from orleanspy._util.continuation import Continuation
 from orleanspy._util.stand_in import CARRIED, ENDED, PENDING, StandIn
 
-__all__ = ["MAX_CARRY", "Carrier", "CarryHost", "stand_in_spare"]
+__all__ = ["CARRY_CODE", "MAX_CARRY", "Carrier", "CarryHost", "carry", "stand_in_spare"]
 
 #: nested carried turns one task may run (a turn deeper in a call chain gets a Task)
 MAX_CARRY: Final = 16
 
 #: a free list: stand-ins of ended carried turns that nobody kept, for the next first steps
 stand_in_spare: list[StandIn] = []
-_stand_in_spare_MAX: Final = 256
+_SPARE_MAX: Final = 256
 _refcount = sys.getrefcount
 
 _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
@@ -46,9 +51,6 @@ _Task = asyncio.Task
 _RUNNING: Final = 0  # the caller's task carries the turn
 _DETACHED: Final = 1  # a Task of its own carries the turn; the caller is told ``_outcome``
 _FINISHED: Final = 2
-
-_NONE: Final = object()
-_BARE: Final = object()
 
 
 class CarryHost(Protocol):
@@ -60,14 +62,14 @@ class CarryHost(Protocol):
         ``turn_suspended``); returns what its caller raises."""
         ...
 
-    def turn_detached(self, arg: Any, task: asyncio.Task[Any]) -> None:
-        """The caller gave up: ``task`` runs the rest of the turn (``turn_done`` hears how
-        it ends; its caller's deadline no longer matters)."""
-        ...
-
     def turn_suspended(self, arg: Any, carrier: Carrier) -> None:
         """The turn waits for a future, or yields a second time: its caller's response
         deadline is to be watched from now on (``carrier.set_exception`` gives up)."""
+        ...
+
+    def turn_detached(self, arg: Any, task: asyncio.Task[Any]) -> None:
+        """The caller gave up: ``task`` runs the rest of the turn (``turn_done`` hears how
+        it ends; its caller's deadline no longer matters)."""
         ...
 
     def turn_done(self, arg: Any, ok: bool, value: Any) -> None:
@@ -76,231 +78,31 @@ class CarryHost(Protocol):
 
 
 class Carrier:
-    """The rest of a suspended turn, run by the task that awaits it."""
+    """A carried turn that waits for a future or may take a while: what its caller's task
+    awaits, and where the caller gives up (``cancel``, ``set_exception``)."""
 
     __slots__ = (
-        "_arg", "_asyncio_future_blocking", "_cb", "_cb_ctx", "_coro", "_ctx", "_ended",
-        "_first", "_host", "_loop", "_outcome", "_stand_in", "_state", "_task", "_waiter",
-        "_watched",
+        "_arg", "_asyncio_future_blocking", "_cb", "_cb_ctx", "_coro", "_ctx", "_host",
+        "_loop", "_outcome", "_stand_in", "_state", "_task", "_waiter",
     )
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        coro: Coroutine[Any, Any, Any],
-        context: Context,
-        stand_in: StandIn,
-        yielded: Any,
-        host: CarryHost,
-        arg: Any,
-    ) -> None:
-        """``yielded``: what the turn's first step yielded; ``host`` hears how the turn
-        ends, told ``arg``."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any],
+                 context: Context, stand_in: StandIn, host: CarryHost, arg: Any) -> None:
         self._loop = loop
         self._coro = coro
         self._ctx = context
-        self._stand_in: Any = stand_in  # None once the turn has ended
+        self._stand_in = stand_in
         self._host = host
         self._arg = arg
         self._state = _RUNNING
         #: the future the turn awaits, and the waiting task's wake-up registered on it
         self._waiter: Any = None
         self._cb: Callable[[Any], None] | None = None
+        self._cb_ctx: Context | None = None
         self._outcome: BaseException | None = None
-        self._ended: asyncio.Future[None] | None = None
-        # (``_cb_ctx`` is set with ``_cb``, ``_task`` on detaching, and
-        # ``_asyncio_future_blocking`` before this carrier is first yielded to a task)
-        stand_in._state = CARRIED
+        self._task: asyncio.Task[Any] | None = None
+        self._asyncio_future_blocking = False
         stand_in._carrier = self
-        self._watched = False
-        self._first: Any = _BARE if yielded is None else self._yield(yielded)
-
-    # -- driven by the awaiting task ------------------------------------------------------
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return self  # type: ignore[return-value]
-
-    def __next__(self) -> Any:
-        first = self._first
-        if first is not _NONE:
-            self._first = _NONE
-            return None if first is _BARE else first
-        stand_in = self._stand_in
-        if self._state or stand_in._must_cancel:  # given up, or a cancel to deliver
-            return self._given_up(None) if self._state else self._step(None)
-        # _step(None), inlined: this runs once per suspension of every carried turn
-        self._waiter = self._cb = None
-        loop = self._loop
-        carrying = _current_tasks.get(loop)
-        stand_in._carrying = carrying
-        _current_tasks[loop] = stand_in
-        try:
-            yielded = self._ctx.run(self._coro.send, None)
-        except StopIteration as stop:
-            value = stop.value
-        except BaseException as error:
-            if carrying is None:
-                del _current_tasks[loop]
-            else:
-                _current_tasks[loop] = carrying
-            return self._end(error)
-        else:
-            if carrying is None:
-                del _current_tasks[loop]
-            else:
-                _current_tasks[loop] = carrying
-            return self._yield(yielded)
-        if carrying is None:
-            del _current_tasks[loop]
-        else:
-            _current_tasks[loop] = carrying
-        # _ended_ok(), inlined
-        self._state = _FINISHED
-        self._stand_in = None
-        stand_in._carrier = stand_in._carrying = None
-        if _refcount(stand_in) <= 2 and len(stand_in_spare) < _stand_in_spare_MAX:
-            stand_in._state = PENDING
-            stand_in._cancels = 0
-            stand_in._must_cancel = False
-            stand_in._cancel_msg = None
-            stand_in_spare.append(stand_in)
-        else:
-            stand_in._state = ENDED
-        self._host.turn_ended(self._arg, None, self._watched)
-        if self._ended is not None:
-            self._ended.set_result(None)
-        raise StopIteration(value)
-
-    def send(self, value: Any) -> Any:
-        return self.__next__()
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        exc = typ if val is None else val
-        if isinstance(exc, type):
-            exc = exc()
-        self._first = _NONE
-        if self._state:
-            return self._given_up(exc)
-        try:
-            if self._waiter is None and isinstance(exc, _CancelledError):
-                # The carrying task was cancelled while the turn waited a bare loop pass
-                # (the turn's own cancels never come this way: they go through its stand-in).
-                self._detach(exc, wake=False)
-                raise exc
-            return self._step(exc)
-        finally:
-            exc = typ = val = None  # no cycle through this frame and the traceback
-
-    def close(self) -> None:
-        """The awaiting coroutine is closed: the turn goes on in a Task of its own."""
-        if self._state == _RUNNING:
-            try:
-                self._detach(None, wake=False)
-            except RuntimeError:  # the loop is closed: nothing can run the turn
-                self._state = _FINISHED
-                self._coro.close()
-
-    def _step(self, exc: BaseException | None) -> Any:
-        stand_in = self._stand_in
-        if stand_in._must_cancel and exc is None:
-            stand_in._must_cancel = False
-            msg = stand_in._cancel_msg
-            exc = _CancelledError() if msg is None else _CancelledError(msg)
-        self._waiter = self._cb = None
-        loop = self._loop
-        carrying = _current_tasks.get(loop)
-        stand_in._carrying = carrying
-        _current_tasks[loop] = stand_in
-        try:
-            if exc is None:
-                yielded = self._ctx.run(self._coro.send, None)
-            else:
-                yielded = self._ctx.run(self._coro.throw, exc)
-        except BaseException as error:
-            outcome: BaseException | None = error
-        else:
-            outcome = None
-        if carrying is None:
-            del _current_tasks[loop]
-        else:
-            _current_tasks[loop] = carrying
-        if outcome is None:
-            return self._yield(yielded)
-        try:
-            return self._end(outcome)
-        finally:
-            outcome = None  # no cycle through this frame and the exception's traceback
-
-    def _yield(self, yielded: Any) -> Any:
-        """What the carrying task waits for: nothing (a bare loop pass), or this carrier
-        standing for the future the turn awaits. The turn's first wait for a future, or
-        its second bare yield, tells the host that the turn may take a while (its caller's
-        deadline starts to matter)."""
-        if not self._watched:
-            self._watched = True
-            self._host.turn_suspended(self._arg, self)
-        if yielded is None:
-            return None
-        blocking = getattr(yielded, "_asyncio_future_blocking", None)
-        if blocking is None:
-            return yielded  # not a future: the carrying task reports the bad yield
-        if blocking:
-            # Taken here, as a Task takes it: another turn may await the same future.
-            yielded._asyncio_future_blocking = False
-        self._waiter = yielded
-        stand_in = self._stand_in
-        if stand_in._must_cancel and yielded.cancel(stand_in._cancel_msg):
-            stand_in._must_cancel = False
-        self._asyncio_future_blocking = True
-        return self
-
-    def _release(self) -> None:
-        """The turn has ended: its stand-in goes to the spares unless somebody kept it."""
-        self._state = _FINISHED
-        stand_in = self._stand_in
-        self._stand_in = None
-        stand_in._carrier = stand_in._carrying = None
-        if _refcount(stand_in) <= 2 and len(stand_in_spare) < _stand_in_spare_MAX:
-            stand_in._state = PENDING
-            stand_in._cancels = 0
-            stand_in._must_cancel = False
-            stand_in._cancel_msg = None
-            stand_in_spare.append(stand_in)
-        else:
-            stand_in._state = ENDED
-
-    def _ended_ok(self) -> None:
-        self._release()
-        self._host.turn_ended(self._arg, None, self._watched)
-        if self._ended is not None:
-            self._ended.set_result(None)
-
-    def _end(self, outcome: BaseException | None) -> Any:
-        assert outcome is not None
-        if type(outcome) is StopIteration:
-            value = outcome.value
-            outcome = None
-            self._ended_ok()
-            raise StopIteration(value)
-        self._release()
-        error: BaseException | None = self._host.turn_ended(self._arg, outcome, self._watched)
-        if self._ended is not None:
-            self._ended.set_result(None)
-        try:
-            raise error if error is not None else outcome
-        finally:
-            error = outcome = None
-
-    def _given_up(self, exc: BaseException | None) -> Any:
-        # The caller's own cancellation wins over the outcome it was about to be told (as
-        # a Task's pending cancel wins over its future's exception).
-        error: BaseException | None = (
-            exc if isinstance(exc, _CancelledError) else self._outcome or exc)
-        if error is None:
-            raise asyncio.InvalidStateError("the turn's caller no longer carries it")
-        try:
-            raise error
-        finally:
-            error = exc = None
 
     # -- the future its caller's task waits on ----------------------------------------------
     def get_loop(self) -> asyncio.AbstractEventLoop:
@@ -324,45 +126,34 @@ class Carrier:
         """The waiting task is cancelled: the turn goes on in a Task of its own."""
         if self._state:
             return False
-        self._detach(_CancelledError() if msg is None else _CancelledError(msg), wake=True)
+        self.detach(_CancelledError() if msg is None else _CancelledError(msg), wake=True)
         return True
-
-    def done(self) -> bool:
-        return self._state != _RUNNING
 
     def cancelled(self) -> bool:
         return False
 
+    def done(self) -> bool:
+        return self._state != _RUNNING
+
     def result(self) -> Any:
-        return self._given_up(None)
+        outcome = self._outcome
+        if outcome is None:
+            raise asyncio.InvalidStateError("the turn is still carried")
+        try:
+            raise outcome
+        finally:
+            outcome = None
 
     def set_exception(self, exc: BaseException) -> None:
         """The caller's deadline passed: it gets ``exc``, the turn goes on."""
         if self._state == _RUNNING:
-            self._detach(exc, wake=True)
-
-    # -- for the silo's shutdown --------------------------------------------------------------
-    def ended(self) -> asyncio.Future[Any]:
-        """Resolves when the turn has ended or moved to a Task of its own (then that Task)."""
-        if self._state == _DETACHED:
-            return self._task
-        fut = self._ended
-        if fut is None:
-            fut = self._ended = self._loop.create_future()
-            if self._state == _FINISHED:
-                fut.set_result(None)
-        return fut
-
-    def cancel_turn(self, msg: Any = None) -> bool:
-        """Cancel the turn itself (as ``Task.cancel`` would)."""
-        stand_in = self._stand_in
-        return stand_in.cancel(msg) if stand_in is not None else False
+            self.detach(exc, wake=True)
 
     # -- handing the turn to a Task -------------------------------------------------------------
-    def _detach(self, outcome: BaseException | None, wake: bool) -> None:
+    def detach(self, outcome: BaseException | None, wake: bool) -> None:
+        """The caller gives up (told ``outcome``): a Task runs the rest of the turn."""
         self._state = _DETACHED
         self._outcome = outcome
-        self._first = _NONE
         waiter, cb = self._waiter, self._cb
         self._waiter = self._cb = None
         loop = self._loop
@@ -377,9 +168,154 @@ class Carrier:
         self._task = task
         self._stand_in.bind(task)
         self._host.turn_detached(self._arg, task)
-        if self._ended is not None and not self._ended.done():
-            self._ended.set_result(None)
+
+    def ended(self) -> None:
+        self._state = _FINISHED
 
     def __repr__(self) -> str:
         state = ("carried", "detached", "finished")[self._state]
         return f"<Carrier {state} {self._coro!r}>"
+
+
+@types.coroutine
+def carry(
+    coro: Coroutine[Any, Any, Any],
+    context: Context,
+    stand_in: StandIn,
+    yielded: Any,
+    host: CarryHost,
+    arg: Any,
+) -> Generator[Any, Any, Any]:
+    """Run the rest of a turn whose first step yielded ``yielded``, in the awaiting task;
+    return its result or raise its error (``host.turn_ended`` says which)."""
+    loop = stand_in._loop
+    stand_in._state = CARRIED
+    carrier: Carrier | None = None
+    bare = 0
+    while True:
+        # -- hand what the turn yielded to the carrying task, and wait ----------------------
+        if yielded is None:
+            if carrier is None:
+                bare += 1
+                if bare > 1:  # a second bare yield: the turn may spin for a while
+                    carrier = Carrier(loop, coro, context, stand_in, host, arg)
+                    host.turn_suspended(arg, carrier)
+            waited: Any = None
+        elif (blocking := getattr(yielded, "_asyncio_future_blocking", None)) is None:
+            waited = yielded  # not a future: the carrying task reports the bad yield
+        else:
+            if blocking:
+                # Taken here, as a Task takes it: another turn may await the same future.
+                yielded._asyncio_future_blocking = False
+            if carrier is None:
+                carrier = Carrier(loop, coro, context, stand_in, host, arg)
+                host.turn_suspended(arg, carrier)
+            carrier._waiter = yielded
+            if stand_in._must_cancel and yielded.cancel(stand_in._cancel_msg):
+                stand_in._must_cancel = False
+            carrier._asyncio_future_blocking = True
+            waited = carrier
+        try:
+            yield waited
+        except BaseException as exc:  # thrown in by the carrying task
+            thrown: BaseException | None = exc
+        else:
+            thrown = None
+        # -- resumed: the caller may have given up meanwhile ---------------------------------
+        if carrier is not None:
+            if carrier._state:
+                # The caller's own cancellation wins over the outcome it was about to be
+                # told (as a Task's pending cancel wins over its future's exception).
+                told = thrown if isinstance(thrown, _CancelledError) else (
+                    carrier._outcome or thrown)
+                _release(stand_in, arg)
+                try:
+                    raise told if told is not None else asyncio.InvalidStateError(
+                        "the turn's caller no longer carries it")
+                finally:
+                    told = thrown = None
+            carrier._waiter = carrier._cb = None
+        if thrown is not None and (
+            isinstance(thrown, GeneratorExit)
+            or (waited is None and isinstance(thrown, _CancelledError))
+        ):
+            # The caller's task was cancelled while the turn waited a bare loop pass, or
+            # the awaiting coroutine is closed (the turn's own cancels never come this way:
+            # they go through its stand-in): the turn goes on in a Task of its own.
+            if carrier is None:
+                carrier = Carrier(loop, coro, context, stand_in, host, arg)
+            try:
+                carrier.detach(thrown, wake=False)
+            except RuntimeError:  # the loop is closed: nothing can run the turn
+                coro.close()
+            _release(stand_in, arg)
+            try:
+                raise thrown
+            finally:
+                thrown = None
+        if thrown is None and stand_in._must_cancel:
+            stand_in._must_cancel = False
+            msg = stand_in._cancel_msg
+            thrown = _CancelledError() if msg is None else _CancelledError(msg)
+        # -- the turn's next step, in its context, with its stand-in current -------------------
+        carrying = _current_tasks.get(loop)
+        stand_in._carrying = carrying
+        _current_tasks[loop] = stand_in
+        try:
+            if thrown is None:
+                yielded = context.run(coro.send, None)
+            else:
+                yielded = context.run(coro.throw, thrown)
+                thrown = None
+        except StopIteration as stop:
+            value = stop.value
+        except BaseException as error:
+            if carrying is None:
+                del _current_tasks[loop]
+            else:
+                _current_tasks[loop] = carrying
+            if carrier is not None:
+                carrier.ended()
+            _release(stand_in, arg)
+            raised = host.turn_ended(arg, error, carrier is not None)
+            try:
+                raise raised if raised is not None else error
+            finally:
+                raised = thrown = None
+        else:
+            if carrying is None:
+                del _current_tasks[loop]
+            else:
+                _current_tasks[loop] = carrying
+            continue
+        if carrying is None:
+            del _current_tasks[loop]
+        else:
+            _current_tasks[loop] = carrying
+        if carrier is not None:
+            carrier.ended()
+        # _release(stand_in, arg), inlined: this runs once per carried turn
+        stand_in._carrier = stand_in._carrying = None
+        arg.runner = None
+        if _refcount(stand_in) <= 2 and len(stand_in_spare) < _SPARE_MAX:
+            stand_in._state = PENDING  # nobody kept it: the next turn's first step may
+            stand_in._cancels = 0
+            stand_in._must_cancel = False
+            stand_in._cancel_msg = None
+            stand_in_spare.append(stand_in)
+        else:
+            stand_in._state = ENDED
+        host.turn_ended(arg, None, carrier is not None)
+        return value
+
+
+#: the code of ``carry``: what tells a carried turn's awaitable from other generators
+CARRY_CODE: Final = carry.__code__
+
+
+def _release(stand_in: StandIn, arg: Any) -> None:
+    """The turn has ended, or left its caller's task."""
+    stand_in._carrier = stand_in._carrying = None
+    arg.runner = None
+    if stand_in._state == CARRIED:
+        stand_in._state = ENDED

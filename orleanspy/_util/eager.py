@@ -80,7 +80,8 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
 else:
     from asyncio import tasks as _tasks
 
-    from orleanspy._util.carrier import MAX_CARRY, Carrier, stand_in_spare
+    from orleanspy._util.carrier import MAX_CARRY, stand_in_spare
+    from orleanspy._util.carrier import carry as _carry
     from orleanspy._util.stand_in import StandIn
 
     _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
@@ -107,11 +108,12 @@ else:
         carry: bool = False,
     ) -> tuple[Any, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
-        ``(runner, None)``. The runner is a ``Carrier`` for the caller to await when
-        ``carry`` is set (``host`` is then a ``CarryHost``) and the stack is not too deep,
-        else the Task that runs the rest. ``enter(a, b)`` (if given) runs first, inside
-        ``context``; ``host.turn_done(b, ok, value)`` hears the outcome of a Task in the
-        step that ends it (see ``Continuation``)."""
+        ``(runner, None)``. The runner is ``carry(...)`` for the caller to await when
+        ``carry`` is set (``host`` is then a ``CarryHost`` and ``b`` gets the turn's stand-in
+        as its ``runner``) and the stack is not too deep, else the Task that runs the rest.
+        ``enter(a, b)`` (if given) runs first, inside ``context``;
+        ``host.turn_done(b, ok, value)`` hears the outcome of a Task in the step that ends
+        it (see ``Continuation``)."""
         global _depth
         depth = _depth
         if depth >= MAX_DEPTH:
@@ -149,7 +151,8 @@ else:
             level = previous._level + 1 if type(previous) is StandIn else 1
             if level <= MAX_CARRY:
                 stand_in._level = level
-                return Carrier(loop, coro, context, stand_in, yielded, host, b), None
+                b.runner = stand_in
+                return _carry(coro, context, stand_in, yielded, host, b), None
         if getattr(yielded, "_asyncio_future_blocking", None):
             # ``await fut`` marks the future "blocking" until a Task takes it, and a second
             # ``await`` of a still-marked pending future fails ("await wasn't used with

@@ -41,6 +41,7 @@ class StandIn:
         self._state = PENDING
         self._task: asyncio.Task[Any] | None = None
         self._carrier: Any = None
+        #: while carried: the ``Carrier`` once the turn waits for a future (or None)
         #: the task running the turn's current step (the caller's, or an outer stand-in)
         self._carrying: Any = None
         #: how many turns without a Task of their own run in this stack, this one included
@@ -71,8 +72,9 @@ class StandIn:
         if state == ENDED:
             return False
         self._cancels += 1
-        if state == CARRIED:
-            waiter = self._carrier._waiter
+        carrier = self._carrier
+        if state == CARRIED and carrier is not None:
+            waiter = carrier._waiter
             if waiter is not None and waiter.cancel(msg):
                 return True
         self._must_cancel = True

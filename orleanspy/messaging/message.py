@@ -54,6 +54,8 @@ class Message:
     started: float
     #: the activation running it as a turn (set by the activation when the turn starts)
     activation: Any
+    #: the Carrier of a turn its local caller's task runs (set only on those)
+    runner: Any
 
     __slots__ = (
         "activation",
@@ -68,6 +70,7 @@ class Message:
         "kwargs",
         "method",
         "reply",
+        "runner",
         "started",
         "target",
         "timeout",

@@ -68,6 +68,9 @@ __all__ = [
 ]
 
 
+_Task = asyncio.Task
+
+
 class _Catalog(Protocol):
     def remove(self, act: Activation) -> None: ...
 
@@ -149,9 +152,9 @@ class Activation(Mailbox):
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
-        #: what runs this activation's suspended turns, by message id: a Task of their own,
-        #: or the Carrier through which a local caller's task runs it
-        self.tasks: dict[int, asyncio.Task[Any] | Carrier] = {}
+        #: the Tasks of this activation's suspended turns that run in a Task of their own,
+        #: by message id (a carried turn's current task is its message's ``runner``)
+        self.tasks: dict[int, asyncio.Task[Any]] = {}
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
@@ -337,14 +340,11 @@ class Activation(Mailbox):
     def try_inline(self, msg: Message) -> Any:
         """Run a local request in the caller's frame if it may start now.
 
-        Returns the result, raises the grain's exception, returns a ``TurnFuture`` if the
-        turn suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
+        Returns the result, raises the grain's exception, returns the awaitable that
+        carries the turn (``_util.carrier.carry``, or a ``TurnFuture``) if the turn
+        suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
+        (``_start(msg, True)`` is this, for the dispatcher's hot path.)
         """
-        if (
-            self.running or self.waiting or self.state is not ActivationState.VALID
-        ) and not self._admissible_now(msg):
-            return NOT_NOW
-        self.received += 1
         return self._start(msg, True)
 
     def enqueue(self, msg: Message, wait: bool = False) -> asyncio.Future[None] | None:
@@ -366,7 +366,7 @@ class Activation(Mailbox):
             return None
         self.received += 1
         if self._admissible_now(msg):
-            self._start(msg, inline=False)
+            self._start(msg, False)
             return None
         waiting = self.waiting
         if len(waiting) >= self.capacity and not self._is_self_call(msg):
@@ -384,10 +384,17 @@ class Activation(Mailbox):
     def _start(self, msg: Message, inline: bool) -> Any:
         """Run a turn in its own task, started eagerly (``_util.eager``).
 
-        ``inline``: the caller waits in this frame — return the result, raise the error, or
-        return a ``TurnFuture`` if the turn suspended. Otherwise the outcome goes to
-        ``msg.reply``.
+        ``inline``: a local request that runs in the caller's frame if it may start now
+        (``try_inline``) — return the result, raise the error, return the carrying awaitable
+        (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``. Otherwise the turn was
+        admitted and its outcome goes to ``msg.reply``.
         """
+        if inline:
+            if (
+                self.running or self.waiting or self.state is not ActivationState.VALID
+            ) and not self._admissible_now(msg):
+                return NOT_NOW
+            self.received += 1
         deadline = msg.deadline
         if deadline and deadline < self.silo.clock.monotonic():
             self._expire(msg)
@@ -453,10 +460,10 @@ class Activation(Mailbox):
                 return result
             self._deliver(msg, True, result)
             return None
+        if type(task) is not _Task:
+            return task  # ``carry``: the caller's task runs the rest of the turn
         self.tasks[msg.id] = task
         if inline:
-            if type(task) is Carrier:
-                return task  # the caller's task runs the rest of the turn
             fut = TurnFuture()
             msg.reply = fut.reply
             return fut
@@ -491,7 +498,6 @@ class Activation(Mailbox):
                    ) -> BaseException | None:
         """A turn its caller carried has ended (``_util.carrier``): finish it and start what
         waits, in a context of its own. Returns the error its caller raises."""
-        self.tasks.pop(msg.id, None)
         if watched:
             self.silo.dispatcher.unwatch(msg)
         if exc is not None and isinstance(exc, asyncio.CancelledError):
@@ -514,16 +520,18 @@ class Activation(Mailbox):
         self.silo.dispatcher.unwatch(msg)
 
     def turn_waits(self) -> list[asyncio.Future[Any]]:
-        """Futures that resolve as this activation's suspended turns end (or move)."""
-        return [t if isinstance(t, asyncio.Task) else t.ended() for t in self.tasks.values()]
+        """Futures that resolve as this activation's suspended turns that run in a Task of
+        their own end (a carried turn ends in its caller's task: the silo looks again)."""
+        return list(self.tasks.values())
 
     def cancel_turns(self) -> None:
         """Cancel every suspended turn (the silo's shutdown ran out of time)."""
-        for t in list(self.tasks.values()):
-            if isinstance(t, asyncio.Task):
-                t.cancel()
-            else:
-                t.cancel_turn()
+        for task in list(self.tasks.values()):
+            task.cancel()
+        for msg in list(self.running.values()):
+            stand_in = getattr(msg, "runner", None)  # a carried turn's current task
+            if stand_in is not None:
+                stand_in.cancel()
 
     turn_done = _turn_done
 

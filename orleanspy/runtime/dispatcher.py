@@ -9,9 +9,10 @@ call site, exactly as it would across processes.
 from __future__ import annotations
 
 import difflib
+from types import GeneratorType
 from typing import Any
 
-from orleanspy._util.carrier import Carrier
+from orleanspy._util.carrier import CARRY_CODE, Carrier
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     MessageRejectedError,
@@ -138,7 +139,7 @@ class Dispatcher:
             msg.flags = m.flags
         else:
             act = self._locate(grain_id, method, msg)
-        result = act.try_inline(msg)
+        result = act._start(msg, True)  # try_inline, one call fewer
         if result is NOT_NOW:
             fut = TurnFuture()
             msg.reply = fut.reply
@@ -146,7 +147,7 @@ class Dispatcher:
             act.enqueue(msg)
             result = fut
         kind = type(result)
-        if kind is Carrier:
+        if kind is GeneratorType and result.gi_code is CARRY_CODE:
             # The turn goes on in this task; its deadline is watched once it waits for a
             # future or yields twice (``watch``): a turn done by then never pays for it.
             result = await result

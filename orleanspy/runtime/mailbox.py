@@ -89,7 +89,7 @@ class Mailbox(Admission):
                     continue
                 if self._is_special(msg):
                     self.special_waiting -= 1
-                self._start(msg, inline=False)
+                self._start(msg, False)
         finally:
             self._pumping = False
 

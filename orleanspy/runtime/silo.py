@@ -427,14 +427,20 @@ class Silo:
         while True:
             turns = [t for act in acts for t in act.turn_waits()]
             pending = [*turns, *(t for t in self._tasks if t is not me)]
-            if not pending:
+            # a turn its caller's task carries ends there: look again shortly
+            carried = not pending and any(act.running for act in acts)
+            if not pending and not carried:
                 break
             if self.clock.monotonic() >= deadline:
-                self.log.error("silo_shutdown_tasks_abandoned", count=len(pending))
+                self.log.error("silo_shutdown_tasks_abandoned",
+                               count=len(pending) or sum(len(a.running) for a in acts))
                 break
             try:
                 async with self.clock.timeout_at(deadline):
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if pending:
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    else:
+                        await self.clock.sleep(0.01)
             except TimeoutError:
                 pass
 
