@@ -193,23 +193,18 @@ class Dispatcher:
         """A call to a grain not active here: the locator routes it (possibly back here)."""
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
-        msg = Message(Direction.REQUEST, grain_id, method, args, kwargs, chain)
         t = timeout or self._default_timeout
-        msg.timeout = t
+        msg = Message(_REQUEST, grain_id, method, args, kwargs, chain, 0, t)
         msg.deadline = self._monotonic() + t
         fut = TurnFuture()
         msg.reply = fut.reply
         self._locator.route(msg, local_origin=True)
-        if not fut.done():
-            return await self._wait(fut, msg, t)
-        return fut.result()
-
-    async def _wait(self, fut: TurnFuture, msg: Message, timeout: float) -> Any:
-        """The reply, or ``GrainCallTimeoutError`` after ``timeout`` seconds
-        (``runtime.deadlines``)."""
+        if fut.done():
+            return fut.result()
+        # _wait, inlined: one coroutine fewer per call
         waiting, key = self._waiting, msg.id
         waiting[key] = fut
-        self._deadlines.add(timeout, key, msg.target, msg.method, waiting)
+        self._deadlines.add(t, key, grain_id, method, waiting)
         try:
             return await fut
         finally:
