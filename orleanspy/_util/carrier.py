@@ -30,9 +30,10 @@ from asyncio import tasks as _tasks
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Final, Protocol
+from weakref import getweakrefcount as _weakrefs
 
 from orleanspy._util.continuation import Continuation
-from orleanspy._util.stand_in import CARRIED, ENDED, PENDING, StandIn
+from orleanspy._util.stand_in import CARRIED, PENDING, StandIn
 
 __all__ = ["CARRY_CODE", "MAX_CARRY", "Carrier", "CarryHost", "carry", "stand_in_spare"]
 
@@ -110,9 +111,15 @@ class Carrier:
 
     def add_done_callback(self, fn: Callable[[Any], None], *, context: Context | None = None
                           ) -> None:
+        waiter = self._waiter
+        if self._state or waiter is None:
+            # Given up already (an outer turn that awaits this one may be handed to a Task
+            # after this one was): done, as a future whose outcome is set.
+            self._loop.call_soon(fn, self, context=context)
+            return
         self._cb = fn
         self._cb_ctx = context
-        self._waiter.add_done_callback(fn, context=context)
+        waiter.add_done_callback(fn, context=context)
 
     def remove_done_callback(self, fn: Callable[[Any], None]) -> int:
         waiter = self._waiter
@@ -123,10 +130,15 @@ class Carrier:
         return int(waiter.remove_done_callback(fn))
 
     def cancel(self, msg: Any = None) -> bool:
-        """The waiting task is cancelled: the turn goes on in a Task of its own."""
+        """The waiting task is cancelled: the turn goes on in a Task of its own. Once the
+        turn went (the caller is about to be told why), the cancel is what it is told."""
+        error = _CancelledError() if msg is None else _CancelledError(msg)
+        if self._state == _DETACHED:
+            self._outcome = error
+            return True  # the waiting task's wake-up is scheduled already
         if self._state:
             return False
-        self.detach(_CancelledError() if msg is None else _CancelledError(msg), wake=True)
+        self.detach(error, wake=True)
         return True
 
     def cancelled(self) -> bool:
@@ -224,9 +236,11 @@ def carry(
         # -- resumed: the caller may have given up meanwhile ---------------------------------
         if carrier is not None:
             if carrier._state:
-                # The caller's own cancellation wins over the outcome it was about to be
-                # told (as a Task's pending cancel wins over its future's exception).
-                told = thrown if isinstance(thrown, _CancelledError) else (
+                # What the caller is told: why it gave up (``cancel`` records a cancel that
+                # came after a deadline). At a bare loop pass a CancelledError is the
+                # caller's own (its pending cancel wins, as over a Task's future); after
+                # awaiting a future it may be the turn's, cancelling that future.
+                told = thrown if waited is None and isinstance(thrown, _CancelledError) else (
                     carrier._outcome or thrown)
                 _release(stand_in, arg)
                 try:
@@ -297,14 +311,15 @@ def carry(
         # _release(stand_in, arg), inlined: this runs once per carried turn
         stand_in._carrier = stand_in._carrying = None
         arg.runner = None
-        if _refcount(stand_in) <= 2 and len(stand_in_spare) < _SPARE_MAX:
+        if (_refcount(stand_in) <= 2 and not _weakrefs(stand_in)
+                and stand_in._callbacks is None and len(stand_in_spare) < _SPARE_MAX):
             stand_in._state = PENDING  # nobody kept it: the next turn's first step may
             stand_in._cancels = 0
             stand_in._must_cancel = False
             stand_in._cancel_msg = None
             stand_in_spare.append(stand_in)
         else:
-            stand_in._state = ENDED
+            stand_in.ended()
         host.turn_ended(arg, None, carrier is not None)
         return value
 
@@ -318,4 +333,4 @@ def _release(stand_in: StandIn, arg: Any) -> None:
     stand_in._carrier = stand_in._carrying = None
     arg.runner = None
     if stand_in._state == CARRIED:
-        stand_in._state = ENDED
+        stand_in.ended()

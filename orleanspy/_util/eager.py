@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import weakref
 from collections.abc import Callable, Coroutine
 from contextvars import Context
 from typing import Any, Final
@@ -84,6 +85,9 @@ else:
     from orleanspy._util.carrier import carry as _carry
     from orleanspy._util.stand_in import StandIn
 
+    _refcount = sys.getrefcount
+    _weakrefs = weakref.getweakrefcount
+
     _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
     _Task = asyncio.Task
 
@@ -139,7 +143,19 @@ else:
             yielded = (context.run(coro.send, None) if enter is None
                        else context.run(_first_step, coro, enter, a, b))
         except StopIteration as stop:
+            if (_refcount(stand_in) > 3 or _weakrefs(stand_in)
+                    or stand_in._callbacks is not None):
+                # The turn kept its current task (or a weak reference to it, or a done
+                # callback on it): that object must not become a later turn's current task.
+                _free[depth] = None
+                stand_in.ended()
             return None, stop.value
+        except BaseException:
+            if (_refcount(stand_in) > 3 or _weakrefs(stand_in)
+                    or stand_in._callbacks is not None):
+                _free[depth] = None
+                stand_in.ended()
+            raise
         finally:
             _depth -= 1
             if previous is None:

@@ -32,8 +32,8 @@ class StandIn:
     """The current task while a turn runs without a Task of its own."""
 
     __slots__ = (
-        "__weakref__", "_cancel_msg", "_cancels", "_carrier", "_carrying", "_level", "_loop",
-        "_must_cancel", "_state", "_task",
+        "__weakref__", "_callbacks", "_cancel_msg", "_cancels", "_carrier", "_carrying",
+        "_level", "_loop", "_must_cancel", "_state", "_task",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -49,6 +49,8 @@ class StandIn:
         self._cancels = 0
         self._must_cancel = False
         self._cancel_msg: Any = None
+        #: done callbacks (with their contexts) added before the turn ended or moved
+        self._callbacks: list[tuple[Any, Any]] | None = None
 
     def reset(self) -> None:
         """Ready for the next first step (the stand-in of a turn that did not suspend)."""
@@ -57,13 +59,45 @@ class StandIn:
         self._cancel_msg = None
 
     def bind(self, task: asyncio.Task[Any]) -> None:
-        """The turn goes on in ``task``: a cancel not yet delivered goes there."""
+        """The turn goes on in ``task``: a cancel not yet delivered and the done callbacks
+        go there."""
         self._state = BOUND
         self._task = task
         self._carrier = None
+        callbacks, self._callbacks = self._callbacks, None
+        for fn, context in callbacks or ():
+            task.add_done_callback(fn, context=context)
         if self._must_cancel:
             self._must_cancel = False
             task.cancel(self._cancel_msg)
+
+    def ended(self) -> None:
+        """The turn ended without a Task of its own: its done callbacks run."""
+        self._state = ENDED
+        self._carrier = self._carrying = None
+        callbacks, self._callbacks = self._callbacks, None
+        for fn, context in callbacks or ():
+            self._loop.call_soon(fn, self, context=context)
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        """``fn(task)`` once the turn has ended (not when the task carrying it does)."""
+        state = self._state
+        if state == BOUND:
+            self._task.add_done_callback(fn, context=context)  # type: ignore[union-attr]
+        elif state == ENDED:
+            self._loop.call_soon(fn, self, context=context)
+        elif self._callbacks is None:
+            self._callbacks = [(fn, context)]
+        else:
+            self._callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn: Any) -> int:
+        if self._state == BOUND:
+            return self._task.remove_done_callback(fn)  # type: ignore[union-attr]
+        callbacks = self._callbacks or []
+        kept = [c for c in callbacks if c[0] != fn]
+        self._callbacks = kept or None
+        return len(callbacks) - len(kept)
 
     def cancel(self, msg: Any = None) -> bool:
         state = self._state

@@ -451,8 +451,8 @@ class Activation(Mailbox):
                     raise
                 raise failure from None
             self._deliver(msg, False, failure)
-            if not isinstance(failure, Exception):
-                raise
+            if isinstance(failure, (KeyboardInterrupt, SystemExit)):
+                raise  # the process's, wherever it surfaces; any other went to the reply
             return None
         if task is None:
             self._finish(msg, None)

@@ -388,8 +388,9 @@ class Silo:
                 async with self.clock.timeout_at(deadline):
                     if pending:
                         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    else:  # a turn between tasks (being admitted): let the loop move it on
-                        await self.clock.sleep(0.01)
+                    else:  # a turn its caller carries, or one being admitted: let the
+                        # loop move it on (real time: it moves on the loop, not a test clock)
+                        await asyncio.sleep(0.01)
             except TimeoutError:
                 return
 
@@ -439,8 +440,8 @@ class Silo:
                 async with self.clock.timeout_at(deadline):
                     if pending:
                         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    else:
-                        await self.clock.sleep(0.01)
+                    else:  # (real time: a carried turn moves on the loop, not a test clock)
+                        await asyncio.sleep(0.01)
             except TimeoutError:
                 pass
 
