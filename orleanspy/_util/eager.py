@@ -143,15 +143,16 @@ else:
             yielded = (context.run(coro.send, None) if enter is None
                        else context.run(_first_step, coro, enter, a, b))
         except StopIteration as stop:
-            if (_refcount(stand_in) > 3 or _weakrefs(stand_in)
+            # References now: ``_free``, the loop's current task (until ``finally``), this
+            # frame and the call. One more, a weak one or a done callback: the turn kept its
+            # current task, which must not become a later turn's current task.
+            if (_refcount(stand_in) > 4 or _weakrefs(stand_in)
                     or stand_in._callbacks is not None):
-                # The turn kept its current task (or a weak reference to it, or a done
-                # callback on it): that object must not become a later turn's current task.
                 _free[depth] = None
                 stand_in.ended()
             return None, stop.value
         except BaseException:
-            if (_refcount(stand_in) > 3 or _weakrefs(stand_in)
+            if (_refcount(stand_in) > 4 or _weakrefs(stand_in)
                     or stand_in._callbacks is not None):
                 _free[depth] = None
                 stand_in.ended()
