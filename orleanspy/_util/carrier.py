@@ -49,6 +49,7 @@ _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # 
 _CancelledError = asyncio.CancelledError
 _Task = asyncio.Task
 
+_STEPPED: Final = object()  # the turn's step yielded: it goes on
 _RUNNING: Final = 0  # the caller's task carries the turn
 _DETACHED: Final = 1  # a Task of its own carries the turn; the caller is told ``_outcome``
 _FINISHED: Final = 2
@@ -275,6 +276,8 @@ def carry(
         carrying = _current_tasks.get(loop)
         stand_in._carrying = carrying
         _current_tasks[loop] = stand_in
+        failed: BaseException | None = None
+        value: Any = None
         try:
             if thrown is None:
                 yielded = context.run(coro.send, None)
@@ -284,30 +287,24 @@ def carry(
         except StopIteration as stop:
             value = stop.value
         except BaseException as error:
-            if carrying is None:
-                del _current_tasks[loop]
-            else:
-                _current_tasks[loop] = carrying
-            if carrier is not None:
-                carrier.ended()
-            _release(stand_in, arg)
-            raised = host.turn_ended(arg, error, carrier is not None)
-            try:
-                raise raised if raised is not None else error
-            finally:
-                raised = thrown = None
+            failed = error
         else:
-            if carrying is None:
-                del _current_tasks[loop]
-            else:
-                _current_tasks[loop] = carrying
-            continue
+            value = _STEPPED
         if carrying is None:
             del _current_tasks[loop]
         else:
             _current_tasks[loop] = carrying
+        if value is _STEPPED:
+            continue
         if carrier is not None:
             carrier.ended()
+        if failed is not None:
+            _release(stand_in, arg)
+            raised = host.turn_ended(arg, failed, carrier is not None)
+            try:
+                raise raised if raised is not None else failed
+            finally:  # no cycle through this frame and the exception's traceback
+                raised = failed = thrown = None
         # _release(stand_in, arg), inlined: this runs once per carried turn
         stand_in._carrier = stand_in._carrying = None
         arg.runner = None

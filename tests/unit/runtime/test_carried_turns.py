@@ -14,22 +14,13 @@ import asyncio
 import pytest
 
 from orleanspy import Grain, GrainCallTimeoutError, MessageRejectedError, reentrant
+from tests.unit.runtime.gated_grain import Gated
 
 WAIT = 5.0
 
 
-class Slow(Grain):
+class Slow(Gated):
     """Awaits probe gates; records what it reaches."""
-
-    def __init__(self) -> None:
-        self.done: list[str] = []
-
-    async def wait_gate(self, tag: str) -> str:
-        self.silo.probe.record(("waiting", tag))
-        await self.silo.probe.gate(tag).wait()
-        self.done.append(tag)
-        self.silo.probe.record(("done", tag))
-        return tag
 
     async def spin_until_gate(self, tag: str) -> int:
         """Suspends only on bare loop passes until the gate opens."""
@@ -41,9 +32,6 @@ class Slow(Grain):
         self.done.append(tag)
         self.silo.probe.record(("done", tag))
         return n
-
-    async def finished(self) -> list[str]:
-        return list(self.done)
 
     async def current_task_name(self) -> tuple[bool, bool]:
         await asyncio.sleep(0)

@@ -27,6 +27,7 @@ import pytest
 
 from orleanspy import Grain, GrainCallTimeoutError, MessageRejectedError, one_way, reentrant
 from orleanspy.testing import FakeClock
+from tests.unit.runtime.gated_grain import Gated
 
 WAIT = 5.0
 
@@ -39,21 +40,8 @@ class Fatal(BaseException):
     """A KeyboardInterrupt-like exception (not an ``Exception``) that asyncio lets through."""
 
 
-class Target(Grain):
+class Target(Gated):
     """Non-reentrant; awaits probe gates and records what it reaches."""
-
-    def __init__(self) -> None:
-        self.done: list[str] = []
-
-    async def wait_gate(self, tag: str) -> str:
-        self.silo.probe.record(("waiting", tag))
-        await self.silo.probe.gate(tag).wait()
-        self.done.append(tag)
-        self.silo.probe.record(("done", tag))
-        return tag
-
-    async def finished(self) -> list[str]:
-        return list(self.done)
 
     async def keep_task(self, slot: str) -> str:
         """Never suspends: keeps its current task."""
