@@ -164,20 +164,20 @@ class Carrier:
 
     # -- handing the turn to a Task -------------------------------------------------------------
     def detach(self, outcome: BaseException | None, wake: bool) -> None:
-        """The caller gives up (told ``outcome``): a Task runs the rest of the turn."""
-        self._state = _DETACHED
-        self._outcome = outcome
-        waiter, cb = self._waiter, self._cb
-        self._waiter = self._cb = None
-        loop = self._loop
-        # Wake the caller unless the future already did (its callback is scheduled).
-        if waiter is not None and cb is not None and waiter.remove_done_callback(cb) and wake:
-            loop.call_soon(cb, self, context=self._cb_ctx)
+        """The caller gives up (told ``outcome``): a Task runs the rest of the turn. The
+        Task is made first: if the loop's task factory refuses, nothing has changed."""
+        waiter, cb, loop = self._waiter, self._cb, self._loop
         rest = Continuation(self._coro, waiter, self._host.turn_done, self._arg)
         if loop.get_task_factory() is None:
             task = _Task(rest, loop=loop, context=self._ctx)
         else:
             task = loop.create_task(rest, context=self._ctx)
+        self._state = _DETACHED
+        self._outcome = outcome
+        self._waiter = self._cb = None
+        # Wake the caller unless the future already did (its callback is scheduled).
+        if waiter is not None and cb is not None and waiter.remove_done_callback(cb) and wake:
+            loop.call_soon(cb, self, context=self._cb_ctx)
         self._task = task
         self._stand_in.bind(task)
         self._host.turn_detached(self._arg, task)
