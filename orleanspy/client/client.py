@@ -92,8 +92,7 @@ class ClusterClient:
         self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
         self._ids = itertools.count(1)
         self._deadlines = Deadlines(self.clock, "client")
-        self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log,
-                                 self._deadlines.trim)
+        self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log)
         self._streams: StreamReceiver | None = None
 
     # -- state ----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ pending) is the owner's business: it is told through ``ConnectionOwner``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgpack
@@ -39,16 +38,13 @@ class GatewayConnection(FramedConnection):
 
     ``silent`` holds until the handshake succeeds, and again for a connection the client
     closes without having adopted it: its loss is not reported to the owner.
-    ``on_response`` is called after a response completed a call (the client drops finished
-    deadlines).
     """
 
     def __init__(self, owner: ConnectionOwner, index: int, address: str, codec: Codec,
-                 max_frame_size: int, log: Any, on_response: Callable[[], None]) -> None:
+                 max_frame_size: int, log: Any) -> None:
         super().__init__(max_frame_size, log)
         self.owner = owner
         self.index = index
-        self.on_response = on_response
         self.address = address
         self.codec = codec
         self.pending: dict[int, asyncio.Future[Any]] = {}
@@ -83,7 +79,6 @@ class GatewayConnection(FramedConnection):
             fut.set_result(obj[3])
         else:
             fut.set_exception(decode_error(obj[3], self.codec.policy))
-        self.on_response()
 
     def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
         header = raw_header(payload)

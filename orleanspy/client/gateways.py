@@ -68,17 +68,15 @@ class GatewayPool:
         codec: the client's codec (its connections decode responses with it).
         clock: time for back-off, connect timeouts and the refresh period.
         log: the client's logger.
-        on_response: called when a response completes a call (the client trims deadlines).
     """
 
     def __init__(self, options: ClientOptions, client_id: str, codec: Codec, clock: Clock,
-                 log: Any, on_response: Callable[[], None]) -> None:
+                 log: Any) -> None:
         self.options = options
         self.client_id = client_id
         self.codec = codec
         self.clock = clock
         self.log = log
-        self._on_response = on_response
         self.backoff = Backoff(initial=options.reconnect_delay,
                                maximum=options.reconnect_delay_max, jitter=0.25)
         self.gateways = [
@@ -301,7 +299,7 @@ class GatewayPool:
             async with self.clock.timeout(opts.connect_timeout):
                 _, conn = await loop.create_connection(
                     lambda: GatewayConnection(self, g.index, g.address, self.codec,
-                                              opts.max_frame_size, self.log, self._on_response),
+                                              opts.max_frame_size, self.log),
                     g.host, g.port,
                 )
                 conn.send(msgpack.packb({

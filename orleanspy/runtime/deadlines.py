@@ -99,10 +99,6 @@ class Deadlines:
         self._kept = kept
         self._limit = max(_COMPACT_AT, 4 * kept)
 
-    def trim(self) -> None:
-        """Replies arrived: nothing to do at once (finished calls go as batches compact or
-        expire); kept for callers that report replies."""
-
     def _arm(self, deadline: float) -> None:
         self._when = deadline
         self._handle = self._clock.call_later(
