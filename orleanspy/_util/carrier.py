@@ -32,7 +32,7 @@ from contextvars import Context
 from typing import Any, Final, Protocol
 from weakref import getweakrefcount as _weakrefs
 
-from orleanspy._util.continuation import Continuation
+from orleanspy._util.continuation import Continuation, task_for
 from orleanspy._util.stand_in import CARRIED, PENDING, StandIn
 
 __all__ = ["CARRY_CODE", "MAX_CARRY", "Carrier", "CarryHost", "carry", "stand_in_spare"]
@@ -47,7 +47,6 @@ _refcount = sys.getrefcount
 
 _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
 _CancelledError = asyncio.CancelledError
-_Task = asyncio.Task
 
 _STEPPED: Final = object()  # the turn's step yielded: it goes on
 _RUNNING: Final = 0  # the caller's task carries the turn
@@ -85,7 +84,7 @@ class Carrier:
 
     __slots__ = (
         "_arg", "_asyncio_future_blocking", "_cb", "_cb_ctx", "_coro", "_ctx", "_host",
-        "_loop", "_outcome", "_stand_in", "_state", "_task", "_waiter",
+        "_loop", "_outcome", "_stand_in", "_state", "_waiter",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any],
@@ -102,7 +101,6 @@ class Carrier:
         self._cb: Callable[[Any], None] | None = None
         self._cb_ctx: Context | None = None
         self._outcome: BaseException | None = None
-        self._task: asyncio.Task[Any] | None = None
         self._asyncio_future_blocking = False
         stand_in._carrier = self
 
@@ -168,17 +166,13 @@ class Carrier:
         Task is made first: if the loop's task factory refuses, nothing has changed."""
         waiter, cb, loop = self._waiter, self._cb, self._loop
         rest = Continuation(self._coro, waiter, self._host.turn_done, self._arg)
-        if loop.get_task_factory() is None:
-            task = _Task(rest, loop=loop, context=self._ctx)
-        else:
-            task = loop.create_task(rest, context=self._ctx)
+        task = task_for(loop, rest, self._ctx)
         self._state = _DETACHED
         self._outcome = outcome
         self._waiter = self._cb = None
         # Wake the caller unless the future already did (its callback is scheduled).
         if waiter is not None and cb is not None and waiter.remove_done_callback(cb) and wake:
             loop.call_soon(cb, self, context=self._cb_ctx)
-        self._task = task
         self._stand_in.bind(task)
         self._host.turn_detached(self._arg, task)
 

@@ -12,7 +12,7 @@ import collections.abc
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
-__all__ = ["BARE", "FRESH", "Continuation", "Done"]
+__all__ = ["BARE", "FRESH", "Continuation", "Done", "task_for"]
 
 Done = Callable[[Any, bool, Any], None]
 
@@ -93,3 +93,15 @@ class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
 
     def __await__(self) -> Generator[Any, Any, Any]:
         raise TypeError("a Continuation is driven by its Task, not awaited")
+
+
+_Task = asyncio.Task
+
+
+def task_for(loop: asyncio.AbstractEventLoop, rest: Continuation, context: Any
+             ) -> asyncio.Task[Any]:
+    """The Task that runs ``rest``: made directly (``loop.create_task``'s checks skipped)
+    unless the loop has a task factory."""
+    if loop.get_task_factory() is None:
+        return _Task(rest, loop=loop, context=context)
+    return loop.create_task(rest, context=context)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine
 from contextvars import Context
 from typing import Any, Final
 
-from orleanspy._util.continuation import FRESH, Continuation, Done
+from orleanspy._util.continuation import FRESH, Continuation, Done, task_for
 
 __all__ = ["MAX_DEPTH", "Continuation", "Done", "eager_start"]
 
@@ -89,7 +89,6 @@ else:
     _weakrefs = weakref.getweakrefcount
 
     _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
-    _Task = asyncio.Task
 
     def _first_step(
         coro: Coroutine[Any, Any, Any], enter: Callable[[Any, Any], None], a: Any, b: Any
@@ -178,9 +177,6 @@ else:
             # Continuation marks it again when it hands it to the Task.
             yielded._asyncio_future_blocking = False
         rest = Continuation(coro, yielded, None if host is None else host.turn_done, b)
-        if loop.get_task_factory() is None:  # the Task itself: loop.create_task's checks, skipped
-            task = _Task(rest, loop=loop, context=context)
-        else:
-            task = loop.create_task(rest, context=context)
+        task = task_for(loop, rest, context)
         stand_in.bind(task)
         return task, None

@@ -6,7 +6,9 @@ when there is no room, by ``mailbox`` (both are bases of ``Activation``).
 A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
 suspension (``_util.eager``). A method that never suspends costs no task and no loop
 iteration; one that does continues in a Task that owns the rest of the turn.
-The host protocols sit here because they name ``Activation`` itself (about 510 lines).
+The host protocols sit here because they name ``Activation`` itself; a turn's start, its
+ends (in its frame, carried by its caller, in a Task) and its accounting share private state,
+which is why the module stays one (about 660 lines).
 """
 
 from __future__ import annotations
@@ -337,16 +339,6 @@ class Activation(Mailbox):
                 )
 
     # -- receiving ------------------------------------------------------------------------
-    def try_inline(self, msg: Message) -> Any:
-        """Run a local request in the caller's frame if it may start now.
-
-        Returns the result, raises the grain's exception, returns the awaitable that
-        carries the turn (``_util.carrier.carry``, or a ``TurnFuture``) if the turn
-        suspended, or ``NOT_NOW`` if the request must be queued with ``enqueue``.
-        (``_start(msg, True)`` is this, for the dispatcher's hot path.)
-        """
-        return self._start(msg, True)
-
     def enqueue(self, msg: Message, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue a message (any origin); its outcome goes to ``msg.reply``.
 
@@ -385,8 +377,8 @@ class Activation(Mailbox):
         """Run a turn in its own task, started eagerly (``_util.eager``).
 
         ``inline``: a local request that runs in the caller's frame if it may start now
-        (``try_inline``) — return the result, raise the error, return the carrying awaitable
-        (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``. Otherwise the turn was
+        (the dispatcher's local calls) — return the result, raise the error, return the
+        carrying awaitable (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``. Otherwise the turn was
         admitted and its outcome goes to ``msg.reply``.
         """
         if inline:

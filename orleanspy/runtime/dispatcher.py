@@ -139,7 +139,7 @@ class Dispatcher:
             msg.flags = m.flags
         else:
             act = self._locate(grain_id, method, msg)
-        result = act._start(msg, True)  # try_inline, one call fewer
+        result = act._start(msg, True)  # runs now in this frame, or NOT_NOW
         if result is NOT_NOW:
             fut = TurnFuture()
             msg.reply = fut.reply

@@ -51,5 +51,5 @@ class TurnFuture(asyncio.Future[Any]):
             self.set_exception(value)
 
 
-# Returned by ``try_inline`` when the request must be queued instead.
+# Returned by ``Activation._start(msg, inline=True)`` when the request must be queued instead.
 NOT_NOW: Final = object()

@@ -598,6 +598,7 @@ async def test_a_one_way_turn_carries_its_call(make_silo) -> None:
     await silo.probe.wait_logged("waiting", "ow")
     silo.probe.open("ow")
     await silo.probe.wait_logged("one-way got", "ow")
+    assert silo.probe.log.count(("one-way got", "ow")) == 1
 
 
 async def test_a_timer_tick_carries_its_call(make_silo) -> None:
@@ -607,6 +608,7 @@ async def test_a_timer_tick_carries_its_call(make_silo) -> None:
     await silo.probe.wait_logged("waiting", "tm")
     silo.probe.open("tm")
     await silo.probe.wait_logged("timer got", "tm")
+    assert ("timer got", "tm") in silo.probe.log
 
 
 # -- contextvars --------------------------------------------------------------------------------
