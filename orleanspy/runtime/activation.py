@@ -378,8 +378,8 @@ class Activation(Mailbox):
 
         ``inline``: a local request that runs in the caller's frame if it may start now
         (the dispatcher's local calls) — return the result, raise the error, return the
-        carrying awaitable (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``. Otherwise the turn was
-        admitted and its outcome goes to ``msg.reply``.
+        carrying awaitable (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``.
+        Otherwise the turn was admitted and its outcome goes to ``msg.reply``.
         """
         if inline:
             if (
