@@ -182,14 +182,17 @@ class Spiller:
         self._pressure_since = None
 
     def spill_laggards(self) -> bool:
-        """Under pressure: spill the subscriptions that hold the cache back, if another one
-        waits for newer events (caught up, or within a bucket of the newest read), or once
-        the pressure has lasted ``max_pull_period`` (a stream not read yet may wait).
+        """Under pressure: spill the subscriptions that hold the cache back once the pressure
+        has lasted ``pull_period`` if another one waits for newer events (caught up, or
+        within a bucket of the newest read), else once it has lasted ``max_pull_period`` (a
+        stream not read yet may wait).
 
         Candidates are set gating cursors of a policy that spills (``min``); those more than
         half the cache behind (or over their outstanding limit) go, at least the furthest
-        behind. While every known subscription lags, spilling at once would mostly read the
-        queue twice: the agent backs off first. Returns whether any subscription was spilled.
+        behind. A consumer that keeps up drains a burst that filled the cache within a
+        pull period, so it is never spilled for the burst (spilling it would make it read
+        the queue twice); while every known subscription lags, the agent backs off first.
+        Returns whether any subscription was spilled.
         """
         if not self.enabled:
             return False
@@ -211,14 +214,16 @@ class Spiller:
                     candidates.append((lag, sub))
         if not candidates:
             return False
-        if not waiting:
-            # Nobody known waits, but a stream not read yet may (its events are behind the
-            # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
-            now = host.clock.monotonic()
-            if self._pressure_since is None:
-                self._pressure_since = now
-            if now - self._pressure_since < host.options.max_pull_period:
-                return False
+        # Nobody known waits, but a stream not read yet may (its events are behind the
+        # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
+        options = host.options
+        now = host.clock.monotonic()
+        if self._pressure_since is None:
+            self._pressure_since = now
+        if now - self._pressure_since < (
+            options.pull_period if waiting else options.max_pull_period
+        ):
+            return False
         half = len(cache) // 2
         chosen = [
             s for lag, s in candidates
@@ -228,6 +233,7 @@ class Spiller:
             chosen = [max(candidates, key=lambda pair: pair[0])[1]]
         for sub in chosen:
             self._spill(sub)
+        self._pressure_since = None  # the next spill waits for the pressure to last again
         return True
 
     def _spill(self, sub: Subscription) -> None:

@@ -547,6 +547,34 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
         await silo.stop()
 
 
+async def test_stream_a_consumer_that_keeps_up_is_not_spilled_for_a_burst() -> None:
+    """A burst fills the cache while another subscription of the queue is caught up: the
+    consumer of the burst keeps up (it drains each cache-full within the agent's pull
+    period), so it stays in the cache and gets every event from there, never re-read from
+    the queue."""
+    global SINK
+    SINK = Sink()
+    clock = FakeClock()
+    silo = await make_silo(clock=clock, cache_size=100, total_queues=1, pull_period=0.05,
+                           max_pull_period=0.5)
+    try:
+        await silo.get_grain(Consumer, "idle").subscribe("ns", "quiet")
+        await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
+        producer = silo.get_grain(Producer, "p")
+        await producer.produce("ns", "quiet", [0])  # registered, delivered: caught up
+        await _run_until(clock, SINK.until(lambda: SINK.got["idle"] == [0]), step=0.001)
+        agent = next(iter(silo.stream_providers["s"].agents.values()))
+        with EventRecorder(silo.diagnostics) as rec:
+            await producer.produce("ns", "k", list(range(1000)))
+            await _run_until(clock, SINK.until(lambda: len(SINK.got["fast"]) >= 1000),
+                             step=0.001)
+        assert SINK.got["fast"] == list(range(1000))
+        assert any(e.on for e in rec.of(CachePressureChanged))  # the burst filled the cache
+        assert agent.snapshot().spill_count == 0
+    finally:
+        await silo.stop()
+
+
 async def test_stream_unsubscribing_a_spilled_subscription_releases_its_events() -> None:
     global SINK
     SINK = Sink()
