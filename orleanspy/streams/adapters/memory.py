@@ -19,14 +19,15 @@ waits (only its own task is suspended) until an acknowledgement frees room, for 
 woken one per freed slot, as in ``asyncio.Queue.put``; the fast path creates no future and no
 task.
 
-Layout (every operation O(1) amortized, none creates a task): a queue is a list of
-``(sequence, stream id, encoded events)`` entries in sequence order plus the set of sequences
-not yet acknowledged. An acknowledgement only removes sequences from that set; the entries of
-acknowledged containers are skipped by readers and dropped lazily: the acknowledged prefix
-by moving a head index (and deleting it once it is an eighth of the list), the others once
-they outnumber the kept ones. A receiver remembers its position as a list index, valid until
-entries are dropped, and the sequence it read last, from which it finds its place again by
-bisection after that.
+Layout (every operation O(1) amortized, none creates a task): a queue is a table of
+entries (sequence, stream id, encoded events, time) in sequence order, kept as one list per
+column so that a backlog is no Python object per container for the cyclic garbage collector
+to walk, plus the set of sequences not yet acknowledged. An acknowledgement only removes
+sequences from that set; the entries of acknowledged containers are skipped by readers and
+dropped lazily: the acknowledged prefix by moving a head index (and deleting it once it is
+an eighth of the table), the others once they outnumber the kept ones. A receiver remembers
+its position as an index, valid until entries are dropped, and the sequence it read last,
+from which it finds its place again by bisection after that.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from operator import itemgetter
 from time import time as _now
 from typing import Any, Final, final
 
@@ -56,8 +56,6 @@ from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = ["MemoryAdapterFactory", "MemoryQueueAdapter", "MemoryQueueReceiver"]
 
-_Entry = tuple[int, StreamId, bytes, float]  # sequence, stream id, encoded events, time
-_sequence_of: Final = itemgetter(0)
 # Acknowledged entries are dropped from a queue's list (an "epoch" change) when
 # - those past the head outnumber the kept entries by _COMPACT_SLACK (all are dropped), or
 # - the acknowledged prefix is _PREFIX_MIN entries or more, and an eighth of the list.
@@ -70,16 +68,21 @@ _PREFIX_MIN: Final = 256
 class _MemoryQueue:
     """One queue: its entries, the sequences not yet acknowledged, the producers waiting.
 
-    ``entries[head:]`` holds every unacknowledged container (and acknowledged ones not yet
-    dropped) in sequence order; ``entries[:head]`` are all acknowledged. ``epoch`` changes
-    whenever entries move to other indexes (a compaction).
+    The entries are four parallel lists (``sequences``, ``stream_ids``, ``payloads``, ``ats``:
+    the time each was enqueued). Entries ``head`` and on hold every unacknowledged container
+    (and acknowledged ones not yet dropped) in sequence order; those before ``head`` are all
+    acknowledged. ``epoch`` changes whenever entries move to other indexes (a compaction).
     """
 
-    __slots__ = ("capacity", "entries", "epoch", "head", "last_sequence", "pending", "putters")
+    __slots__ = ("ats", "capacity", "epoch", "head", "last_sequence", "payloads", "pending",
+                 "putters", "sequences", "stream_ids")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.entries: list[_Entry] = []
+        self.sequences: list[int] = []
+        self.stream_ids: list[StreamId] = []
+        self.payloads: list[bytes] = []
+        self.ats: list[float] = []
         self.head = 0
         self.epoch = 0
         self.pending: set[int] = set()
@@ -88,17 +91,25 @@ class _MemoryQueue:
 
     def index_after(self, sequence: int) -> int:
         """Index of the first entry whose sequence is greater than ``sequence``."""
-        return bisect_right(self.entries, sequence, self.head, key=_sequence_of)
+        return bisect_right(self.sequences, sequence, self.head)
 
     def index_from(self, sequence: int) -> int:
         """Index of the first entry whose sequence is ``sequence`` or greater."""
-        return bisect_left(self.entries, sequence, self.head, key=_sequence_of)
+        return bisect_left(self.sequences, sequence, self.head)
+
+    def append(self, stream_id: StreamId, payload: bytes) -> None:
+        sequence = self.last_sequence = self.last_sequence + 1
+        self.sequences.append(sequence)
+        self.stream_ids.append(stream_id)
+        self.payloads.append(payload)
+        self.ats.append(_now())
+        self.pending.add(sequence)
 
     def acknowledge(self, sequences: list[int]) -> None:
         """Forget the containers of ``sequences``; unknown or repeated ones are ignored."""
-        pending, entries, head = self.pending, self.entries, self.head
+        pending, seqs, head = self.pending, self.sequences, self.head
         before = len(pending)
-        end = len(entries)
+        end = len(seqs)
         contiguous = end - head == before  # no acknowledged entry stored past the head
         pending.difference_update(sequences)
         kept = len(pending)
@@ -109,21 +120,27 @@ class _MemoryQueue:
             head = end
         elif (
             contiguous
-            and entries[head][0] == min(sequences)
-            and entries[head + freed - 1][0] == max(sequences)
+            and seqs[head] == min(sequences)
+            and seqs[head + freed - 1] == max(sequences)
         ):
             head += freed  # the usual case: the oldest containers, acknowledged in order
         else:
-            while entries[head][0] not in pending:
+            while seqs[head] not in pending:
                 head += 1
         if end - head - kept > kept + _COMPACT_SLACK:
             # More acknowledged entries past the head than kept ones: drop them all, O(1)
             # amortized since at least half of the entries copied go.
-            self.entries = [e for e in entries[head:] if e[0] in pending]
+            keep = [i for i in range(head, end) if seqs[i] in pending]
+            self.sequences = [seqs[i] for i in keep]
+            sids, payloads, ats = self.stream_ids, self.payloads, self.ats
+            self.stream_ids = [sids[i] for i in keep]
+            self.payloads = [payloads[i] for i in keep]
+            self.ats = [ats[i] for i in keep]
             head = 0
             self.epoch += 1
         elif head >= _PREFIX_MIN and head * 8 >= end:
-            del entries[:head]  # moves at most 7 entries per entry dropped
+            # moves at most 7 entries per entry dropped
+            del seqs[:head], self.stream_ids[:head], self.payloads[:head], self.ats[:head]
             head = 0
             self.epoch += 1
         self.head = head
@@ -200,7 +217,7 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         _check_max_count(max_count)
         self._check_ready("get_messages()")
         q = self._queue
-        entries = q.entries
+        seqs = q.sequences
         if self._epoch == q.epoch:
             i = self._index
             if i < q.head:
@@ -208,30 +225,34 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         else:
             i = q.index_after(self._last_sequence)
             self._epoch = q.epoch
-        end = len(entries)
+        end = len(seqs)
         if i >= end or max_count == 0:
             self._index = i
             return []
         pending, unpack, encoded = q.pending, self._codec.unpackb, BatchContainer.encoded
+        sids, payloads, ats = q.stream_ids, q.payloads, q.ats
         if end - q.head == len(pending):  # no acknowledged entry stored past the head
-            chunk = entries[i : i + max_count]
-            self._index = i + len(chunk)
-            self._last_sequence = chunk[-1][0]
+            stop = min(end, i + max_count)
+            self._index = stop
+            self._last_sequence = seqs[stop - 1]
             return [
                 encoded(sid, container_token(seq), payload, unpack, None, at)
-                for seq, sid, payload, at in chunk
+                for seq, sid, payload, at in zip(
+                    seqs[i:stop], sids[i:stop], payloads[i:stop], ats[i:stop], strict=True)
             ]
         batch: list[BatchContainer] = []
         append = batch.append
         while i < end:
-            sequence, stream_id, payload, at = entries[i]
-            i += 1
+            sequence = seqs[i]
             if sequence in pending:
-                append(encoded(stream_id, container_token(sequence), payload, unpack, None, at))
+                append(encoded(sids[i], container_token(sequence), payloads[i], unpack, None,
+                               ats[i]))
                 if len(batch) == max_count:
+                    i += 1
                     break
+            i += 1
         self._index = i
-        self._last_sequence = entries[i - 1][0]
+        self._last_sequence = seqs[i - 1]
         return batch
 
     async def read_from(
@@ -242,13 +263,13 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         if max_count == 0:
             return []
         q = self._queue
-        entries, pending, unpack = q.entries, q.pending, self._codec.unpackb
+        seqs, sids, pending, unpack = q.sequences, q.stream_ids, q.pending, self._codec.unpackb
         batch: list[BatchContainer] = []
-        for i in range(q.index_from(token.sequence), len(entries)):
-            sequence, sid, payload, at = entries[i]
+        for i in range(q.index_from(token.sequence), len(seqs)):
+            sequence, sid = seqs[i], sids[i]
             if sequence in pending and (stream_id is None or sid == stream_id):
-                batch.append(BatchContainer.encoded(sid, container_token(sequence), payload,
-                                                    unpack, None, at))
+                batch.append(BatchContainer.encoded(sid, container_token(sequence),
+                                                    q.payloads[i], unpack, None, q.ats[i]))
                 if len(batch) == max_count:
                     break
         return batch
@@ -337,9 +358,7 @@ class MemoryQueueAdapter(QueueAdapter):
             if self._state != "open":
                 q.wake_putters(1)  # the room we were given goes to the next producer
                 self._check_open("enqueue()")
-        sequence = q.last_sequence = q.last_sequence + 1
-        q.entries.append((sequence, stream_id, payload, _now()))
-        q.pending.add(sequence)
+        q.append(stream_id, payload)
 
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:
         loop = asyncio.get_running_loop()
