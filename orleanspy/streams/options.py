@@ -141,7 +141,7 @@ class StreamProviderOptions:
     pull_period: float = 0.1
     max_pull_period: float = 1.0
     cache_size: int = 4096
-    batch_size: int = 16
+    batch_size: int = 64
     max_delivery_time: float = 60.0
     delivery_backoff: float = 0.1
     max_delivery_backoff: float = 5.0

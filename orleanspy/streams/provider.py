@@ -189,6 +189,10 @@ class PersistentStreamProvider:
         event."""
         return self.adapter.sender(self.mapper.queue_for(stream_id), stream_id)
 
+    def immediate_sender(self, stream_id: StreamId) -> Callable[[list[Any]], bool] | None:
+        """The adapter's synchronous publisher for the stream, if it has one."""
+        return self.adapter.immediate_sender(self.mapper.queue_for(stream_id), stream_id)
+
     def submitter(
         self, stream_id: StreamId
     ) -> Callable[[Sequence[Any]], asyncio.Future[None]] | None:

@@ -164,7 +164,7 @@ def _acknowledged(latency: Histogram, began: float, future: asyncio.Future[None]
 class AsyncStream(Generic[T]):
     """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
-    __slots__ = ("_latency", "_provider", "_send", "_submit", "_tail", "stream_id")
+    __slots__ = ("_latency", "_now", "_provider", "_send", "_submit", "_tail", "stream_id")
 
     def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
@@ -172,6 +172,8 @@ class AsyncStream(Generic[T]):
         # The provider's publish-acknowledgement histogram (sampled, see _util.histogram).
         self._latency: Histogram | None = getattr(provider, "publish_latency", None)
         self._send: Callable[[list[Any]], Awaitable[None]] | None = None
+        #: enqueues without waiting if it can (True), found with ``_send``
+        self._now: Callable[[list[Any]], bool] | None = None
         self._submit: Any = _UNSET  # the adapter's pipelined publisher, or None
         self._tail: asyncio.Future[None] | None = None  # the last send waiting its turn
 
@@ -181,9 +183,12 @@ class AsyncStream(Generic[T]):
     def _sender(self) -> Callable[[list[Any]], Awaitable[None]]:
         """What publishes to this stream: the provider's shortcut to the stream's queue if
         it has one (found once per stream object), else its ``enqueue``."""
-        make = getattr(self._provider, "sender", None)
+        provider = self._provider
+        make = getattr(provider, "sender", None)
         send = make(self.stream_id) if make is not None else partial(
-            self._provider.enqueue, self.stream_id)
+            provider.enqueue, self.stream_id)
+        immediate = getattr(provider, "immediate_sender", None)
+        self._now = immediate(self.stream_id) if immediate is not None else None
         self._send = send
         return send
 
@@ -215,7 +220,9 @@ class AsyncStream(Generic[T]):
                 await send(events)
                 latency.record(perf_counter() - began)
                 return
-        await send(events)
+        now = self._now
+        if now is None or not now(events):
+            await send(events)
 
     def send(self, item: T) -> asyncio.Future[None]:
         """Publish one event without waiting: pipelining for producers that put many events

@@ -387,6 +387,15 @@ class QueueAdapter(ABC):
         adapter may return something faster with the same guarantees."""
         return partial(self.enqueue, queue, stream_id)
 
+    def immediate_sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], bool] | None:
+        """A synchronous ``enqueue`` for one queue and stream, if the adapter can enqueue
+        without waiting: it returns True once the events are enqueued (with ``enqueue``'s
+        guarantees), or False, having done nothing, when the caller must await ``sender``
+        instead (a full queue, say). None: every enqueue waits (the default)."""
+        return None
+
     def fence_with(self, fence: Any) -> bool:
         """Acknowledge only while the queue's lease is this silo's, checked by the queue's
         store itself with ``fence`` (from ``QueueLeaseStore.fence``). True if this adapter

@@ -345,6 +345,18 @@ class MemoryQueueAdapter(QueueAdapter):
         """``enqueue`` with the queue found once: a stream publishes without a lookup."""
         return partial(self._put, self._broker.queue(queue), queue, stream_id)
 
+    def immediate_sender(
+        self, queue: QueueId, stream_id: StreamId
+    ) -> Callable[[Sequence[Any]], bool]:
+        """``_put`` without a coroutine while the queue has room (the usual case)."""
+        return partial(self._put_now, self._broker.queue(queue), stream_id)
+
+    def _put_now(self, q: _MemoryQueue, stream_id: StreamId, events: Sequence[Any]) -> bool:
+        if self._state != "open" or not events or len(q.pending) >= q.capacity:
+            return False  # ``_put`` says why, or waits for room
+        q.append(stream_id, self._codec.packb(events if type(events) is list else list(events)))
+        return True
+
     async def _put(
         self, q: _MemoryQueue, queue: QueueId, stream_id: StreamId, events: Sequence[Any]
     ) -> None:
