@@ -119,12 +119,14 @@ class SiloAddress:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         if type(other) is not SiloAddress:
             return NotImplemented
-        return (self.host, self.port, self.generation) == (
-            other.host,
-            other.port,
-            other.generation,
+        return (
+            self.port == other.port
+            and self.generation == other.generation
+            and self.host == other.host
         )
 
     def __repr__(self) -> str:

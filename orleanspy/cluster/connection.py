@@ -483,10 +483,9 @@ class SiloConnection(FramedConnection):
         hub = self.hub
         corr = hub.next_id()
         deadline = msg.deadline
-        if deadline:  # send the time the caller has left, not the whole timeout again
-            timeout = max(deadline - self.clock.monotonic(), 0.001)
-        else:
-            timeout = msg.timeout or hub.default_timeout
+        now = self.clock.monotonic()
+        # Send the time the caller has left, not the whole timeout again.
+        timeout = max(deadline - now, 0.001) if deadline else msg.timeout or hub.default_timeout
         try:
             chain = msg.chain
             payload = codec.packb([REQUEST, corr, target.type_name, target.key, msg.method,
@@ -496,7 +495,7 @@ class SiloConnection(FramedConnection):
         except SerializationError as exc:
             reply(False, exc)
             return
-        self.pending[corr] = (reply, self.clock.monotonic() + timeout + SWEEP_GRACE)
+        self.pending[corr] = (reply, now + timeout + SWEEP_GRACE)
         hub.requests_sent += 1
         self.send(payload)
 

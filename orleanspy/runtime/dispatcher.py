@@ -9,6 +9,7 @@ call site, exactly as it would across processes.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Coroutine
 from types import GeneratorType
 from typing import Any
 
@@ -113,7 +114,7 @@ class Dispatcher:
         return act if act is not None else self._catalog.get_or_create(grain_id)
 
     # -- local calls (references held inside this process) ---------------------------------
-    async def call(
+    def call(
         self,
         grain_id: GrainId,
         method: str,
@@ -121,12 +122,25 @@ class Dispatcher:
         kwargs: dict[str, Any] | None,
         timeout: float | None,
         owned: bool = False,
-    ) -> Any:
-        """A call from this process. ``owned``: the caller hands the arguments over (runtime
-        components only), so they are not copied."""
+    ) -> Coroutine[Any, Any, Any]:
+        """A call from this process (await the result). ``owned``: the caller hands the
+        arguments over (runtime components only), so they are not copied. A plain function
+        returning the coroutine of the local or the routed path: one coroutine per call."""
         act = self._activations.get(grain_id)
         if act is None and not self._local_only:
-            return await self._routed_call(grain_id, method, args, kwargs, timeout)
+            return self._routed_call(grain_id, method, args, kwargs, timeout)
+        return self._local_call(act, grain_id, method, args, kwargs, timeout, owned)
+
+    async def _local_call(
+        self,
+        act: Activation | None,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+        owned: bool,
+    ) -> Any:
         if args and not owned:
             args = self.copy_args(args)
         if kwargs:

@@ -122,7 +122,10 @@ class MembershipService:
     ) -> None:
         self.table = table
         self.silo = silo
-        self.options = options or MembershipOptions()
+        self.options = o = options or MembershipOptions()
+        # Frozen options: computed once, read on every message this silo serves.
+        self._fence_timeout = max(o.num_missed_probes_limit * o.probe_timeout,
+                                  2 * o.table_refresh_period)
         self._gossiper = gossiper
         self._clock = clock or SystemClock()
         self._diagnostics = diagnostics
@@ -512,8 +515,7 @@ class MembershipService:
         """How long this silo serves without confirming, by a table read, that it is still a
         live member: ``num_missed_probes_limit x probe_timeout`` (the time the others need to
         suspect it), and at least two table refresh periods."""
-        o = self.options
-        return max(o.num_missed_probes_limit * o.probe_timeout, 2 * o.table_refresh_period)
+        return self._fence_timeout
 
     def fenced(self) -> bool:
         """True while this silo has not confirmed its membership within ``fence_timeout``
@@ -521,7 +523,7 @@ class MembershipService:
         dead). Starts that read at once."""
         if self._status is not _ACTIVE and self._status is not _SHUTTING_DOWN:
             return self._declared_dead
-        if self._clock.monotonic() - self.confirmed_at <= self.fence_timeout:
+        if self._clock.monotonic() - self.confirmed_at <= self._fence_timeout:
             return False
         if self._confirming is None or self._confirming.done():
             self._log.warning("membership_fenced", unconfirmed_for=round(
