@@ -182,17 +182,20 @@ class Spiller:
         self._pressure_since = None
 
     def spill_laggards(self) -> bool:
-        """Under pressure: spill the subscriptions that hold the cache back once the pressure
-        has lasted ``pull_period`` if another one waits for newer events (caught up, or
-        within a bucket of the newest read), else once it has lasted ``max_pull_period`` (a
-        stream not read yet may wait).
+        """Under pressure: spill the subscriptions that hold the cache back, if another one
+        waits for newer events of its stream, or once the pressure has lasted
+        ``max_pull_period`` (a stream not read yet may wait).
+
+        A subscription waits when it is caught up (or within a bucket of the newest read)
+        and its stream is in the cache: its events came in the same stretch of the queue as
+        the backlog, so more of them are likely queued behind it. A caught-up subscription
+        of a stream the cache no longer holds is idle, not held back: a burst on one stream
+        among idle ones does not spill its consumer, which would then read it twice.
 
         Candidates are set gating cursors of a policy that spills (``min``); those more than
         half the cache behind (or over their outstanding limit) go, at least the furthest
-        behind. A consumer that keeps up drains a burst that filled the cache within a
-        pull period, so it is never spilled for the burst (spilling it would make it read
-        the queue twice); while every known subscription lags, the agent backs off first.
-        Returns whether any subscription was spilled.
+        behind. While no subscription waits, spilling at once would mostly read the queue
+        twice: the agent backs off first. Returns whether any subscription was spilled.
         """
         if not self.enabled:
             return False
@@ -207,23 +210,24 @@ class Spiller:
                 cursor = sub.cursor
                 if cursor is None:
                     continue
-                lag = cursor.lag()
-                if not cursor.is_set or lag <= near:
+                if cursor.is_set:
+                    lag = cursor.lag()
+                    if lag <= near:
+                        waiting = True
+                    elif spills and cursor.gating:
+                        candidates.append((lag, sub))
+                elif not waiting and cache.holds(sid):
                     waiting = True
-                elif spills and cursor.gating:
-                    candidates.append((lag, sub))
         if not candidates:
             return False
-        # Nobody known waits, but a stream not read yet may (its events are behind the
-        # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
-        options = host.options
-        now = host.clock.monotonic()
-        if self._pressure_since is None:
-            self._pressure_since = now
-        if now - self._pressure_since < (
-            options.pull_period if waiting else options.max_pull_period
-        ):
-            return False
+        if not waiting:
+            # Nobody known waits, but a stream not read yet may (its events are behind the
+            # backlog): spill anyway once the pressure has lasted ``max_pull_period``.
+            now = host.clock.monotonic()
+            if self._pressure_since is None:
+                self._pressure_since = now
+            if now - self._pressure_since < host.options.max_pull_period:
+                return False
         half = len(cache) // 2
         chosen = [
             s for lag, s in candidates
@@ -233,7 +237,7 @@ class Spiller:
             chosen = [max(candidates, key=lambda pair: pair[0])[1]]
         for sub in chosen:
             self._spill(sub)
-        self._pressure_since = None  # the next spill waits for the pressure to last again
+        self._pressure_since = None  # a later spill waits for its own pressure to last
         return True
 
     def _spill(self, sub: Subscription) -> None:

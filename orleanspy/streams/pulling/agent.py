@@ -480,9 +480,9 @@ class PullingAgent(SystemTarget):
             self._pressured = not self._released()
         else:
             self._pressured = self.cache.under_pressure()
-        if not self._pressured:
-            self.spiller.pressure_ended()
         if self._pressured != was:
+            if not self._pressured:
+                self.spiller.pressure_ended()
             hub = self.diagnostics
             if hub.listening:
                 hub.emit(CachePressureChanged(str(self.silo.address), self.provider.name,

@@ -28,6 +28,7 @@ from orleanspy.diagnostics import (
 )
 from orleanspy.errors import QueueCacheMissError, StreamDeliveryError
 from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.ids import StreamId
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider, implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
@@ -548,10 +549,10 @@ async def test_stream_full_cache_and_nobody_waiting_backs_off(spill: bool) -> No
 
 
 async def test_stream_a_consumer_that_keeps_up_is_not_spilled_for_a_burst() -> None:
-    """A burst fills the cache while another subscription of the queue is caught up: the
-    consumer of the burst keeps up (it drains each cache-full within the agent's pull
-    period), so it stays in the cache and gets every event from there, never re-read from
-    the queue."""
+    """A burst on one stream fills the cache while the other stream of the queue is idle
+    (its subscription has everything, and the cache no longer holds any of its events):
+    nobody is held back, so the burst's consumer stays in the cache and gets every event
+    from there, never re-read from the queue."""
     global SINK
     SINK = Sink()
     clock = FakeClock()
@@ -561,9 +562,13 @@ async def test_stream_a_consumer_that_keeps_up_is_not_spilled_for_a_burst() -> N
         await silo.get_grain(Consumer, "idle").subscribe("ns", "quiet")
         await silo.get_grain(Consumer, "fast").subscribe("ns", "k")
         producer = silo.get_grain(Producer, "p")
-        await producer.produce("ns", "quiet", [0])  # registered, delivered: caught up
-        await _run_until(clock, SINK.until(lambda: SINK.got["idle"] == [0]), step=0.001)
         agent = next(iter(silo.stream_providers["s"].agents.values()))
+        quiet = StreamId("ns", "quiet")
+        with EventRecorder(silo.diagnostics) as purges:
+            await producer.produce("ns", "quiet", [0])  # registered, delivered, purged
+            await _run_until(clock, SINK.until(lambda: SINK.got["idle"] == [0]), step=0.001)
+            await _run_until(clock, purges.wait_state(
+                CachePurged, lambda: not agent.cache.holds(quiet), WAIT), step=0.01)
         with EventRecorder(silo.diagnostics) as rec:
             await producer.produce("ns", "k", list(range(1000)))
             await _run_until(clock, SINK.until(lambda: len(SINK.got["fast"]) >= 1000),
