@@ -478,7 +478,7 @@ class ClusterRuntime:
             self._deliver_local(msg, local_origin)  # stateless workers stay local
             return
         silo = self.directory.cache.get(gid)
-        if silo is not None and silo is not self.me and silo != self.me:
+        if silo is not None and silo != self.me:
             self.transport.send_message(silo, msg)
             return
         fut = self._addressing.get(gid)

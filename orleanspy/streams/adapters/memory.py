@@ -263,13 +263,14 @@ class MemoryQueueReceiver(QueueAdapterReceiver):
         if max_count == 0:
             return []
         q = self._queue
-        seqs, sids, pending, unpack = q.sequences, q.stream_ids, q.pending, self._codec.unpackb
+        seqs, sids, payloads, ats = q.sequences, q.stream_ids, q.payloads, q.ats
+        pending, unpack = q.pending, self._codec.unpackb
         batch: list[BatchContainer] = []
         for i in range(q.index_from(token.sequence), len(seqs)):
             sequence, sid = seqs[i], sids[i]
             if sequence in pending and (stream_id is None or sid == stream_id):
                 batch.append(BatchContainer.encoded(sid, container_token(sequence),
-                                                    q.payloads[i], unpack, None, q.ats[i]))
+                                                    payloads[i], unpack, None, ats[i]))
                 if len(batch) == max_count:
                     break
         return batch
@@ -360,16 +361,18 @@ class MemoryQueueAdapter(QueueAdapter):
     async def _put(
         self, q: _MemoryQueue, queue: QueueId, stream_id: StreamId, events: Sequence[Any]
     ) -> None:
+        if self._put_now(q, stream_id, events):
+            return
+        # Not enqueued: closed, no events, or the queue is full.
         if self._state != "open":
             self._check_open("enqueue()")
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(events if type(events) is list else list(events))
-        if len(q.pending) >= q.capacity:
-            await self._wait_for_room(queue, q)
-            if self._state != "open":
-                q.wake_putters(1)  # the room we were given goes to the next producer
-                self._check_open("enqueue()")
+        await self._wait_for_room(queue, q)
+        if self._state != "open":
+            q.wake_putters(1)  # the room we were given goes to the next producer
+            self._check_open("enqueue()")
         q.append(stream_id, payload)
 
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:
