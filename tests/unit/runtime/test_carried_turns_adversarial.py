@@ -207,6 +207,16 @@ async def _outcome(task: asyncio.Task[Any]) -> Any:
             return exc
 
 
+async def _give_up_waiting(silo: Any, call: Any, key: str) -> asyncio.Task[Any]:
+    """Start ``call`` as a caller task, wait until its turn waits at the gate ``key``,
+    cancel the caller and check that it ended with CancelledError; returns the caller."""
+    caller = asyncio.create_task(call)
+    await silo.probe.wait_logged("waiting", key)
+    caller.cancel()
+    assert isinstance(await _outcome(caller), asyncio.CancelledError)
+    return caller
+
+
 def _act(silo: Any, ref: Any) -> Any:
     return silo.catalog.activations[ref.grain_id]
 
@@ -741,10 +751,7 @@ async def test_a_weak_reference_to_an_ended_carried_turns_task(make_silo) -> Non
 async def test_a_done_callback_on_the_turns_task_waits_for_the_turn(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "cb")
-    caller = asyncio.create_task(ref.done_callback_across("cb"))
-    await silo.probe.wait_logged("waiting", "cb")
-    caller.cancel()
-    assert isinstance(await _outcome(caller), asyncio.CancelledError)
+    await _give_up_waiting(silo, ref.done_callback_across("cb"), "cb")
     for _ in range(3):
         await asyncio.sleep(0)  # let any done callbacks of the caller's task run
     assert ("task done", "cb") not in silo.probe.log  # the turn has not ended
@@ -757,10 +764,7 @@ async def test_a_done_callback_on_the_turns_task_waits_for_the_turn(make_silo) -
 async def test_the_turns_current_task_is_one_object_across_a_hand_over(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "same")
-    caller = asyncio.create_task(ref.same_task_across("same"))
-    await silo.probe.wait_logged("waiting", "same")
-    caller.cancel()
-    assert isinstance(await _outcome(caller), asyncio.CancelledError)
+    await _give_up_waiting(silo, ref.same_task_across("same"), "same")
     silo.probe.open("same")
     await silo.probe.wait_for(lambda log: any(
         isinstance(e, tuple) and e[:2] == ("same task", "same") for e in log))
@@ -772,10 +776,7 @@ async def test_the_turns_current_task_is_one_object_across_a_hand_over(make_silo
 async def test_the_turns_cancelling_count_survives_a_hand_over(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "count")
-    caller = asyncio.create_task(ref.cancelling_across("count"))
-    await silo.probe.wait_logged("waiting", "count")
-    caller.cancel()
-    assert isinstance(await _outcome(caller), asyncio.CancelledError)
+    await _give_up_waiting(silo, ref.cancelling_across("count"), "count")
     silo.probe.open("count")
     await silo.probe.wait_for(lambda log: any(
         isinstance(e, tuple) and e[:2] == ("cancelling", "count") for e in log))
@@ -810,10 +811,7 @@ async def test_shutdown_timeout_with_nested_carried_turns(make_silo) -> None:
 async def test_stop_waits_for_a_turn_its_caller_gave_up_on(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "drain")
-    caller = asyncio.create_task(ref.wait_gate("drain"))
-    await silo.probe.wait_logged("waiting", "drain")
-    caller.cancel()
-    assert isinstance(await _outcome(caller), asyncio.CancelledError)
+    await _give_up_waiting(silo, ref.wait_gate("drain"), "drain")
     stopping = asyncio.create_task(silo.stop())
     for _ in range(3):
         await asyncio.sleep(0)
