@@ -7,6 +7,7 @@ under CI, where that is a failure."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,24 @@ def need_browser() -> Any:
     if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+async def _until_count(page: Any, selector: str, n: int) -> None:
+    """Wait (bounded) until ``selector`` matches ``n`` elements. Through a locator: it runs
+    in Playwright's own script world, which the page's Content-Security-Policy (no eval)
+    does not govern, unlike a ``wait_for_function`` expression."""
+    from playwright.async_api import expect
+
+    await expect(page.locator(selector)).to_have_count(n, timeout=15000)
+
+
+async def _until_text(page: Any, selector: str, prefix: str) -> None:
+    """Wait (bounded) until the text of ``selector`` starts with ``prefix`` (a locator, as
+    ``_until_count``)."""
+    from playwright.async_api import expect
+
+    await expect(page.locator(selector)).to_have_text(re.compile("^" + re.escape(prefix)),
+                                                      timeout=15000)
 
 
 async def test_one_silos_page_shows_the_whole_cluster(
@@ -110,11 +129,8 @@ async def test_one_silos_page_shows_the_whole_cluster(
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             await page.goto(f"{first.dashboard}/")
-            await page.wait_for_function(
-                "document.querySelectorAll('#silos tbody tr').length === 2", timeout=15000)
-            await page.wait_for_function(
-                f"document.querySelectorAll('#reminders tbody tr').length === {REMINDERS}",
-                timeout=15000)
+            await _until_count(page, "#silos tbody tr", 2)
+            await _until_count(page, "#reminders tbody tr", REMINDERS)
             grains = await page.locator("#grains tbody tr").all_inner_texts()
             silos = await page.locator("#silos tbody tr td:first-child").all_inner_texts()
             queues = await page.locator("#streams tbody tr").count()
@@ -158,15 +174,11 @@ async def test_with_a_secret_the_page_needs_the_token_in_its_fragment(
         try:
             page = await browser.new_page()
             await page.goto(f"{silo.dashboard}/")
-            await page.wait_for_function(
-                "document.getElementById('state').textContent.startsWith('unreachable')",
-                timeout=15000)
+            await _until_text(page, "#state", "unreachable")
             refused = await page.locator("#state").inner_text()
             await page.goto(f"{silo.dashboard}/#token=s3cret-for-the-page")
             await page.reload()
-            await page.wait_for_function(
-                "document.getElementById('state').textContent.startsWith('live')",
-                timeout=15000)
+            await _until_text(page, "#state", "live")
             silos = await page.locator("#silos tbody tr").count()
         finally:
             await browser.close()
