@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Final, TypeAlias, cast
 
-__all__ = ["GrainId", "GrainKey", "SiloAddress", "normalize_key"]
+__all__ = ["GrainId", "GrainKey", "SiloAddress", "grain_id", "normalize_key"]
 
 GrainKey: TypeAlias = str | int | uuid.UUID | tuple["GrainKey", ...]
 
@@ -94,6 +94,28 @@ class GrainId:
 _set_type_name = GrainId.__dict__["type_name"].__set__
 _set_key = GrainId.__dict__["key"].__set__
 _set_hash = GrainId.__dict__["_hash"].__set__
+
+# Grain ids of plain keys, by (type name, key): a reference made per call and a request
+# decoded from a connection then cost a dict lookup, not a GrainId, and the activation table
+# finds the very object it holds (no ``__eq__`` call). Bounded, cleared when full, so a peer
+# naming ever new keys cannot grow it.
+_grain_id_cache: dict[tuple[str, Any], GrainId] = {}
+_GRAIN_ID_CACHE_MAX: Final = 65_536
+
+
+def grain_id(type_name: str, key: Any) -> GrainId:
+    """``GrainId(type_name, key)`` after ``normalize_key(key)``: the same object for the same
+    str, int or UUID key (a pure function of its parts, so sharing it is safe)."""
+    t = type(key)
+    if t is str or t is int or t is uuid.UUID:  # never equal across types: safe to share
+        parts = (type_name, key)
+        gid = _grain_id_cache.get(parts)
+        if gid is None:
+            if len(_grain_id_cache) >= _GRAIN_ID_CACHE_MAX:
+                _grain_id_cache.clear()
+            gid = _grain_id_cache[parts] = GrainId(type_name, key)
+        return gid
+    return GrainId(type_name, normalize_key(key))
 
 
 class SiloAddress:

@@ -9,12 +9,12 @@ type a type checker sees.
 
 from __future__ import annotations
 
-import uuid
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
+from orleanspy.ids import grain_id as intern_grain_id
 from orleanspy.messaging.codec import qualified_name
 
 if TYPE_CHECKING:
@@ -145,25 +145,6 @@ class _DynamicReference(GrainReference):
         return method
 
 
-# GrainIds of plain keys, by (type name, key): a reference made per call then costs a dict
-# lookup, not a GrainId (a pure function of its key; bounded, cleared when full).
-_grain_id_cache: dict[tuple[str, Any], GrainId] = {}
-_GRAIN_ID_CACHE_MAX: Final = 65_536
-
-
-def _grain_id(type_name: str, key: Any) -> GrainId:
-    t = type(key)
-    if t is str or t is int or t is uuid.UUID:  # never equal across types: safe to share
-        cache_key = (type_name, key)
-        gid = _grain_id_cache.get(cache_key)
-        if gid is None:
-            if len(_grain_id_cache) >= _GRAIN_ID_CACHE_MAX:
-                _grain_id_cache.clear()
-            gid = _grain_id_cache[cache_key] = GrainId(type_name, key)
-        return gid
-    return GrainId(type_name, normalize_key(key))
-
-
 @overload
 def make_reference(
     runtime: RuntimeClient, grain_class: type[G], key: Any, grain_id: GrainId | None = None
@@ -182,7 +163,7 @@ def make_reference(
         ref = _DynamicReference(runtime, gid, "")
     elif isinstance(grain_class, type):
         info = class_info(grain_class)
-        gid = grain_id or _grain_id(info.type_name, key)
+        gid = grain_id or intern_grain_id(info.type_name, key)
         ref_cls = info.reference
         if ref_cls is None:
             ref_cls = reference_class(grain_class)

@@ -28,7 +28,7 @@ from typing import Any, Final
 import msgpack
 
 from orleanspy.errors import ProtocolError, SerializationError
-from orleanspy.ids import GrainId, normalize_key
+from orleanspy.ids import grain_id
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry
@@ -205,7 +205,7 @@ def request_message(obj: list[Any], size: int) -> Message:
     ):
         raise ProtocolError("a request frame has fields of the wrong types")
     try:
-        gid = GrainId(type_name, normalize_key(obj[3]))
+        gid = grain_id(type_name, obj[3])
         entries = tuple(chain_entry(e) for e in chain) if chain else ()
     except Exception as exc:
         raise BadRequest(exc) from exc

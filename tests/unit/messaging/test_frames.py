@@ -8,6 +8,7 @@ import msgpack
 import pytest
 
 from orleanspy.errors import ProtocolError, SerializationError
+from orleanspy.ids import GrainId, grain_id
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_TUPLE, Codec
 from orleanspy.messaging.frames import (
     BadRequest,
@@ -149,3 +150,35 @@ def test_decode_or_reject_before_the_handshake_decodes_no_ext_value():
     assert obj == {"v": 1, "cluster": "dev", "x": None}
     assert refused == []
     assert decode_or_reject(codec, codec.packb((1, 2)), True, lambda p, e: False) == (1, 2)
+
+
+def test_frames_request_message_shares_one_grain_id_per_plain_key() -> None:
+    """Requests for one grain name the very GrainId object the activation table holds."""
+    first = request_message(request(), 9).target
+    again = request_message(request(), 9).target
+    assert first is again
+    assert first == GrainId("Counter", "k")
+    as_int = request_message([0, 6, "Counter", 7, "add", [], None, 2.5, []], 9).target
+    as_text = request_message([0, 7, "Counter", "7", "add", [], None, 2.5, []], 9).target
+    assert as_int != as_text and as_int.key == 7 and as_text.key == "7"
+
+
+def test_frames_request_message_reports_a_bad_key_as_bad_request() -> None:
+    for key in (True, 1.5, {"a": 1}, [1, None]):
+        with pytest.raises(BadRequest):
+            request_message([0, 5, "Counter", key, "add", [], None, 2.5, []], 9)
+    tuple_key = request_message([0, 5, "Counter", ["a", 1], "add", [], None, 2.5, []], 9)
+    assert tuple_key.target == GrainId("Counter", ("a", 1))
+
+
+def test_grain_id_interns_plain_keys_and_stays_bounded() -> None:
+    import orleanspy.ids as ids
+
+    assert grain_id("T", "a") is grain_id("T", "a")
+    assert grain_id("T", 1) is not grain_id("T", "1")
+    assert grain_id("T", ("a", 1)) == GrainId("T", ("a", 1))  # tuples: built each time
+    with pytest.raises(TypeError, match="bool"):
+        grain_id("T", False)
+    for i in range(ids._GRAIN_ID_CACHE_MAX + 10):
+        grain_id("Flood", i)
+    assert len(ids._grain_id_cache) <= ids._GRAIN_ID_CACHE_MAX
