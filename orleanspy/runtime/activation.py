@@ -357,7 +357,9 @@ class Activation(Mailbox):
                 self.silo.dispatcher.redispatch(msg)
             return None
         self.received += 1
-        if self._admissible_now(msg):
+        # An idle activation admits anything: the common case, decided without the rules.
+        if (not self.running and not self.waiting and state is ActivationState.VALID
+                ) or self._admissible_now(msg):
             self._start(msg, False)
             return None
         waiting = self.waiting

@@ -109,6 +109,7 @@ class GatewayConnection(FramedConnection):
         self.gateway = gateway
         self.silo = silo
         self.codec = silo.codec
+        self._pack = silo.codec.packb
         self.dispatcher = silo.dispatcher
         self._monotonic = silo.clock.monotonic
         self.client = "?"
@@ -197,7 +198,15 @@ class GatewayConnection(FramedConnection):
 
     def _answer(self, corr: int, ok: bool, value: Any) -> None:
         """The reply of a delivered request; closes a draining connection after its last."""
-        self._reply(corr, ok, value)
+        if not self.closed:
+            if ok:  # response_payload's common case, inlined: this runs for every reply
+                try:
+                    payload = self._pack([2, corr, True, value])
+                except Exception:
+                    payload = response_payload(self.codec, corr, ok, value)
+            else:
+                payload = response_payload(self.codec, corr, ok, value)
+            self.send(payload)
         if self.in_flight > 0:
             self.in_flight -= 1
         if self.draining and self.in_flight == 0 and self.goaway_acked:
