@@ -128,14 +128,13 @@ class DirectoryPartition:
 class DirectoryCache:
     """grain -> silo for recently looked-up grains; at most ``size`` entries, oldest out."""
 
-    __slots__ = ("_entries", "size")
+    __slots__ = ("_entries", "get", "size")
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self.size = size
         self._entries: dict[GrainId, SiloAddress] = {}
-
-    def get(self, grain_id: GrainId) -> SiloAddress | None:
-        return self._entries.get(grain_id)
+        #: the silo of ``grain_id``, or None (the table's own lookup: every routed call asks)
+        self.get: Callable[[GrainId], SiloAddress | None] = self._entries.get
 
     def put(self, grain_id: GrainId, silo: SiloAddress) -> None:
         entries = self._entries

@@ -444,7 +444,7 @@ class ClusterRuntime:
     def route(self, msg: Message, *, forwarded: bool = False, local_origin: bool = False) -> None:
         """Send ``msg`` to its grain's activation wherever it is (or place it)."""
         if forwarded:
-            hops = getattr(msg, "hops", 0) + 1
+            hops = msg.hops + 1
             if hops > self._max_forwards:
                 self._fail(msg, forwarding_failed(msg, self._max_forwards))
                 return
@@ -454,7 +454,8 @@ class ClusterRuntime:
 
     def _route(self, msg: Message, local_origin: bool) -> None:
         gid = msg.target
-        leaving = self._unregistering_of.get(gid)
+        unregistering = self._unregistering_of
+        leaving = unregistering.get(gid) if unregistering else None
         if leaving is not None and not leaving.done():
             # This silo's activation of the grain just went away: route once its directory
             # entry is gone, or the lookup would send the message straight back here.
@@ -474,7 +475,7 @@ class ClusterRuntime:
                     f"{gid} lives on silo {target}, which is not active"
                 ))
             return
-        if info is not None and not self.uses_directory(info):
+        if info is not None and info.stateless_worker:  # (``uses_directory``, inlined)
             self._deliver_local(msg, local_origin)  # stateless workers stay local
             return
         silo = self.directory.cache.get(gid)
@@ -549,7 +550,7 @@ class ClusterRuntime:
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:
         """Send a message that reached a duplicate activation to the winner's silo."""
-        hops = getattr(msg, "hops", 0) + 1
+        hops = msg.hops + 1
         if hops > self._max_forwards:
             self.route(msg, forwarded=True)  # rejects it
             return
@@ -582,7 +583,7 @@ class ClusterRuntime:
             self.directory.cache.invalidate(gid)
             cached = None
         if (cached is not None and cached != self.me
-                and getattr(msg, "hops", 0) < self._max_forwards):
+                and msg.hops < self._max_forwards):
             if sender is not None:
                 self.transport.notify(sender, "cache", [gid, encode_silo(cached)])
             self.route(msg, forwarded=True)

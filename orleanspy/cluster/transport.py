@@ -139,9 +139,12 @@ class SiloTransport:
         self.max_frame_size = max_frame_size
         self.default_timeout = default_timeout
         self.handlers: dict[str, Handler] = {}
-        self._deliver = deliver
+        #: a request or one-way message from a peer, for this silo (every request calls it)
+        self.deliver: Callable[[Message, SiloAddress | None], None] = deliver
         self._is_dead = is_dead
         self._ids = itertools.count(1)
+        #: a new request id (bound once: the send path calls it for every request)
+        self.next_id: Callable[[], int] = self._ids.__next__
         self._conns: dict[SiloAddress, SiloConnection] = {}
         self._all: set[SiloConnection] = set()
         self._connecting: dict[SiloAddress, asyncio.Future[SiloConnection]] = {}
@@ -214,12 +217,6 @@ class SiloTransport:
             self.log.error("silo_transport_task_failed", error=repr(exc))
 
     # -- ConnectionHub ------------------------------------------------------------------------
-    def next_id(self) -> int:
-        return next(self._ids)
-
-    def deliver(self, msg: Message, sender: SiloAddress | None) -> None:
-        self._deliver(msg, sender)
-
     async def verify_peer(self, silo: SiloAddress) -> str | None:
         if self._verify_peer is None:
             return None

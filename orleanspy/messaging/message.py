@@ -104,10 +104,10 @@ class Message:
         self.reply: Callable[[bool, Any], None] | None = None
         # A runtime-local callable to invoke instead of a method (timer ticks).
         self.invoke: Callable[[], Any] | None = None
+        # Times forwarded between silos.
+        self.hops = 0
         # ``started`` (perf_counter at the turn's start) is set by the activation that runs
         # it, for its call statistics.
-        # ``hops`` (times forwarded between silos) is set only on forwarded messages; read it
-        # with ``getattr(msg, "hops", 0)`` (the local call path never pays for it).
 
     def __repr__(self) -> str:
         return f"<Message {self.direction.name} {self.target}.{self.method} id={self.id}>"

@@ -390,7 +390,7 @@ class Activation(Mailbox):
                 return NOT_NOW
             self.received += 1
         deadline = msg.deadline
-        if deadline and deadline < self.silo.clock.monotonic():
+        if deadline and deadline < self._now():
             self._expire(msg)
             return None
         self.running[msg.id] = msg

@@ -105,7 +105,7 @@ class LocalLocator:
         if not forwarded:
             silo.dispatcher.deliver_here(msg)
             return
-        hops = getattr(msg, "hops", 0) + 1
+        hops = msg.hops + 1
         limit = silo.options.max_forward_count
         if hops > limit:
             error = forwarding_failed(msg, limit)
