@@ -1,8 +1,10 @@
-"""Identities: GrainId, SiloAddress. Immutable, slotted, with cached hashes."""
+"""Identities: GrainId (cached hash), SiloAddress (interned). Immutable and slotted."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+import weakref
 from typing import Any, Final, TypeAlias, cast
 
 __all__ = ["GrainId", "GrainKey", "SiloAddress", "grain_id", "normalize_key"]
@@ -119,37 +121,33 @@ def grain_id(type_name: str, key: Any) -> GrainId:
 
 
 class SiloAddress:
-    """Where a silo listens, plus a generation that tells restarts apart."""
+    """Where a silo listens, plus a generation that tells restarts apart.
 
-    __slots__ = ("_hash", "generation", "host", "port")
+    Interned: while an address is referenced, every ``SiloAddress(host, port, generation)``
+    of it is that one object, so equality and hashing are identity and cost no Python call
+    (each routed call compares and looks up silos).
+    """
+
+    __slots__ = ("__weakref__", "generation", "host", "port")
 
     host: str
     port: int
     generation: int
-    _hash: int
 
-    def __init__(self, host: str, port: int, generation: int = 0) -> None:
-        object.__setattr__(self, "host", host)
-        object.__setattr__(self, "port", port)
-        object.__setattr__(self, "generation", generation)
-        object.__setattr__(self, "_hash", hash((host, port, generation)))
+    def __new__(cls, host: str, port: int, generation: int = 0) -> SiloAddress:
+        parts = (host, port, generation)
+        with _silo_address_lock:  # membership reads build addresses in worker threads
+            obj = _silo_address_cache.get(parts)
+            if obj is None:
+                obj = object.__new__(cls)
+                _set_host(obj, host)
+                _set_port(obj, port)
+                _set_generation(obj, generation)
+                _silo_address_cache[parts] = obj
+        return obj
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("SiloAddress is immutable")
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if type(other) is not SiloAddress:
-            return NotImplemented
-        return (
-            self.port == other.port
-            and self.generation == other.generation
-            and self.host == other.host
-        )
 
     def __repr__(self) -> str:
         return f"SiloAddress({self.host!r}, {self.port}, {self.generation})"
@@ -159,3 +157,14 @@ class SiloAddress:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SiloAddress, (self.host, self.port, self.generation))
+
+
+_set_host = SiloAddress.__dict__["host"].__set__
+_set_port = SiloAddress.__dict__["port"].__set__
+_set_generation = SiloAddress.__dict__["generation"].__set__
+# The live addresses by (host, port, generation): one object per address (see SiloAddress).
+# Weak: an address no one refers to any more leaves, so the table follows the cluster's size.
+_silo_address_cache: weakref.WeakValueDictionary[tuple[Any, Any, Any], SiloAddress] = (
+    weakref.WeakValueDictionary()
+)
+_silo_address_lock = threading.Lock()

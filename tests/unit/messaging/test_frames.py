@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from orleanspy.errors import ProtocolError, SerializationError
-from orleanspy.ids import GrainId, grain_id
+from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_TUPLE, Codec
 from orleanspy.messaging.frames import (
     BadRequest,
@@ -170,15 +170,3 @@ def test_frames_request_message_reports_a_bad_key_as_bad_request() -> None:
     tuple_key = request_message([0, 5, "Counter", ["a", 1], "add", [], None, 2.5, []], 9)
     assert tuple_key.target == GrainId("Counter", ("a", 1))
 
-
-def test_grain_id_interns_plain_keys_and_stays_bounded() -> None:
-    import orleanspy.ids as ids
-
-    assert grain_id("T", "a") is grain_id("T", "a")
-    assert grain_id("T", 1) is not grain_id("T", "1")
-    assert grain_id("T", ("a", 1)) == GrainId("T", ("a", 1))  # tuples: built each time
-    with pytest.raises(TypeError, match="bool"):
-        grain_id("T", False)
-    for i in range(ids._GRAIN_ID_CACHE_MAX + 10):
-        grain_id("Flood", i)
-    assert len(ids._grain_id_cache) <= ids._GRAIN_ID_CACHE_MAX
