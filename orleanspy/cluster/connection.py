@@ -458,7 +458,7 @@ class SiloConnection(FramedConnection):
                 self._flush_scheduled = True
                 self.loop.call_soon(self._flush_soon)
                 return
-        super().send(payload)
+        FramedConnection.send(self, payload)  # (not super(): one object fewer per frame)
 
     def reply(self, corr: int, ok: bool, value: Any) -> None:
         """Send the response to request ``corr`` (dropped if the connection is closed)."""
