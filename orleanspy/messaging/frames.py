@@ -177,6 +177,10 @@ def check_handshake(obj: Any, cluster_id: str, secret: str | None) -> str | None
     return None
 
 
+_REQUEST: Final = Direction.REQUEST
+_ONE_WAY: Final = Direction.ONE_WAY
+
+
 def request_message(obj: list[Any], size: int) -> Message:
     """Validate a request / one-way frame of ``size`` fields (9 from a client, 11 between
     silos: then the hop count and whether a gateway client sent it) and build its message
@@ -210,11 +214,10 @@ def request_message(obj: list[Any], size: int) -> Message:
     except Exception as exc:
         raise BadRequest(exc) from exc
     timeout = obj[7]
-    msg = Message(
-        Direction.ONE_WAY if obj[0] == ONE_WAY else Direction.REQUEST,
-        gid, method, args, kwargs, entries, 0,
-        timeout if isinstance(timeout, (int, float)) else None,
-    )
+    if type(timeout) is not float and not isinstance(timeout, (int, float)):
+        timeout = None
+    msg = Message(_ONE_WAY if obj[0] == ONE_WAY else _REQUEST, gid, method, args, kwargs,
+                  entries, 0, timeout)
     if size == 11:
         if obj[9]:
             msg.hops = obj[9]
