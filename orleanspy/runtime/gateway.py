@@ -38,6 +38,7 @@ from orleanspy.messaging.frames import (
     ONE_WAY,
     REJECTED,
     REQUEST,
+    RESPONSE,
     BadRequest,
     check_handshake,
     decode_or_reject,
@@ -201,7 +202,7 @@ class GatewayConnection(FramedConnection):
         if not self.closed:
             if ok:  # response_payload's common case, inlined: this runs for every reply
                 try:
-                    payload = self._pack([2, corr, True, value])
+                    payload = self._pack([RESPONSE, corr, True, value])
                 except Exception:
                     payload = response_payload(self.codec, corr, ok, value)
             else:

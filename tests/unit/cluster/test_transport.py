@@ -92,3 +92,41 @@ async def test_transport_sweep_fails_an_unanswered_call_after_its_timeout(pair: 
     assert not ok
     assert isinstance(value, GrainCallTimeoutError)
     assert pair.a.statistics().pending == 0
+
+
+async def test_transport_writes_a_lone_request_at_once_and_coalesces_calls_in_flight(
+    pair: Pair,
+) -> None:
+    """The one call in flight goes out in its own send (sequential calls keep one round trip);
+    requests sent while others are in flight wait for the loop pass and go out together."""
+    pair.a.handlers["ping"] = lambda: True
+    pair.b.handlers["ping"] = lambda: True
+    assert await pair.a.request(pair.b.silo, "ping", []) is True  # a's connection to b
+    conn = pair.a._conns[pair.b.silo]
+    writes: list[bytes] = []
+    write = conn.transport.write
+    conn.transport.write = lambda data: (writes.append(bytes(data)), write(data))  # type: ignore[method-assign]
+
+    def request(key: str) -> Message:
+        msg = Message(Direction.REQUEST, GrainId("T", key), "m", [], None, timeout=30.0)
+        msg.reply = lambda ok, value: None
+        return msg
+
+    pair.a.send_message(pair.b.silo, request("first"))
+    assert len(writes) == 1  # alone in flight: written in the call itself
+    pair.a.send_message(pair.b.silo, request("second"))
+    pair.a.send_message(pair.b.silo, request("third"))
+    assert len(writes) == 1  # two more in flight: held for the end of the loop pass
+    async with asyncio.timeout(WAIT):
+        while len(pair.held) < 3:
+            pair.arrived.clear()
+            await pair.arrived.wait()
+    assert len(writes) == 2  # the two went out in one write
+    pair.a.send_message(pair.b.silo, request("fourth"))
+    assert len(writes) == 2  # a later pass, three calls still in flight: not alone either
+    async with asyncio.timeout(WAIT):
+        while len(pair.held) < 4:
+            pair.arrived.clear()
+            await pair.arrived.wait()
+    assert len(writes) == 3
+    assert [m.target.key for m in pair.held] == ["first", "second", "third", "fourth"]
