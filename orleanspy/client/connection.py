@@ -51,7 +51,7 @@ class GatewayConnection(FramedConnection):
         self.handshake: asyncio.Future[Any] = self.loop.create_future()
         self.silent = True
 
-    def frame_received(self, payload: bytes) -> None:
+    def frame_received(self, payload: bytes | bytearray) -> None:
         try:
             obj = self.codec.unpackb(payload)
         except SerializationError as exc:
@@ -80,7 +80,7 @@ class GatewayConnection(FramedConnection):
         else:
             fut.set_exception(decode_error(obj[3], self.codec.policy))
 
-    def _fail_one(self, payload: bytes, exc: SerializationError) -> None:
+    def _fail_one(self, payload: bytes | bytearray, exc: SerializationError) -> None:
         header = raw_header(payload)
         if header is None:
             raise ProtocolError(f"undecodable frame from the gateway ({exc!r})") from exc

@@ -237,7 +237,7 @@ class SiloConnection(FramedConnection):
         return f"<SiloConnection peer={self.peer_silo} opener={self.opener} ready={self.ready}>"
 
     # -- receiving ------------------------------------------------------------------------
-    def frame_received(self, payload: bytes) -> None:
+    def frame_received(self, payload: bytes | bytearray) -> None:
         obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
@@ -295,7 +295,7 @@ class SiloConnection(FramedConnection):
         else:
             raise ProtocolError(f"unknown frame kind {kind!r}")
 
-    def _reject_one(self, payload: bytes, exc: Exception) -> bool:
+    def _reject_one(self, payload: bytes | bytearray, exc: Exception) -> bool:
         header = raw_header(payload)
         if header is None:
             return False
@@ -322,7 +322,7 @@ class SiloConnection(FramedConnection):
         self._transcript.update(payload)
         self.send(payload)
 
-    def _opener_handshake(self, obj: Any, payload: bytes) -> None:
+    def _opener_handshake(self, obj: Any, payload: bytes | bytearray) -> None:
         key = self.hub.key
         if (isinstance(obj, dict) and not self._proved and key is not None
                 and type(obj.get("challenge")) is bytes):
@@ -351,7 +351,7 @@ class SiloConnection(FramedConnection):
         if not self.handshake.done():
             self.handshake.set_result(verdict)
 
-    def _acceptor_handshake(self, obj: Any, payload: bytes) -> None:
+    def _acceptor_handshake(self, obj: Any, payload: bytes | bytearray) -> None:
         if self._stage == "hello":
             self._on_hello(obj, payload)
         elif self._stage == "proof":
@@ -359,7 +359,7 @@ class SiloConnection(FramedConnection):
         else:
             raise ProtocolError("a frame arrived before the handshake was answered")
 
-    def _on_hello(self, obj: Any, payload: bytes) -> None:
+    def _on_hello(self, obj: Any, payload: bytes | bytearray) -> None:
         hub = self.hub
         tool = isinstance(obj, dict) and obj.get("silo") is None
         # A tool presents the client secret; a silo proves the cluster key instead.
@@ -398,7 +398,7 @@ class SiloConnection(FramedConnection):
         self._stage = "proof"
         self.send(challenge)
 
-    def _on_proof(self, obj: Any, payload: bytes) -> None:
+    def _on_proof(self, obj: Any, payload: bytes | bytearray) -> None:
         key = self.hub.key
         assert key is not None and self.peer_silo is not None
         expected = _proof(key, _OPENER_LABEL, self._transcript)

@@ -18,6 +18,7 @@ announced length is checked against the small pre-handshake limit before it is b
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any, Final
 
 from orleanspy.errors import ProtocolError
@@ -27,6 +28,9 @@ from orleanspy.messaging.guard import DEFAULT_PRE_AUTH_FRAME_LIMIT, HandshakeGua
 __all__ = ["WRITE_BATCH", "FramedConnection"]
 
 WRITE_BATCH: Final = 32
+
+# A frame's 4-byte big-endian length, read in place (no slice per frame).
+_frame_size: Final = struct.Struct(">I").unpack_from
 
 
 class FramedConnection(asyncio.Protocol):
@@ -77,13 +81,13 @@ class FramedConnection(asyncio.Protocol):
         n = len(buf)
         try:
             while n - pos >= 4:
-                size = int.from_bytes(buf[pos : pos + 4], "big")
+                size = _frame_size(buf, pos)[0]
                 if size > self.frame_limit:
                     self._oversized(size)
                 end = pos + 4 + size
                 if end > n:
                     break
-                payload = bytes(buf[pos + 4 : end])
+                payload = buf[pos + 4 : end]  # a copy of its own (a bytearray): one copy
                 pos = end
                 self.frame_received(payload)
                 if self.closed:
@@ -134,7 +138,7 @@ class FramedConnection(asyncio.Protocol):
         self._write_resumed = None
 
     # -- for subclasses -------------------------------------------------------------------
-    def frame_received(self, payload: bytes) -> None:
+    def frame_received(self, payload: bytes | bytearray) -> None:
         raise NotImplementedError
 
     def on_close(self, exc: Exception | None, by_us: bool) -> None:

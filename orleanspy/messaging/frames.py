@@ -92,7 +92,7 @@ def undecodable(exc: Exception) -> ProtocolError:
     return ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})")
 
 
-def decode(codec: Codec, payload: bytes) -> Any:
+def decode(codec: Codec, payload: bytes | bytearray) -> Any:
     """The value of one frame.
 
     Raises:
@@ -113,7 +113,8 @@ REJECTED: Final = object()
 
 
 def decode_or_reject(
-    codec: Codec, payload: bytes, ready: bool, reject_one: Callable[[bytes, Exception], bool]
+    codec: Codec, payload: bytes | bytearray, ready: bool,
+    reject_one: Callable[[bytes | bytearray, Exception], bool],
 ) -> Any:
     """The value of one frame on a connection that may answer a single bad request.
 
@@ -147,7 +148,7 @@ def _no_ext(code: int, data: bytes) -> Any:
     return None
 
 
-def raw_header(payload: bytes) -> tuple[Any, int] | None:
+def raw_header(payload: bytes | bytearray) -> tuple[Any, int] | None:
     """``(kind, id)`` of a frame read without rebuilding its values, or None if it has none."""
     try:
         raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_no_ext)

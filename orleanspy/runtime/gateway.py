@@ -126,7 +126,7 @@ class GatewayConnection(FramedConnection):
         self.gateway.connections.discard(self)
         self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
 
-    def frame_received(self, payload: bytes) -> None:
+    def frame_received(self, payload: bytes | bytearray) -> None:
         obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
@@ -187,7 +187,7 @@ class GatewayConnection(FramedConnection):
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
 
-    def _reject_one(self, payload: bytes, exc: Exception) -> bool:
+    def _reject_one(self, payload: bytes | bytearray, exc: Exception) -> bool:
         header = raw_header(payload)
         if header is None:
             return False
