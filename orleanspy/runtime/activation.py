@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import Context, copy_context
+from functools import partial
 from time import perf_counter
 from typing import Any, Final, Protocol
 
@@ -55,7 +56,7 @@ from orleanspy.runtime.states import (
     NOT_NOW,
     ActivationState,
     ActivationStatistics,
-    TurnFuture,
+    reply_to,
 )
 from orleanspy.runtime.timers import GrainTimer
 
@@ -66,11 +67,11 @@ __all__ = [
     "ActivationState",
     "ActivationStatistics",
     "DeactivationReason",
-    "TurnFuture",
 ]
 
 
 _Task = asyncio.Task
+_Future = asyncio.Future
 
 
 class _Catalog(Protocol):
@@ -380,7 +381,8 @@ class Activation(Mailbox):
 
         ``inline``: a local request that runs in the caller's frame if it may start now
         (the dispatcher's local calls) — return the result, raise the error, return the
-        carrying awaitable (or a ``TurnFuture``) if the turn suspended, or ``NOT_NOW``.
+        carrying awaitable (or a future, resolved through ``msg.reply``) if the turn
+        suspended, or ``NOT_NOW``.
         Otherwise the turn was admitted and its outcome goes to ``msg.reply``.
         """
         if inline:
@@ -458,8 +460,8 @@ class Activation(Mailbox):
             return task  # ``carry``: the caller's task runs the rest of the turn
         self.tasks[msg.id] = task
         if inline:
-            fut = TurnFuture()
-            msg.reply = fut.reply
+            fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
+            msg.reply = partial(reply_to, fut)
             return fut
         return None
 

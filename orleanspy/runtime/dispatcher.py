@@ -8,8 +8,10 @@ call site, exactly as it would across processes.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from collections.abc import Coroutine
+from functools import partial
 from types import GeneratorType
 from typing import Any
 
@@ -24,16 +26,18 @@ from orleanspy.grains.interface import GrainClassInfo, MethodInfo
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
-from orleanspy.runtime.activation import NOT_NOW, Activation, TurnFuture
+from orleanspy.runtime.activation import NOT_NOW, Activation
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
+from orleanspy.runtime.states import reply_to
 
 __all__ = ["Dispatcher"]
 
 
 _REQUEST = Direction.REQUEST
+_Future = asyncio.Future  # exactly this type: a Task awaits it on its C fast path
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
 
@@ -70,7 +74,7 @@ class Dispatcher:
         self._default_timeout = silo.options.response_timeout
         #: local calls waiting for a reply, by message id, and their response deadlines
         #: (one timer for all of them)
-        self._waiting: dict[int, TurnFuture | Carrier] = {}
+        self._waiting: dict[int, asyncio.Future[Any] | Carrier] = {}
         self._deadlines = Deadlines(silo.clock, "silo default")
 
     # -- values ---------------------------------------------------------------------------
@@ -155,8 +159,8 @@ class Dispatcher:
             act = self._locate(grain_id, method, msg)
         result = act._start(msg, True)  # runs now in this frame, or NOT_NOW
         if result is NOT_NOW:
-            fut = TurnFuture()
-            msg.reply = fut.reply
+            fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
+            msg.reply = partial(reply_to, fut)
             msg.deadline = self._monotonic() + (timeout or self._default_timeout)
             act.enqueue(msg)
             result = fut
@@ -165,7 +169,7 @@ class Dispatcher:
             # The turn goes on in this task; its deadline is watched once it waits for a
             # future or yields twice (``watch``): a turn done by then never pays for it.
             result = await result
-        elif kind is TurnFuture:
+        elif kind is _Future and msg.reply is not None:  # (a returned value has no reply)
             if not result.done():
                 # _wait, inlined: one coroutine fewer per suspended call
                 waiting, key = self._waiting, msg.id
@@ -210,8 +214,8 @@ class Dispatcher:
         t = timeout or self._default_timeout
         msg = Message(_REQUEST, grain_id, method, args, kwargs, chain, 0, t)
         msg.deadline = self._monotonic() + t
-        fut = TurnFuture()
-        msg.reply = fut.reply
+        fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
+        msg.reply = partial(reply_to, fut)
         self._locator.route(msg, local_origin=True)
         if fut.done():
             return fut.result()

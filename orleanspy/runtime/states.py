@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final
 
-__all__ = ["NOT_NOW", "ActivationState", "ActivationStatistics", "TurnFuture"]
+__all__ = ["NOT_NOW", "ActivationState", "ActivationStatistics", "reply_to"]
 
 
 class ActivationState(IntEnum):
@@ -37,18 +37,20 @@ class ActivationStatistics:
     expired: int = 0
 
 
-class TurnFuture(asyncio.Future[Any]):
-    """The future a caller awaits when its request could not finish inline."""
+def reply_to(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Resolve the future a caller awaits when its request could not finish inline, with the
+    turn's outcome (``msg.reply = partial(reply_to, fut)``); nothing once the caller has
+    stopped waiting.
 
-    __slots__ = ()
-
-    def reply(self, ok: bool, value: Any) -> None:
-        if self.done():
-            return
-        if ok:
-            self.set_result(value)
-        else:
-            self.set_exception(value)
+    The future is a plain ``asyncio.Future``, not a subclass: a Task awaiting exactly that
+    type takes the C fast path of its step (a subclass costs about 0.5 µs per await).
+    """
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
 
 
 # Returned by ``Activation._start(msg, inline=True)`` when the request must be queued instead.

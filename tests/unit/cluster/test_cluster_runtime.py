@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ from orleanspy.cluster.runtime import membership_options_of
 from orleanspy.cluster.transport import query_silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Direction, Message
-from orleanspy.runtime.activation import TurnFuture
+from orleanspy.runtime.states import reply_to
 
 WAIT = 10.0
 
@@ -320,9 +321,9 @@ async def test_cluster_random_and_activation_count_placement_spread_over_silos(c
 async def test_cluster_forwarding_stops_after_two_hops(cluster3):
     a = cluster3[0]
     assert a.cluster is not None
-    fut = TurnFuture()
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     msg = Message(Direction.REQUEST, GrainId("Box", "hops"), "hit", [], None)
-    msg.reply = fut.reply
+    msg.reply = partial(reply_to, fut)
     msg.hops = 2
 
     a.cluster.route(msg, forwarded=True)

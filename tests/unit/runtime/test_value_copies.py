@@ -7,10 +7,11 @@ waits on probe events and runtime state, never on sleeps.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from orleanspy import SerializationError
+from orleanspy import Grain, SerializationError
 from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
@@ -22,3 +23,17 @@ async def test_local_call_rejects_int_wider_than_64_bits(make_silo):
     async with asyncio.timeout(WAIT):
         with pytest.raises(SerializationError):
             await silo.get_grain(Echo, "k").echo(2**70)
+
+
+class FutureMaker(Grain):
+    async def pending_future(self) -> Any:
+        return asyncio.get_running_loop().create_future()
+
+
+# A method that returns a future returns a value the wire cannot carry: the call fails at
+# once, it does not wait on that future as if it were the turn's own
+async def test_local_call_returning_a_future_fails_instead_of_waiting_on_it(make_silo):
+    silo = await make_silo(FutureMaker)
+    async with asyncio.timeout(WAIT):
+        with pytest.raises(SerializationError):
+            await silo.get_grain(FutureMaker, "k").pending_future()
