@@ -27,7 +27,7 @@ from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
-from orleanspy.grains.reference import make_reference
+from orleanspy.grains.reference import References, make_reference
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
@@ -88,6 +88,7 @@ class ClusterClient:
         self.clock = clock or SystemClock()
         self.codec = Codec(self._reference_factory, policy=TypePolicy())
         self._allowed: set[type] = set()
+        self._references = References(self, self._allow)
         self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
         self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
         self._ids = itertools.count(1)
@@ -157,9 +158,7 @@ class ClusterClient:
     @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
-        if not isinstance(grain_class, str):
-            self._allow(grain_class)
-        return make_reference(self, grain_class, key)
+        return self._references.get(grain_class, key)
 
     def _allow(self, cls: type) -> None:
         """Results of ``cls``'s methods may be rebuilt as the types its module and its

@@ -9,7 +9,8 @@ type a type checker sees.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast, overload
+import uuid
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info
 from orleanspy.grains.ref import GrainRef
@@ -20,7 +21,7 @@ from orleanspy.messaging.codec import qualified_name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GrainReference", "RuntimeClient", "make_reference"]
+__all__ = ["GrainReference", "References", "RuntimeClient", "make_reference"]
 
 G = TypeVar("G")
 
@@ -171,3 +172,46 @@ def make_reference(
     else:
         raise TypeError(f"get_grain() needs a grain class or type name, not {grain_class!r}")
     return cast("GrainRef[Any]", ref)  # a string: no subscription per call
+
+
+_REFERENCES_MAX: Final = 65_536
+
+
+class References:
+    """The references one runtime hands out, by (grain class or type name, plain key).
+
+    A reference is an immutable value, so ``get_grain`` made for every call (the usual way
+    to call another grain) costs a dict lookup instead of a new object. Keys other than a
+    str, int or UUID get a new reference each time. Bounded, cleared when full.
+
+    ``on_new(cls)`` runs before the first reference to a grain class is made (a client
+    allows the class's result types in its codec then).
+    """
+
+    __slots__ = ("_made", "_on_new", "_runtime")
+
+    def __init__(
+        self, runtime: RuntimeClient, on_new: Callable[[type], None] | None = None
+    ) -> None:
+        self._runtime = runtime
+        self._on_new = on_new
+        self._made: dict[tuple[type | str, Any], GrainRef[Any]] = {}
+
+    def get(self, grain_class: type[Any] | str, key: Any) -> GrainRef[Any]:
+        t = type(key)
+        if t is str or t is int or t is uuid.UUID:  # never equal across types: safe to share
+            parts = (grain_class, key)
+            ref = self._made.get(parts)
+            if ref is None:
+                ref = self._make(grain_class, key)
+                made = self._made
+                if len(made) >= _REFERENCES_MAX:
+                    made.clear()
+                made[parts] = ref
+            return ref
+        return self._make(grain_class, key)
+
+    def _make(self, grain_class: type[Any] | str, key: Any) -> GrainRef[Any]:
+        if self._on_new is not None and isinstance(grain_class, type):
+            self._on_new(grain_class)
+        return make_reference(self._runtime, grain_class, key)

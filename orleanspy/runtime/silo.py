@@ -36,7 +36,7 @@ from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import RUNTIME_TYPE_PREFIX, GrainClassInfo, class_info
 from orleanspy.grains.ref import GrainRef
-from orleanspy.grains.reference import make_reference
+from orleanspy.grains.reference import References, make_reference
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger
@@ -165,6 +165,7 @@ class Silo:
         self.locator: GrainLocator = self.cluster or LocalLocator(self)
         self.catalog = Catalog(self, self.registry)
         self.dispatcher = Dispatcher(self, self.catalog, self.locator, self.codec)
+        self._references = References(self.dispatcher)
         self.collector = ActivationCollector(self, self.catalog)
         #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
         self.reminders: Any = None
@@ -240,7 +241,7 @@ class Silo:
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
     def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
         """A reference to a grain, callable from this process."""
-        return make_reference(self.dispatcher, grain_class, key)
+        return self._references.get(grain_class, key)
 
     # Plain functions returning the dispatcher's coroutine: one coroutine per call, not two.
     def call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
