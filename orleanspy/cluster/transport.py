@@ -50,6 +50,7 @@ from orleanspy.messaging.guard import (
     HandshakeGuard,
 )
 from orleanspy.messaging.message import Message
+from orleanspy.runtime.states import reply_to
 
 __all__ = [
     "SiloConnection",
@@ -361,7 +362,7 @@ class SiloTransport:
         async with self.clock.timeout(t):
             conn = await self._connection(silo)
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            conn.send_control(op, args, partial(_settle, fut), t)
+            conn.send_control(op, args, partial(reply_to, fut), t)
             return await fut
 
     def notify(self, silo: SiloAddress, op: str, args: list[Any]) -> None:
@@ -417,7 +418,7 @@ class SiloTransport:
             return None
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         conn.send_control("probe_indirect", [encode_silo(target), timeout * 0.5],
-                          partial(_settle, fut), timeout)
+                          partial(reply_to, fut), timeout)
         try:
             async with self.clock.timeout(timeout):
                 return bool(await fut)
@@ -437,15 +438,6 @@ class SiloTransport:
             now = clock.monotonic()
             for conn in list(self._all):
                 conn.expire(now)
-
-
-def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if fut.done():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
 
 
 def _answer(conn: SiloConnection, corr: int, task: asyncio.Task[Any]) -> None:

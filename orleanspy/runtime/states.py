@@ -38,9 +38,9 @@ class ActivationStatistics:
 
 
 def reply_to(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    """Resolve the future a caller awaits when its request could not finish inline, with the
-    turn's outcome (``msg.reply = partial(reply_to, fut)``); nothing once the caller has
-    stopped waiting.
+    """Resolve the future a caller awaits (a request that could not finish inline, a control
+    request to another silo) with its outcome (``msg.reply = partial(reply_to, fut)``);
+    nothing once the caller has stopped waiting.
 
     The future is a plain ``asyncio.Future``, not a subclass: a Task awaiting exactly that
     type takes the C fast path of its step (a subclass costs about 0.5 µs per await).
