@@ -206,7 +206,6 @@ class SiloConnection(FramedConnection):
         super().__init__(hub.max_frame_size, hub.log, None if peer is not None else hub.guard)
         self.hub = hub
         self.codec = hub.codec
-        self._pack = hub.codec.packb
         self.clock = hub.clock
         self.opener = opener
         self.peer_silo = peer
@@ -465,14 +464,7 @@ class SiloConnection(FramedConnection):
         if self.serving > 0:
             self.serving -= 1
         if not self.closed:
-            if ok:  # response_payload's common case, inlined: this runs for every reply
-                try:
-                    payload = self._pack([RESPONSE, corr, True, value])
-                except Exception:
-                    payload = response_payload(self.codec, corr, ok, value)
-            else:
-                payload = response_payload(self.codec, corr, ok, value)
-            self.send(payload)
+            self.send(response_payload(self.codec, corr, ok, value))
 
     def send_message(self, msg: Message) -> None:
         """Send a request or one-way message; its outcome goes to ``msg.reply``."""

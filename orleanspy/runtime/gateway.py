@@ -38,7 +38,6 @@ from orleanspy.messaging.frames import (
     ONE_WAY,
     REJECTED,
     REQUEST,
-    RESPONSE,
     BadRequest,
     check_handshake,
     decode_or_reject,
@@ -110,7 +109,6 @@ class GatewayConnection(FramedConnection):
         self.gateway = gateway
         self.silo = silo
         self.codec = silo.codec
-        self._pack = silo.codec.packb
         self.dispatcher = silo.dispatcher
         self._monotonic = silo.clock.monotonic
         self.client = "?"
@@ -199,15 +197,7 @@ class GatewayConnection(FramedConnection):
 
     def _answer(self, corr: int, ok: bool, value: Any) -> None:
         """The reply of a delivered request; closes a draining connection after its last."""
-        if not self.closed:
-            if ok:  # response_payload's common case, inlined: this runs for every reply
-                try:
-                    payload = self._pack([RESPONSE, corr, True, value])
-                except Exception:
-                    payload = response_payload(self.codec, corr, ok, value)
-            else:
-                payload = response_payload(self.codec, corr, ok, value)
-            self.send(payload)
+        self._reply(corr, ok, value)
         if self.in_flight > 0:
             self.in_flight -= 1
         if self.draining and self.in_flight == 0 and self.goaway_acked:
