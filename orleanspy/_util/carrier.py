@@ -1,4 +1,7 @@
-"""Carried turns: a turn whose local caller's task runs it to its end (Python 3.11).
+"""Carried turns: a turn whose local caller's task runs it to its end.
+
+Python 3.11 only (``_util.eager``; it sets the current task through
+``_util.private_asyncio``).
 
 A local call that starts a turn eagerly (``_util.eager``) and sees it suspend does not hand
 the rest to a Task of its own: the caller awaits ``carry(...)``, a generator-based
@@ -26,13 +29,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import types
-from asyncio import tasks as _tasks
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Final, Protocol
 from weakref import getweakrefcount as _weakrefs
 
 from orleanspy._util.continuation import Continuation, task_for
+from orleanspy._util.private_asyncio import current_tasks as _current_tasks
 from orleanspy._util.stand_in import CARRIED, PENDING, StandIn
 
 __all__ = ["CARRY_CODE", "MAX_CARRY", "Carrier", "CarryHost", "carry", "stand_in_spare"]
@@ -45,7 +48,6 @@ stand_in_spare: list[StandIn] = []
 _SPARE_MAX: Final = 256
 _refcount = sys.getrefcount
 
-_current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
 _CancelledError = asyncio.CancelledError
 
 _STEPPED: Final = object()  # the turn's step yielded: it goes on
@@ -165,7 +167,8 @@ class Carrier:
         """The caller gives up (told ``outcome``): a Task runs the rest of the turn. The
         Task is made first: if the loop's task factory refuses, nothing has changed."""
         waiter, cb, loop = self._waiter, self._cb, self._loop
-        rest = Continuation(self._coro, waiter, self._host.turn_done, self._arg)
+        rest = Continuation(self._coro, waiter, self._host.turn_done, self._arg,
+                            self._stand_in)
         task = task_for(loop, rest, self._ctx)
         self._state = _DETACHED
         self._outcome = outcome

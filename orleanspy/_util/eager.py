@@ -1,17 +1,23 @@
 """Eager turns: run a coroutine up to its first suspension in the frame that starts it.
 
 A grain turn that completes without suspending (the common case for small methods) then
-costs no task, no future and no event-loop iteration. One that suspends goes on in the task
-of the local caller that awaits it (``_util.carrier``, when ``carry`` is given) or else in a
-Task of its own (``_util.continuation``).
+costs no future and no event-loop iteration. What a turn promises about its current task,
+cancellation, context variables and task factories is the same on every supported Python
+(docs/grains.md, "A turn's task"); how it is kept differs by version, and ``PRIVATE_TURNS``
+(pinned by a test) says which path this interpreter takes:
 
-Python 3.12+ starts turns with ``Task(eager_start=True)`` and continues them in that Task.
-On 3.11 the first step runs here with a ``StandIn`` registered as the loop's current task
-(``_util.stand_in``), so grain code that calls ``asyncio.current_task()``,
-``asyncio.timeout()`` or opens a ``TaskGroup`` before its first ``await`` gets an object
-whose ``cancel``/``uncancel``/``cancelling`` reach the turn wherever it goes on. (A real Task
-per turn costs ~2 µs more per call: the difference between beating a bare asyncio mailbox
-and losing to it.)
+* **Python 3.12 and newer: public asyncio only.** A turn is an ``asyncio.Task`` started with
+  ``eager_start=True``: its first step runs here, and a turn that suspends goes on in that
+  Task. With a task factory on the loop, the factory makes the Task
+  (``loop.create_task``), and the first step runs when the factory's Task runs it.
+* **Python 3.11: one private internal,** ``asyncio.tasks._current_tasks``
+  (``_util.private_asyncio``, which fails at import if it is missing). 3.11 has no eager
+  Task; a Task made per turn costs about 2 µs a call, the difference between beating a bare
+  asyncio mailbox and losing to it (docs/benchmarks.md, the ``suspending`` rows). So the
+  first step runs here with a ``StandIn`` registered as the loop's current task
+  (``_util.stand_in``); a turn that suspends goes on in the task of the local caller that
+  awaits it (``_util.carrier``, when ``carry`` is given) or else in a Task of its own
+  (``_util.continuation``), with the same stand-in as its current task throughout.
 
 Nesting is bounded (``MAX_DEPTH``) so a long synchronous call chain cannot overflow the
 stack: beyond it the turn starts as an ordinary task.
@@ -24,18 +30,27 @@ import sys
 import weakref
 from collections.abc import Callable, Coroutine
 from contextvars import Context
+from types import CodeType
 from typing import Any, Final
 
-from orleanspy._util.continuation import FRESH, Continuation, Done, task_for
-
-__all__ = ["MAX_DEPTH", "Continuation", "Done", "eager_start"]
+__all__ = ["CARRY_CODE", "MAX_DEPTH", "PRIVATE_TURNS", "eager_start"]
 
 MAX_DEPTH: Final = 20
 
+#: this interpreter keeps turns with asyncio's private table of current tasks (3.11 only)
+PRIVATE_TURNS: Final = sys.version_info[:2] == (3, 11)
+
 _depth = 0
 
+Done = Callable[[Any, bool, Any], None]
 
-if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
+#: the code of the carrying awaitable ``eager_start`` may return (None where turns are
+#: never carried): how a caller tells it from a Task
+CARRY_CODE: CodeType | None = None
+
+
+if not PRIVATE_TURNS:
+    _Task = asyncio.Task
 
     def eager_start(
         loop: asyncio.AbstractEventLoop,
@@ -48,23 +63,23 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
         carry: bool = False,
     ) -> tuple[Any, Any]:
         """Start ``coro``: ``(None, result)`` if it finished (raises its exception), else
-        ``(task, None)`` with the task that runs the rest. ``enter(a, b)`` runs first,
-        inside ``context``; ``host.turn_done(b, ok, value)`` hears the outcome of a task
-        (see ``Continuation``; here from a done callback). ``carry`` is not used on 3.12+:
-        the eagerly started Task runs the rest."""
+        ``(task, None)`` with the Task that runs the rest. ``enter(a, b)`` runs first,
+        inside ``context``; ``host.turn_done(b, ok, value)`` hears the outcome of a Task
+        (from its done callback). ``carry`` is not used here: the turn's own Task runs
+        the rest."""
         global _depth
         if enter is not None:
             context.run(enter, a, b)
-        if _depth >= MAX_DEPTH:
+        if _depth >= MAX_DEPTH or loop.get_task_factory() is not None:
             task = loop.create_task(coro, context=context)
         else:
             _depth += 1
             try:
-                task = asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+                task = _Task(coro, loop=loop, context=context, eager_start=True)
             finally:
                 _depth -= 1
-            if task.done():
-                return None, task.result()
+        if task.done():
+            return None, task.result()
         if host is not None:
             done = host.turn_done
             task.add_done_callback(lambda t: _report(t, done, b))
@@ -73,22 +88,22 @@ if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+ only
     def _report(task: asyncio.Task[Any], done: Done, arg: Any) -> None:
         if task.cancelled():
             done(arg, False, asyncio.CancelledError())
-        elif task.exception() is not None:
-            done(arg, False, task.exception())
+        elif (error := task.exception()) is not None:
+            done(arg, False, error)
         else:
             done(arg, True, task.result())
 
 else:
-    from asyncio import tasks as _tasks
-
+    from orleanspy._util.carrier import CARRY_CODE as _CARRY_CODE
     from orleanspy._util.carrier import MAX_CARRY, stand_in_spare
     from orleanspy._util.carrier import carry as _carry
+    from orleanspy._util.continuation import FRESH, Continuation, task_for
+    from orleanspy._util.private_asyncio import current_tasks as _current_tasks
     from orleanspy._util.stand_in import StandIn
 
+    CARRY_CODE = _CARRY_CODE
     _refcount = sys.getrefcount
     _weakrefs = weakref.getweakrefcount
-
-    _current_tasks: dict[asyncio.AbstractEventLoop, Any] = _tasks._current_tasks  # type: ignore[attr-defined]
 
     def _first_step(
         coro: Coroutine[Any, Any, Any], enter: Callable[[Any, Any], None], a: Any, b: Any
@@ -176,7 +191,8 @@ else:
             # awaits the same future in this pass would fail: unmark it now, and the
             # Continuation marks it again when it hands it to the Task.
             yielded._asyncio_future_blocking = False
-        rest = Continuation(coro, yielded, None if host is None else host.turn_done, b)
+        rest = Continuation(coro, yielded, None if host is None else host.turn_done, b,
+                            stand_in)
         task = task_for(loop, rest, context)
         stand_in.bind(task)
         return task, None

@@ -1,5 +1,7 @@
 """StandIn: the current task of a turn that runs without an ``asyncio.Task`` of its own.
 
+Python 3.11 only (``_util.eager``): 3.12 and newer give each turn an eagerly started Task.
+
 A turn's first step runs eagerly in the frame that starts it, and a turn its caller carries
 (``_util.carrier``) runs its later steps in the caller's Task. While either runs, a
 ``StandIn`` is registered as the loop's current task, so grain code that calls
@@ -7,7 +9,8 @@ A turn's first step runs eagerly in the frame that starts it, and a turn its cal
 whose ``cancel``/``uncancel``/``cancelling`` act on the turn alone — never on the caller —
 with a Task's semantics: a cancel while the turn awaits a future cancels that future; one
 while the turn runs or waits a bare loop pass is thrown in at its next step. When the turn
-moves to a Task of its own, the stand-in is bound to it and forwards everything there.
+moves to a Task of its own, the stand-in is bound to it, stays the turn's current task
+(``_util.continuation``) and forwards everything there, its cancellation count included.
 Anything else (``get_name()``, ...) is the carrying task's.
 """
 
@@ -60,7 +63,7 @@ class StandIn:
 
     def bind(self, task: asyncio.Task[Any]) -> None:
         """The turn goes on in ``task``: a cancel not yet delivered and the done callbacks
-        go there."""
+        go there; the cancellations counted so far stay here and add to the Task's."""
         self._state = BOUND
         self._task = task
         self._carrier = None
@@ -117,14 +120,16 @@ class StandIn:
 
     def uncancel(self) -> int:
         if self._state == BOUND:
-            return self._task.uncancel()  # type: ignore[union-attr]
+            task: asyncio.Task[Any] = self._task  # type: ignore[assignment]
+            if task.cancelling():
+                return task.uncancel() + self._cancels
         if self._cancels > 0:
             self._cancels -= 1
         return self._cancels
 
     def cancelling(self) -> int:
         if self._state == BOUND:
-            return self._task.cancelling()  # type: ignore[union-attr]
+            return self._task.cancelling() + self._cancels  # type: ignore[union-attr]
         return self._cancels
 
     def cancelled(self) -> bool:

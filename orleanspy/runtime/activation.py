@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import Context, copy_context
 from functools import partial
 from time import perf_counter
-from typing import Any, Final, Protocol
+from types import GeneratorType
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from orleanspy._util.carrier import Carrier
 from orleanspy._util.eager import eager_start
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
@@ -60,6 +60,9 @@ from orleanspy.runtime.states import (
 )
 from orleanspy.runtime.timers import GrainTimer
 
+if TYPE_CHECKING:
+    from orleanspy._util.carrier import Carrier
+
 __all__ = [
     "NOT_NOW",
     "Activation",
@@ -70,7 +73,7 @@ __all__ = [
 ]
 
 
-_Task = asyncio.Task
+_Generator = GeneratorType
 _Future = asyncio.Future
 
 
@@ -456,7 +459,7 @@ class Activation(Mailbox):
                 return result
             self._deliver(msg, True, result)
             return None
-        if type(task) is not _Task:
+        if type(task) is _Generator:
             return task  # ``carry``: the caller's task runs the rest of the turn
         self.tasks[msg.id] = task
         if inline:

