@@ -281,14 +281,20 @@ async def test_tasks_made_for_turns_come_from_the_loops_task_factory(make_silo) 
     loop = asyncio.get_running_loop()
     made: list[asyncio.Task[Any]] = []
 
+    class FactoryTask(asyncio.Task):  # type: ignore[type-arg]
+        """A factory's own Task class, as tracing and monitoring libraries make."""
+
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
-        made.append(asyncio.Task(coro, loop=loop, **kwargs))
+        made.append(FactoryTask(coro, loop=loop, **kwargs))
         return made[-1]
 
     previous = loop.get_task_factory()
     loop.set_task_factory(factory)
     try:
         ref = silo.get_grain(Turns, "factory")
+        silo.probe.open("f0")
+        async with asyncio.timeout(WAIT):  # the call's result, not the factory's Task
+            assert await ref.wait_gate("f0") == "f0"
         first = asyncio.create_task(ref.wait_gate("f1"))
         second = asyncio.create_task(ref.wait_gate("f2"))  # queued behind the first
         await silo.probe.wait_logged("waiting", "f1")
