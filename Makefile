@@ -1,21 +1,29 @@
-# Two commands do all set-up on a fresh machine with Python 3.11+:
+# Two commands do all set-up on a fresh machine with Python 3.11, 3.12 or 3.13:
 #   make run    installs into .venv and runs the bank demo on embedded defaults
 #   make test   installs into .venv (and Debian's chromium, if missing and apt-get can), then
 #               runs ruff, import-linter (packages import downward only), mypy --strict (the
 #               packages and the typing test's correct module, with orleanspy.mypy_plugin)
 #               and the whole test suite
+#   make test PYTHON=python3.13   the same on another interpreter, in a venv of its own
+#               (.venv-3.13); PYTHON is found on PATH or, if only installed, through pyenv
 #   make layers checks that packages import downward only (import-linter contracts)
 #   make clickstream  runs the Spark pipeline example (streams -> Parquet -> Spark grain)
 PYTHON ?= python3
-VENV   := .venv
+# the interpreter itself (scripts/find-python: on PATH, or installed through pyenv)
+PYTHON_EXE := $(shell sh scripts/find-python $(PYTHON) || echo $(PYTHON))
+ifeq ($(origin PYTHON),file)
+VENV   ?= .venv
+else
+VENV   ?= .venv-$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo unknown)
+endif
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: run test bench lint layers install clean clickstream browser
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11 or newer: set PYTHON=python3.11")'
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PYTHON_EXE) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11, 3.12 or 3.13: set PYTHON=python3.11")'
+	test -x $(PY) || $(PYTHON_EXE) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,redis,spark]'
 	touch $(STAMP)
@@ -61,4 +69,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
+	rm -rf .venv .venv-3.* .pytest_cache .ruff_cache .mypy_cache *.egg-info

@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ async def test_sqlite_membership_malformed_row_raises_membership_error(tmp_path:
     table = SqliteMembershipTable(str(path))
     try:
         assert await table.insert_row(sample_entry(SILO), (await table.read_all()).version)
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("UPDATE membership SET row = x'c1'")
 
         with pytest.raises(MembershipError, match="malformed membership row"):

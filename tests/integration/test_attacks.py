@@ -262,7 +262,8 @@ async def test_the_silo_port_refuses_impostors_and_tools_that_write(
 
             # 2. holds the key (read from the membership file) but claims a silo membership
             #    does not list: refused by the membership check
-            with sqlite3.connect(silo_launcher.data_dir / "membership.db") as db:
+            membership_file = silo_launcher.data_dir / "membership.db"
+            with contextlib.closing(sqlite3.connect(membership_file)) as db, db:
                 (cluster_key,) = db.execute(
                     "SELECT key FROM cluster_key WHERE cluster_id = ?", (CLUSTER,)
                 ).fetchone()

@@ -5,6 +5,7 @@ fails its grain's activation instead of being served, and the silo keeps serving
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ async def test_silo_start_with_an_unusable_file_says_which_in_one_line(
     elif damage == "folder":
         db.mkdir()
     else:
-        with sqlite3.connect(db) as conn:
+        with closing(sqlite3.connect(db)) as conn, conn:
             conn.execute("CREATE TABLE grain_state (name TEXT)")
     code, _out, err = await run_cli_to_end(
         "silo", "start", "--app", "tests.integration.app", "--data-dir", str(data),
@@ -48,7 +49,7 @@ async def test_a_state_value_changed_on_disk_is_not_served(silo_launcher: SiloLa
         assert await client.get_grain("Counter", "bystander").add(1) == 1
     await silo.terminate()
 
-    with sqlite3.connect(silo_launcher.data_dir / "orleanspy.db") as db:
+    with closing(sqlite3.connect(silo_launcher.data_dir / "orleanspy.db")) as db, db:
         rows = db.execute("SELECT grain_id, data FROM grain_state").fetchall()
         (victim_id, data), = [r for r in rows if "victim" in r[0]]
         tampered = bytes(data).replace(b"\x05", b"\x63")  # value 5 -> 99 in place

@@ -4,6 +4,7 @@ and the fix — never a traceback from sqlite3, never a value served unnoticed."
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ async def test_a_truncated_file_is_reported_as_damaged(tmp_path: Path) -> None:
     for i in range(300):
         await storage.write(GrainId("Account", i), "balance", b"x" * 500, None)
     await storage.close()
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = path.stat().st_size
     with path.open("r+b") as f:
@@ -67,7 +68,7 @@ async def test_a_truncated_file_is_reported_as_damaged(tmp_path: Path) -> None:
 
 async def test_a_file_of_another_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE grain_state (name TEXT, value BLOB)")
     storage = SqliteGrainStorage(str(path))
     with pytest.raises(StorageError, match=r"other\.db: table grain_state has no column"):
@@ -80,7 +81,7 @@ async def test_a_value_changed_on_disk_is_detected(tmp_path: Path) -> None:
     storage = SqliteGrainStorage(str(path))
     await storage.write(GRAIN, "balance", b"\x92\x01\x02", None)
     await storage.write(GrainId("Account", "bob"), "balance", b"\x01", None)
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE grain_state SET data = ? WHERE grain_id = ?",
                    (b"\x92\x01\x09", GRAIN.canonical()))
     with pytest.raises(StorageCorruptionError, match=r"'balance' of grain .*alice.*checksum"):
@@ -94,7 +95,7 @@ async def test_a_row_without_a_checksum_reads_and_gets_one_on_its_next_write(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "legacy.db"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE grain_state (grain_id TEXT NOT NULL, state_name TEXT NOT "
                    "NULL, data BLOB NOT NULL, etag TEXT NOT NULL, "
                    "PRIMARY KEY (grain_id, state_name))")
@@ -105,6 +106,6 @@ async def test_a_row_without_a_checksum_reads_and_gets_one_on_its_next_write(
     assert stored is not None and (stored.data, stored.etag) == (b"\x05", "e1")
     await storage.write(GRAIN, "balance", b"\x06", "e1")
     await storage.close()
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         (checksum,) = db.execute("SELECT checksum FROM grain_state").fetchone()
     assert checksum is not None

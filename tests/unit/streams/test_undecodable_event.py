@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,8 @@ async def test_an_undecodable_container_is_reported_and_the_rest_delivered(
         "a": [[0], [1, 2], ["poison"], [3], ["last"]],
         "b": [["b0"], ["last"]],
     })
-    with sqlite3.connect(path) as conn:  # corrupt one container: an array of an invalid byte
+    # corrupt one container: an array of an invalid byte
+    with closing(sqlite3.connect(path)) as conn, conn:
         (seq,) = conn.execute(
             "SELECT seq FROM stream_queue WHERE events = ?",
             (bytes.fromhex("91a6") + b"poison",),
@@ -88,6 +90,6 @@ async def test_an_undecodable_container_is_reported_and_the_rest_delivered(
 
 
 def _rows(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM stream_queue").fetchone()
     return int(count)
