@@ -18,6 +18,8 @@ VENV   ?= .venv-$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.versio
 endif
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# mypy checks the code paths of the interpreter the venv runs (turns differ on 3.11)
+MYPY   = $(VENV)/bin/mypy --python-version $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 .PHONY: run test bench lint layers install clean clickstream browser
 
@@ -52,8 +54,8 @@ browser:
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
+	$(MYPY)
+	$(MYPY) --strict tests/typing/usage_ok.py
 	$(PY) -m pytest -q
 
 layers: $(STAMP)
@@ -65,8 +67,8 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check orleanspy silo tests benchmarks examples
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --strict tests/typing/usage_ok.py
+	$(MYPY)
+	$(MYPY) --strict tests/typing/usage_ok.py
 
 clean:
 	rm -rf .venv .venv-3.* .pytest_cache .ruff_cache .mypy_cache *.egg-info

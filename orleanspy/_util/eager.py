@@ -38,7 +38,7 @@ __all__ = ["CARRY_CODE", "MAX_DEPTH", "PRIVATE_TURNS", "eager_start"]
 MAX_DEPTH: Final = 20
 
 #: this interpreter keeps turns with asyncio's private table of current tasks (3.11 only)
-PRIVATE_TURNS: Final = sys.version_info[:2] == (3, 11)
+PRIVATE_TURNS: Final = sys.version_info < (3, 12)
 
 _depth = 0
 
@@ -49,7 +49,7 @@ Done = Callable[[Any, bool, Any], None]
 CARRY_CODE: CodeType | None = None
 
 
-if not PRIVATE_TURNS:
+if sys.version_info >= (3, 12):  # (spelled out for type checkers: not PRIVATE_TURNS)
     _Task = asyncio.Task
 
     def eager_start(

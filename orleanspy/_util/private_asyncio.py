@@ -22,14 +22,13 @@ from typing import Any, Final
 
 __all__ = ["current_tasks"]
 
-if sys.version_info[:2] != (3, 11):  # pragma: no cover - the fence itself
-    raise ImportError(
-        "orleanspy._util.private_asyncio is the Python 3.11 turn path; this is Python "
-        f"{sys.version_info[0]}.{sys.version_info[1]}, which takes the public asyncio path"
-    )
-
 
 def _table() -> dict[asyncio.AbstractEventLoop, Any]:
+    if sys.version_info[:2] != (3, 11):  # pragma: no cover - the fence itself
+        raise ImportError(
+            "orleanspy._util.private_asyncio is the Python 3.11 turn path; this is Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]}, which takes the public asyncio path"
+        )
     table = getattr(_tasks, "_current_tasks", None)
     if type(table) is not dict:  # pragma: no cover - a CPython build without it
         raise ImportError(
@@ -41,4 +40,4 @@ def _table() -> dict[asyncio.AbstractEventLoop, Any]:
 
 
 #: the loop's current task, by loop: what ``asyncio.current_task()`` reads
-current_tasks: Final = _table()
+current_tasks: Final[dict[asyncio.AbstractEventLoop, Any]] = _table()
