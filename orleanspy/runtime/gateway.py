@@ -273,6 +273,11 @@ class Gateway:
         await self.close()
 
     async def close(self) -> None:
+        """Close the listener (if still open) and every connection; return once closed.
+        Also the rollback of a failed start, which may come before ``stop_accepting``."""
+        self.accepting = False
+        if self._server is not None:
+            self._server.close()
         for conn in list(self.connections):
             conn.close()
         if self._server is not None:

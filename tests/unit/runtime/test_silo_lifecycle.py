@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from orleanspy import Grain, Silo, SiloOptions
 from orleanspy._util.lifecycle import SiloStage
 from orleanspy.cluster.membership import MemoryMembershipTable
@@ -59,3 +63,25 @@ async def test_failed_start_stops_what_had_started():
         raise AssertionError("the silo started on a closed membership table")
     assert silo.gateway is not None and not silo.gateway.accepting
     await silo.wait_stopped()
+
+
+async def test_a_start_failing_after_the_gateway_opened_rolls_back_and_frees_its_port():
+    silo = Silo(SiloOptions(gateway_port=0, shutdown_timeout=5.0), grains=[Counter])
+
+    async def fail() -> None:
+        raise OSError("the operations port is taken")
+
+    silo.lifecycle.subscribe("later", SiloStage.APPLICATION, on_start=fail)
+    async with asyncio.timeout(10):
+        try:
+            await silo.start()
+        except OSError as error:
+            assert "operations port" in str(error)
+        else:  # pragma: no cover - the start must fail
+            raise AssertionError("the silo started though a stage failed")
+        assert silo.gateway is not None and not silo.gateway.accepting
+        port = silo.gateway.port
+        with pytest.raises(OSError):  # nothing listens on the gateway's port any more
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
