@@ -2,8 +2,8 @@
 
 This is the only module that configures structlog (library code only logs). ``run_silo``
 starts a silo, turns the first SIGINT/SIGTERM into a graceful ``silo.stop()`` (every
-activation is deactivated and its changed state written) and a second one into a quick
-exit with code 1.
+activation is deactivated and its changed state written; during the start, a rollback of
+what had started) and a second one into a quick exit with code 1.
 """
 
 from __future__ import annotations
@@ -163,8 +163,9 @@ async def run_silo(
             none.
 
     Returns:
-        0 after a graceful stop; 1 if a second signal forced the exit, or the shutdown failed
-        or overran ``2 * shutdown_timeout + 5`` seconds.
+        0 after a graceful stop (a signal during the start rolls the start back and also
+        returns 0); 1 if a second signal forced the exit, or the shutdown failed or overran
+        ``2 * shutdown_timeout + 5`` seconds.
 
     Raises:
         ConfigurationError: an app module is missing or hosts no grain class, or the silo
@@ -205,7 +206,8 @@ async def run_silo(
 
     installed = _install_signal_handlers(loop, on_signal, signals)
     try:
-        await silo.start()
+        if not await _start(silo, stop_requested, forced, log):
+            return 1 if forced.is_set() else 0
         gateway = silo.gateway.address if silo.gateway is not None else None
         log.info(
             "silo_ready", gateway=gateway,
@@ -224,6 +226,33 @@ async def run_silo(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _start(silo: Silo, stop_requested: asyncio.Event, forced: asyncio.Event,
+                 log: Any) -> bool:
+    """Start the silo; False if a signal came first. The start is then cancelled, which
+    rolls back every stage that had started (a second signal stops waiting for that). A
+    failed start raises its error, after its own rollback."""
+    starting = asyncio.ensure_future(silo.start())
+    signalled = asyncio.ensure_future(stop_requested.wait())
+    try:
+        await asyncio.wait([starting, signalled], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if starting.done():
+        starting.result()  # a failed start raises here
+        return True
+    log.info("silo_start_interrupted", action="rollback")
+    starting.cancel()
+    forcing = asyncio.ensure_future(forced.wait())
+    try:
+        await asyncio.wait([starting, forcing], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        forcing.cancel()
+    if starting.done() and not starting.cancelled():
+        starting.exception()  # retrieved: the signal, not this error, ends the process
+    log.info("silo_exited", code=1 if forced.is_set() else 0)
+    return False
 
 
 async def _stop(silo: Silo, forced: asyncio.Event, log: Any) -> int:

@@ -163,3 +163,41 @@ async def test_run_silo_rejects_module_without_grains(
 async def test_run_silo_missing_module_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="no_such_module_xyz"):
         await run_silo(SiloOptions(gateway_port=None), ["no_such_module_xyz"], signals=())
+
+
+class _StartsForever:
+    """A stream provider whose start never ends (a back end that does not answer)."""
+
+    def __init__(self) -> None:
+        self.starting = asyncio.Event()
+        self.stopped = False
+
+    def bind(self, name: str, silo: Silo) -> None:
+        pass
+
+    async def start(self) -> None:
+        self.starting.set()
+        await asyncio.Event().wait()
+
+    async def stop(self) -> None:  # pragma: no cover - a start that never ended is not stopped
+        self.stopped = True
+
+    def statistics(self) -> dict[str, int]:
+        return {}
+
+
+async def test_run_silo_a_signal_during_the_start_rolls_it_back(app_module: ModuleType) -> None:
+    provider = _StartsForever()
+    run = asyncio.create_task(
+        run_silo(SiloOptions(gateway_port=0), [app_module.__name__],
+                 stream_providers={"stuck": provider}, signals=(signal.SIGUSR1,))
+    )
+    with capture_logs() as logs:
+        async with asyncio.timeout(10):
+            await provider.starting.wait()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert await run == 0
+    events = [e["event"] for e in logs]
+    assert "silo_start_interrupted" in events
+    assert "silo_ready" not in events
+    assert events[-1] == "silo_exited"
