@@ -173,8 +173,9 @@ class Silo(SiloCore):
         if cluster is not None:
             # Each reminder is served by the owner of its grain on the ring (see
             # reminders/service.py); the others tell it when they change one.
-            cluster.transport.handlers["reminders"] = reminders.sync
-            reminders.follow(cluster.owns, lambda gid: cluster.tell_owner("reminders", gid),
+            # "reminder_sync", not "reminders": that is the tools' query of what a silo fires
+            cluster.transport.handlers["reminder_sync"] = reminders.sync
+            reminders.follow(cluster.owns, lambda gid: cluster.tell_owner("reminder_sync", gid),
                              refresh_period=opts.table_refresh_period)
             cluster.add_view_listener(reminders.membership_changed)
         lc.subscribe(REMINDERS, SiloStage.SERVICES, on_start=reminders.start,

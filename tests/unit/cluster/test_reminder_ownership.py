@@ -123,3 +123,24 @@ async def test_unregister_on_any_silo_stops_the_ticks(cluster: Cluster) -> None:
     assert await cluster.silos[-1].get_grain(Alarm, "x").disarm("r")
     await asyncio.sleep(PERIOD)  # a tick already being delivered may still land
     assert await ticks_during(1.2) == []
+
+
+async def test_a_reminder_armed_on_a_silo_that_does_not_own_it_is_handed_to_the_owner(
+    cluster: Cluster,
+) -> None:
+    from structlog.testing import capture_logs
+
+    a = await cluster.add()
+    await cluster.add()
+    with capture_logs() as logs:
+        for key in itertools.count():
+            ref = a.get_grain(Alarm, f"handed-{key}")
+            await ref.arm("handed")
+            act_silo = next(s for s in cluster.silos if ref.grain_id in s.catalog.activations)
+            assert act_silo.cluster is not None
+            if not act_silo.cluster.owns(ref.grain_id):
+                break
+            await ref.disarm("handed")
+        ticks = await ticks_during(4 * PERIOD, "handed")
+    assert ticks, "the owner never fired the reminder"
+    assert [e for e in logs if e["event"] == "reminder_owner_not_told"] == []
