@@ -36,8 +36,8 @@ consumer (no waiting) and a slow one (``await asyncio.sleep`` paced to ``d = 10 
 rate`` seconds per event). The fast consumer first runs alone (its solo rate), then both
 together (``--flow-control max`` runs it under the other strategy). Sampled every 50 ms:
 cache occupancy (and the exact peak, checked after every add), pull period, both consumers'
-counts, the memory queue's backlog, RSS; plotted to docs/streams-backpressure.png (needs
-matplotlib; ``--no-plot`` skips it).
+counts, the memory queue's backlog, RSS; plotted with ``--plot [PATH]`` (default path
+docs/streams-backpressure.png; needs matplotlib), so a plain run leaves the checkout clean.
 
 Pull period 0.01 s throughout (the default is 0.1 s): the low-latency setting a throughput-
 or latency-sensitive deployment uses, and the one the tests use. Under sustained load the
@@ -1019,7 +1019,7 @@ async def backpressure(args: argparse.Namespace) -> tuple[list[Figure], list[str
             f"{r.slow_disorder} out of order, {r.slow_gaps} gaps",
         ]
     lines.append(f"  RSS: {rss[0]:.0f} MiB at start, max {max(rss):.0f} MiB")
-    if not args.no_plot:
+    if args.plot is not None:
         lines.append(plot(args.plot, solo, run, lim, delay, opts, args.flow_control))
     return figures, lines
 
@@ -1200,8 +1200,10 @@ def main() -> None:
     parser.add_argument("--batch-handler", action="store_true",
                         help="consumers subscribe a batch observer (on_next_batch: one turn "
                         "per delivery) instead of on_next per event")
-    parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG path (default {PLOT})")
-    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    parser.add_argument(
+        "--plot", type=Path, nargs="?", const=PLOT, default=None,
+        help=f"write the backpressure PNG to PLOT (given alone: {PLOT}); none by default",
+    )
     parser.add_argument("--profile",
                         choices=["memory", "batch", "fanout", "fanout10", "sqlite", "redis"],
                         help="profile orleanspy's side of one figure instead (stderr)")
