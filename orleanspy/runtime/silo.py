@@ -261,7 +261,9 @@ class Silo:
         except KeyError:
             raise KeyError(
                 f"no stream provider {name!r} on this silo (configured: "
-                f"{sorted(self.stream_providers) or 'none'})"
+                f"{sorted(self.stream_providers) or 'none'}); add it to the silo's "
+                f"orleanspy.toml as a [streams.{name}] table, or to "
+                "Silo(stream_providers=...) in code"
             ) from None
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:

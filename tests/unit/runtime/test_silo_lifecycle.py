@@ -85,3 +85,11 @@ async def test_a_start_failing_after_the_gateway_opened_rolls_back_and_frees_its
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
             await writer.wait_closed()
+
+
+async def test_a_missing_stream_provider_names_both_ways_to_add_it():
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Counter])
+    with pytest.raises(KeyError) as caught:
+        silo.get_stream_provider("events")
+    assert "[streams.events]" in str(caught.value)
+    assert "stream_providers=" in str(caught.value)
