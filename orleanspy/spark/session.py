@@ -221,7 +221,8 @@ class SparkSessionManager:
             await asyncio.to_thread(session.stop)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._state = "stopped"
-        self.log.info("spark_session_stopped")
+        if session is not None:  # a session never created (no Spark job ran) has no stop
+            self.log.info("spark_session_stopped")
 
     # -- jobs -----------------------------------------------------------------------------------
     def submit(

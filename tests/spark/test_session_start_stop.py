@@ -68,3 +68,14 @@ async def test_a_manager_joining_the_process_session_does_not_stop_it(
         if not joining._owns_session:  # never stop the tests' shared session here
             await joining.stop()
     assert await spark_manager.run(lambda spark: spark.range(5).count(), tag="alive") == 5
+
+
+async def test_stopping_a_manager_that_never_started_a_session_logs_no_session_stop() -> None:
+    from structlog.testing import capture_logs
+
+    manager = SparkSessionManager(SparkOptions(master="local[1]"))
+    with capture_logs() as logs:
+        async with asyncio.timeout(WAIT):
+            await manager.stop()
+    assert "spark_session_stopped" not in [e["event"] for e in logs]
+    assert manager.statistics().state == "stopped"
