@@ -86,7 +86,8 @@ async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
 # An unserialisable (recursive) result is answered as a SerializationError
 async def test_unserialisable_recursive_result_is_answered_remotely(make_cluster):
     cluster = await make_cluster(Echo)
-    ref = cluster.client.get_grain(Echo, "k").with_timeout(2.0)
-    async with asyncio.timeout(WAIT):
+    # the subject is the error, not its latency: room for a loaded machine
+    ref = cluster.client.get_grain(Echo, "k").with_timeout(4 * WAIT)
+    async with asyncio.timeout(5 * WAIT):
         with pytest.raises(SerializationError):
             await ref.recursive_late()
