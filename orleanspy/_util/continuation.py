@@ -67,15 +67,9 @@ class Continuation(collections.abc.Coroutine):  # type: ignore[type-arg]
                     first._asyncio_future_blocking = True  # unmarked by its first taker
                 return first
         stand_in = self._stand_in
-        if stand_in is None:
-            if self._done is None:
-                return self._coro.send(value)
-            try:
-                return self._coro.send(value)
-            except BaseException as exc:
-                self._finished(exc)
-                raise  # pragma: no cover - _finished raises
         try:
+            if stand_in is None:
+                return self._coro.send(value)
             return self._as(stand_in, self._coro.send, value)
         except BaseException as exc:
             if self._done is None:
