@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from orleanspy import Grain
+
+WAIT = 5.0
+
+
+async def outcome(task: asyncio.Task[Any]) -> Any:
+    """The task's result, or the exception it ended with (bounded by ``WAIT``)."""
+    async with asyncio.timeout(WAIT):
+        try:
+            return await task
+        except BaseException as exc:  # the outcome is the subject
+            return exc
 
 
 class Gated(Grain):

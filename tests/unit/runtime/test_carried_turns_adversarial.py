@@ -25,6 +25,7 @@ import pytest
 from orleanspy import Grain, GrainCallTimeoutError, MessageRejectedError, one_way, reentrant
 from orleanspy.testing import FakeClock
 from tests.unit.runtime.gated_grain import Gated
+from tests.unit.runtime.gated_grain import outcome as _outcome
 
 WAIT = 5.0
 
@@ -193,15 +194,6 @@ class Caller(Grain):
             self.silo.probe.record(("timer got", got))
 
         self.register_timer(tick, 0.0)
-
-
-async def _outcome(task: asyncio.Task[Any]) -> Any:
-    """The task's result, or the exception it ended with (bounded)."""
-    async with asyncio.timeout(WAIT):
-        try:
-            return await task
-        except BaseException as exc:  # the outcome is the subject
-            return exc
 
 
 async def _give_up_waiting(silo: Any, call: Any, key: str) -> asyncio.Task[Any]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from orleanspy import Grain, MessageRejectedError, reentrant
 from tests.unit.runtime.gated_grain import Gated
+from tests.unit.runtime.gated_grain import outcome as _outcome
 
 WAIT = 5.0
 
@@ -106,14 +107,6 @@ class Nest(Grain):
         outer = asyncio.current_task()
         inner_same = await self.get_grain(Turns, tag).task_at_start_and_end(tag)
         return inner_same, asyncio.current_task() is outer
-
-
-async def _outcome(task: asyncio.Task[Any]) -> Any:
-    async with asyncio.timeout(WAIT):
-        try:
-            return await task
-        except BaseException as exc:  # the outcome is the subject
-            return exc
 
 
 # -- asyncio.current_task() ---------------------------------------------------------------------
