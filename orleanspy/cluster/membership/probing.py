@@ -137,6 +137,22 @@ class FailureDetector:
             self.probes_failed += 1
         return ok
 
+    async def unreachable_active(self, snapshot: MembershipSnapshot) -> list[str]:
+        """Probe once, concurrently, every ACTIVE silo of ``snapshot`` (but this one) whose
+        I-am-alive is fresh; return those that did not answer, sorted (a joining silo must
+        reach them all)."""
+        now = self._clock.time()
+        expiration = self._options.i_am_alive_expiration
+        targets = [
+            silo
+            for silo, entry in snapshot.entries.items()
+            if silo != self.me
+            and entry.status is SiloStatus.ACTIVE
+            and not is_stale(entry, now, expiration)
+        ]
+        results = await asyncio.gather(*(self.probe(t) for t in targets))
+        return sorted(str(t) for t, ok in zip(targets, results, strict=True) if not ok)
+
     async def probe_round(self) -> None:
         """Probe every monitored silo once, concurrently."""
         targets = self._monitored

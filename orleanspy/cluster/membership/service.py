@@ -23,24 +23,20 @@ across processes); loops sleep, and probes and gossip time out, on the same cloc
 drive the steps directly (``refresh``, ``probe_round``, ``heartbeat``) or advance a
 ``FakeClock`` to run the loops.
 
-Longer than most modules (about 560 lines): join, heartbeat, probing, voting and leaving
-read and write one view and one row of this silo under one lock; the periodic loops live in
-``loops`` and the listeners in ``snapshot``.
-
 Each status change of a silo in this silo's view is emitted as ``SiloStatusChanged`` on the
 ``diagnostics`` hub (when somebody listens).
 
-Size: this module holds about 550 lines because joining, leaving, voting and reacting to
-a table read all change this silo's own row state (status, own version, stopping) under
-one protocol; the loops (``loops.py``), the detector (``probing.py``), the vote arithmetic
-(``voting.py``) and the snapshot distribution (``snapshot.py``) live apart.
+Split by role: this module holds the service's own state (status, own version, stopping,
+fencing) and the reactions to each table read, which every step shares; the parts that need
+only their inputs live apart: the compare-and-swap writes (``writes.py``), probing and the
+join's connectivity check (``probing.py``), the periodic loops (``loops.py``), gossip
+(``gossip.py``), and the snapshot listeners (``snapshot.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -48,13 +44,14 @@ from typing import Any, final
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.cluster.membership.entry import MembershipEntry, MembershipTableData, SiloStatus
+from orleanspy.cluster.membership.gossip import tell_peers
 from orleanspy.cluster.membership.loops import PeriodicSteps
 from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.prober import Gossiper, Prober
-from orleanspy.cluster.membership.probing import PROBED_STATUSES, FailureDetector
+from orleanspy.cluster.membership.probing import FailureDetector
 from orleanspy.cluster.membership.snapshot import Listener, MembershipSnapshot, SnapshotPublisher
 from orleanspy.cluster.membership.table import MembershipTable
-from orleanspy.cluster.membership.voting import add_vote, fresh_votes, is_stale, votes_required
+from orleanspy.cluster.membership.writes import TableWriter, VoteOutcome
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
@@ -64,10 +61,6 @@ __all__ = ["MembershipService", "MembershipStatistics"]
 
 _JOINING, _ACTIVE = SiloStatus.JOINING, SiloStatus.ACTIVE
 _SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
-
-#: Compare-and-swap attempts of one write before giving up (each failure is another
-#: silo's successful write, so this bounds contention, not time).
-_MAX_WRITE_ATTEMPTS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +123,6 @@ class MembershipService:
         self._clock = clock or SystemClock()
         self._diagnostics = diagnostics
         self._name = f"{silo.host}:{silo.port}"
-        self._silo_name = silo_name
-        self._host_name = host_name
-        self._gateway_port = gateway_port
         self._on_declared_dead = on_declared_dead
         self._log = get_logger(__name__, silo=str(silo))
         self._detector = FailureDetector(
@@ -140,6 +130,10 @@ class MembershipService:
             lambda: self._stopping, rng or random.Random(), self._log,
         )
         self._publisher = SnapshotPublisher(self._log)
+        self._writes = TableWriter(
+            table, silo, o, self._clock, self._read_all, lambda: self._stopping,
+            silo_name=silo_name, host_name=host_name, gateway_port=gateway_port, log=self._log,
+        )
         self._status: SiloStatus | None = None
         self._own_version = 0  # table version at which this silo's row was written
         self._start_time = 0.0
@@ -154,8 +148,6 @@ class MembershipService:
         self._suspect_lock = asyncio.Lock()
         self._loops = PeriodicSteps(self._clock, self._log, lambda: self._stopping,
                                     f"membership-{silo}")
-        self._votes_cast = 0
-        self._declared = 0
 
     def __repr__(self) -> str:
         return f"MembershipService({self.silo}, status={self._status})"
@@ -219,8 +211,8 @@ class MembershipService:
             probes_sent=self._detector.probes_sent,
             probes_failed=self._detector.probes_failed,
             indirect_probes=self._detector.indirect_probes,
-            votes_cast=self._votes_cast,
-            silos_declared_dead=self._declared,
+            votes_cast=self._writes.votes_cast,
+            silos_declared_dead=self._writes.silos_declared_dead,
             step_failures=self._loops.step_failures,
         )
 
@@ -331,43 +323,11 @@ class MembershipService:
         """
         if self.silo in (silo, also):
             raise ValueError(f"{self.silo} cannot vote against itself")
-        options = self.options
-        expiration = options.death_vote_expiration_timeout
         async with self._suspect_lock:
-            for _ in range(_MAX_WRITE_ATTEMPTS):
-                data = await self._read_all()
-                row = data.get(silo)
-                if self._stopping or row is None:
-                    return False
-                entry, etag = row
-                if entry.status is _DEAD:
-                    return True
-                now = self._clock.time()
-                votes = add_vote(entry.suspect_votes, self.silo, now, expiration=expiration)
-                if also is not None:
-                    votes = add_vote(votes, also, now, expiration=expiration)
-                required = votes_required(
-                    data.entries(), now, votes=options.num_votes_for_death_declaration,
-                    i_am_alive_expiration=options.i_am_alive_expiration,
-                )
-                dead = len(fresh_votes(votes, now, expiration)) >= required
-                status = _DEAD if dead else entry.status
-                new = dataclasses.replace(entry, status=status, suspect_votes=votes)
-                if await self.table.update_row(new, etag, data.version):
-                    self._votes_cast += 1 if also is None else 2
-                    voters = [str(v.voter) for v in votes]
-                    if dead:
-                        self._declared += 1
-                        self._log.warning("membership_silo_declared_dead", target=str(silo),
-                                          voters=voters)
-                    else:
-                        self._log.warning("membership_silo_suspected", target=str(silo),
-                                          voters=voters, required=required)
-                    await self._after_write()
-                    return True
-                await asyncio.sleep(0)
-        self._log.warning("membership_vote_not_written", target=str(silo))
-        return False
+            outcome = await self._writes.vote(silo, also)
+            if outcome is VoteOutcome.WRITTEN:
+                await self._after_write()
+        return outcome is not VoteOutcome.NOT_WRITTEN
 
     async def _suspect_for_detector(self, silo: SiloAddress, also: SiloAddress | None) -> None:
         await self.suspect(silo, also=also)
@@ -387,118 +347,31 @@ class MembershipService:
             await self.refresh()
 
     # -- joining ---------------------------------------------------------------------------
-    def _entry(self, status: SiloStatus) -> MembershipEntry:
-        return MembershipEntry(
-            silo=self.silo,
-            status=status,
-            silo_name=self._silo_name,
-            host_name=self._host_name,
-            gateway_port=self._gateway_port,
-            start_time=self._start_time,
-            i_am_alive_time=self._clock.time(),
-        )
-
-    def _check_deadline(self, deadline: float, what: str) -> None:
-        if self._stopping:
-            raise MembershipError(f"{self.silo} stopped while joining the cluster")
-        if self._clock.monotonic() >= deadline:
-            raise MembershipError(
-                f"{self.silo} could not {what} within {self.options.max_join_attempt_time} s "
-                "(MembershipOptions.max_join_attempt_time)"
-            )
-
     async def _write_joining_row(self, deadline: float) -> None:
-        me = self.silo
-        while True:
-            data = await self._read_all()
-            older: tuple[MembershipEntry, str] | None = None
-            for entry, etag in data.rows:
-                other = entry.silo
-                if (other.host, other.port) != (me.host, me.port) or other == me:
-                    continue
-                if entry.status is _DEAD:
-                    continue
-                if other.generation > me.generation:
-                    raise MembershipError(
-                        f"{other}, a newer generation of this endpoint, is {entry.status.value} "
-                        f"in the membership table: {me} is an outdated restart and must not "
-                        "join; start it with a higher generation"
-                    )
-                older = (entry, etag)
-            if older is not None:
-                entry, etag = older
-                dead = dataclasses.replace(entry, status=_DEAD)
-                if await self.table.update_row(dead, etag, data.version):
-                    self._log.info("membership_old_generation_declared_dead",
-                                   target=str(entry.silo))
-                    continue
-            else:
-                mine = data.get(me)
-                if mine is not None and mine[0].status is _DEAD:
-                    raise MembershipError(
-                        f"{me} is already DEAD in the membership table, and a dead address "
-                        "never comes back: restart the silo with a new generation"
-                    )
-                entry = self._entry(_JOINING)
-                if mine is None:
-                    written = await self.table.insert_row(entry, data.version)
-                else:
-                    written = await self.table.update_row(entry, mine[1], data.version)
-                if written:
-                    self._status = _JOINING
-                    self._own_version = data.version.version + 1
-                    await self._after_write()
-                    return
-            self._check_deadline(deadline, "write its membership row")
-            await asyncio.sleep(0)
+        own_version = await self._writes.joining_row(deadline, self._start_time)
+        self._status = _JOINING
+        self._own_version = own_version
+        await self._after_write()
 
     async def _validate_connectivity(self, deadline: float) -> None:
-        options = self.options
         while True:
             if self._stopping:
                 raise MembershipError(f"{self.silo} stopped while joining the cluster")
-            snapshot = self.snapshot
-            now = self._clock.time()
-            targets = [
-                silo
-                for silo, entry in snapshot.entries.items()
-                if silo != self.silo
-                and entry.status is _ACTIVE
-                and not is_stale(entry, now, options.i_am_alive_expiration)
-            ]
-            results = await asyncio.gather(*(self._detector.probe(t) for t in targets))
-            unreachable = sorted(str(t) for t, ok in zip(targets, results, strict=True) if not ok)
+            unreachable = await self._detector.unreachable_active(self.snapshot)
             if not unreachable:
                 return
             self._log.warning("membership_join_silos_unreachable", silos=unreachable)
-            self._check_deadline(deadline, f"reach the active silos {', '.join(unreachable)}")
-            await self._clock.sleep(options.probe_period)
+            self._writes.check_join_deadline(
+                deadline, f"reach the active silos {', '.join(unreachable)}"
+            )
+            await self._clock.sleep(self.options.probe_period)
             await self.refresh()
 
     async def _write_own_status(self, status: SiloStatus) -> None:
-        for _ in range(_MAX_WRITE_ATTEMPTS):
-            data = await self.table.read_row(self.silo)
-            row = data.get(self.silo)
-            if row is None or (row[0].status is _DEAD and status is not _DEAD):
-                await self._read_all()  # publishes the truth, and finds this silo dead
-                raise MembershipError(
-                    f"{self.silo} cannot become {status.value}: it was declared dead"
-                )
-            entry, etag = row
-            if entry.status is status:
-                self._status = status
-                return
-            new = dataclasses.replace(entry, status=status, i_am_alive_time=self._clock.time())
-            if await self.table.update_row(new, etag, data.version):
-                self._status = status
-                self._log.info("membership_status_written", status=status.value)
-                await self._after_write()
-                return
-            await asyncio.sleep(0)
-        raise MembershipError(
-            f"{self.silo} could not write its status {status.value}: "
-            f"{_MAX_WRITE_ATTEMPTS} write conflicts in a row"
-        )
+        written = await self._writes.own_status(status)
+        self._status = status
+        if written:
+            await self._after_write()
 
     # -- reading ---------------------------------------------------------------------------
     async def _read_all(self) -> MembershipTableData:
@@ -578,20 +451,9 @@ class MembershipService:
         await self._gossip()
 
     async def _gossip(self) -> None:
-        gossiper = self._gossiper
-        if gossiper is None:
-            return
-        snapshot = self.snapshot
-        peers = [s for s in snapshot.silos(*PROBED_STATUSES) if s != self.silo]
-
-        async def tell(peer: SiloAddress) -> None:
-            try:
-                async with self._clock.timeout(self.options.probe_timeout):
-                    await gossiper.gossip(peer, snapshot.version)
-            except Exception as exc:
-                self._log.debug("membership_gossip_failed", target=str(peer), error=repr(exc))
-
-        await asyncio.gather(*(tell(peer) for peer in peers))
+        if self._gossiper is not None:
+            await tell_peers(self._gossiper, self.silo, self.snapshot, self._clock,
+                             self.options.probe_timeout, self._log)
 
     async def _cancel_tasks(self) -> None:
         """Cancel the loops and listeners (not the calling task) and wait for them."""
