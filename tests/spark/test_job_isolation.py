@@ -30,7 +30,7 @@ class _EnterFails(FakeBackend):
 async def test_scope_is_cleared_when_entering_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     # enter() sets the job group, then tags, pool...: if a later step fails, what it set
     # already must not stay on the pool thread for the next call.
-    monkeypatch.setattr(session_module, "_create_session", lambda options: (FakeSession(), True))
+    monkeypatch.setattr(session_module, "create_session", lambda options: (FakeSession(), True))
     monkeypatch.setattr(session_module, "ClassicBackend", _EnterFails)
     manager = SparkSessionManager(SparkOptions(master="local[1]"))
     try:

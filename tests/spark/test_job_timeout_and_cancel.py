@@ -162,7 +162,7 @@ async def test_a_job_timeout_runs_on_the_managers_clock(
         backends.append(_CancellableBackend(spark))
         return backends[-1]
 
-    monkeypatch.setattr(session_module, "_create_session", lambda options: (FakeSession(), True))
+    monkeypatch.setattr(session_module, "create_session", lambda options: (FakeSession(), True))
     monkeypatch.setattr(session_module, "ClassicBackend", make_backend)
     clock = FakeClock()
     manager = SparkSessionManager(SparkOptions(master="local[1]"), clock=clock)

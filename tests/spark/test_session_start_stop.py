@@ -32,7 +32,7 @@ async def test_stop_while_the_session_is_starting_stops_it(
         release.wait(WAIT)
         return fake, True
 
-    monkeypatch.setattr(session_module, "_create_session", slow_create)
+    monkeypatch.setattr(session_module, "create_session", slow_create)
     monkeypatch.setattr(session_module, "ClassicBackend", FakeBackend)
     manager = SparkSessionManager(SparkOptions(master="local[1]"))
     start = asyncio.ensure_future(manager.start())

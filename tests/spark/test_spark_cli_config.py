@@ -10,7 +10,7 @@ import pytest
 
 from orleanspy import ConfigurationError
 from orleanspy.spark import SparkOptions, SparkUnavailableError
-from orleanspy.spark.session import _create_session
+from orleanspy.spark.create import create_session
 from orleanspy.testing import TestCluster
 from silo.cli import main
 from silo.config import load_config
@@ -116,14 +116,14 @@ def test_spark_missing_java_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("PATH", "/nonexistent")
 
     with pytest.raises(SparkUnavailableError, match=r"install one .*JAVA_HOME"):
-        _create_session(SparkOptions())
+        create_session(SparkOptions())
 
 
 def test_spark_missing_pyspark_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "pyspark.sql", None)
 
     with pytest.raises(SparkUnavailableError, match=r"pip install 'orleanspy\[spark\]'"):
-        _create_session(SparkOptions())
+        create_session(SparkOptions())
 
 
 def test_cli_spark_run_unreachable_gateway_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
