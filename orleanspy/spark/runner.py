@@ -43,8 +43,9 @@ class JobRunner:
     """The jobs of one session manager: their threads, their drivers and their counts.
 
     Args:
-        options: ``max_concurrent_jobs``, ``progress_interval``, ``cancel_interval``,
-            ``stop_timeout``.
+        options: the manager's current options (read at each use: the manager's ``options``
+            may be replaced): ``max_concurrent_jobs`` (read once, for the pool),
+            ``progress_interval``, ``cancel_interval``, ``stop_timeout``.
         clock: every wait on the loop and every job's elapsed time.
         log: the manager's logger.
         open_session: blocking (a worker thread calls it): the session's back end, creating
@@ -56,7 +57,7 @@ class JobRunner:
 
     def __init__(
         self,
-        options: SparkOptions,
+        options: Callable[[], SparkOptions],
         clock: Clock,
         log: Any,
         *,
@@ -65,7 +66,7 @@ class JobRunner:
         backend: Callable[[], Backend | None],
         stopping: Callable[[], bool],
     ) -> None:
-        self.options = options
+        self._options = options
         self.clock = clock
         self.log = log
         self._open_session = open_session
@@ -73,7 +74,7 @@ class JobRunner:
         self._backend = backend
         self._stopping = stopping
         self._pool = ThreadPoolExecutor(
-            max_workers=options.max_concurrent_jobs, thread_name_prefix="orleanspy-spark"
+            max_workers=options().max_concurrent_jobs, thread_name_prefix="orleanspy-spark"
         )
         #: the jobs in flight, by job group
         self.ops: dict[str, _Op] = {}
@@ -117,7 +118,7 @@ class JobRunner:
                 break
             if backend is not None:
                 await asyncio.to_thread(_quietly, backend.cancel_all)
-            await asyncio.to_thread(running[0].thread_done.wait, self.options.cancel_interval)
+            await asyncio.to_thread(running[0].thread_done.wait, self._options().cancel_interval)
         else:
             self.log.error("spark_stop_jobs_abandoned", count=len(self.ops))
 
@@ -151,7 +152,7 @@ class JobRunner:
 
     async def _drive(self, op: _Op, timeout: float | None) -> Any:
         clock = self.clock
-        interval = self.options.progress_interval
+        interval = self._options().progress_interval
         deadline = None if timeout is None else clock.monotonic() + timeout
         ctx = contextvars.copy_context()
         queued = self._pool.submit(ctx.run, self._body, op)
@@ -229,10 +230,10 @@ class JobRunner:
                 if backend is not None and (op.started or first):
                     await asyncio.to_thread(_quietly, backend.cancel, op, first)
                     first = False
-                await self._wait_done(fut, self.options.cancel_interval)
+                await self._wait_done(fut, self._options().cancel_interval)
             except asyncio.CancelledError as exc:
                 interrupted = exc
-            if clock.monotonic() - start > self.options.stop_timeout and not fut.done():
+            if clock.monotonic() - start > self._options().stop_timeout and not fut.done():
                 self.log.error("spark_job_cancel_overrun", job_group=op.id,
                                seconds=round(clock.monotonic() - start, 1))
                 break
@@ -258,7 +259,7 @@ class JobRunner:
             spark_said = f" (Spark: {op.spark_error[:300]})" if op.spark_error else ""
             if not fut.done():
                 spark_said += (f"; its worker thread still runs fn after "
-                               f"{self.options.stop_timeout:g} s of cancelling")
+                               f"{self._options().stop_timeout:g} s of cancelling")
             raise cls(f"Spark job {op.id} cancelled: {op.cancel_reason}{spark_said}",
                       op.id) from None
         if fut.cancelled() or isinstance(exc, _NotStarted):

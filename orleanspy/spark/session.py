@@ -92,7 +92,7 @@ class SparkSessionManager:
         self._stop_done: asyncio.Future[None] | None = None
         self._ids = itertools.count(1)
         self._jobs = JobRunner(
-            self.options, self.clock, self.log,
+            lambda: self.options, self.clock, self.log,
             open_session=self._ensure_session,
             session=lambda: self._session,
             backend=lambda: self._backend,
