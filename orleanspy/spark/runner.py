@@ -73,7 +73,8 @@ class JobRunner:
         self._session = session
         self._backend = backend
         self._stopping = stopping
-        self._pool = ThreadPoolExecutor(
+        #: the worker threads (``max_concurrent_jobs`` of them) that run the jobs
+        self.pool = ThreadPoolExecutor(
             max_workers=options().max_concurrent_jobs, thread_name_prefix="orleanspy-spark"
         )
         #: the jobs in flight, by job group
@@ -124,7 +125,7 @@ class JobRunner:
 
     def shutdown(self) -> None:
         """Stop the worker threads' pool; jobs still queued never run."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     # -- one job ----------------------------------------------------------------------------
     def _pool_free_call(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -155,7 +156,7 @@ class JobRunner:
         interval = self._options().progress_interval
         deadline = None if timeout is None else clock.monotonic() + timeout
         ctx = contextvars.copy_context()
-        queued = self._pool.submit(ctx.run, self._body, op)
+        queued = self.pool.submit(ctx.run, self._body, op)
         fut = asyncio.wrap_future(queued)
         fut.add_done_callback(_retrieve)  # also when the caller gave up waiting for it
         timed_out = False

@@ -96,7 +96,7 @@ async def test_spark_grain_job_group_and_tag_are_per_call_and_cleared(
         barrier.wait()
         return sc.getLocalProperty("spark.jobGroup.id"), sorted(sc.getJobTags())
 
-    pool = spark_manager._pool
+    pool = spark_manager._jobs.pool
     after = await asyncio.gather(*(loop.run_in_executor(pool, leftovers) for _ in range(2)))
 
     assert first["tags"] == ["orleanspy/Analytics/props"]
