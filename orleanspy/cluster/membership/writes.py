@@ -12,7 +12,8 @@ A failed swap is another silo's successful write, so each loop re-reads and retr
 
 The writer holds no state of the service: it reads through the service's ``read_all`` (which
 publishes what it reads) and returns what it wrote, and the service records its own status
-and tells the cluster (refresh, gossip) after each write. The service serialises the calls.
+and tells the cluster (refresh, gossip) after each write. The service casts one vote at a
+time (under its lock); its own row is written by its lifecycle steps, one after another.
 """
 
 from __future__ import annotations
