@@ -1,10 +1,14 @@
-"""GrainReference: a proxy whose attribute calls become grain calls (caller → message).
+"""Grain references: ``GrainRef``, the type users write, and ``GrainProxy``, what runs.
 
-A reference class is generated once per grain class with one real method per grain method,
-so a call costs an ordinary method call plus the runtime's ``call``.
+``GrainRef[G]`` is what ``get_grain(G, key)`` returns, as a type checker sees it:
+``with_timeout()``, the untyped by-name calls and, through the mypy plugin
+``orleanspy.mypy_plugin``, the public async methods of ``G`` (a grain class or a grain
+interface). Without the plugin every other attribute of a ``GrainRef`` is ``Any``.
 
-``make_reference`` returns it typed as ``GrainRef[G]`` (``orleanspy.grains.ref``), the static
-type a type checker sees.
+At run time a reference is a ``GrainProxy``: a proxy whose attribute calls become grain calls
+(caller → message). A proxy class is generated once per grain class or interface with one real
+method per grain method, so a call costs an ordinary method call plus the runtime's ``call``.
+``GrainProxy`` is internal: code names the type of a reference ``GrainRef[G]``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import uuid
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info
-from orleanspy.grains.ref import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.ids import grain_id as intern_grain_id
 from orleanspy.messaging.codec import qualified_name
@@ -21,9 +24,38 @@ from orleanspy.messaging.codec import qualified_name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GrainReference", "References", "RuntimeClient", "make_reference"]
+__all__ = ["GrainProxy", "GrainRef", "References", "RuntimeClient", "make_reference"]
 
 G = TypeVar("G")
+G_co = TypeVar("G_co", covariant=True)
+
+
+class GrainRef(Protocol[G_co]):
+    """The static type of a reference to grain class or interface ``G_co``
+    (``get_grain(G, key)``).
+
+    It offers ``with_timeout()``, the untyped by-name calls ``invoke()`` and
+    ``invoke_one_way()`` (for tools) and, through the mypy plugin, exactly the public
+    ``async def`` methods of ``G_co`` with their parameters and awaitable results; grain
+    attributes such as ``key``, ``state`` or ``on_activate`` are type errors on a reference.
+    At run time a reference is a ``GrainProxy``; this protocol exists for type checkers.
+    """
+
+    def with_timeout(self, seconds: float) -> GrainRef[G_co]:
+        """A copy of this reference whose calls time out after ``seconds``."""
+        ...
+
+    async def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a method by name (untyped)."""
+        ...
+
+    async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send a one-way call by name (untyped): returns once enqueued."""
+        ...
+
+    def __getattr__(self, name: str) -> Any:
+        """A grain method (typed by the mypy plugin from the grain class or interface)."""
+        ...
 
 
 class RuntimeClient(Protocol):
@@ -47,7 +79,7 @@ class RuntimeClient(Protocol):
     ) -> None: ...
 
 
-class GrainReference:
+class GrainProxy:
     """A reference to a grain: ``await ref.method(...)`` calls it wherever it lives."""
 
     __slots__ = ("_class_name", "_grain_id", "_runtime", "_timeout")
@@ -92,7 +124,7 @@ class GrainReference:
         return self._class_name, self._grain_id
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GrainReference) and other._grain_id == self._grain_id
+        return isinstance(other, GrainProxy) and other._grain_id == self._grain_id
 
     def __hash__(self) -> int:
         return hash(self._grain_id)
@@ -103,7 +135,7 @@ class GrainReference:
 
 def _call_method(name: str) -> Callable[..., Any]:
     # A plain function returning the runtime's coroutine: one coroutine per call, not two.
-    def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
+    def method(self: GrainProxy, *args: Any, **kwargs: Any) -> Any:
         return self._runtime.call(self._grain_id, name, args, kwargs or None, self._timeout)
 
     method.__name__ = method.__qualname__ = name
@@ -111,14 +143,14 @@ def _call_method(name: str) -> Callable[..., Any]:
 
 
 def _one_way_method(name: str) -> Callable[..., Any]:
-    def method(self: GrainReference, *args: Any, **kwargs: Any) -> Any:
+    def method(self: GrainProxy, *args: Any, **kwargs: Any) -> Any:
         return self._runtime.send_one_way(self._grain_id, name, args, kwargs or None)
 
     method.__name__ = method.__qualname__ = name
     return method
 
 
-def reference_class(cls: type) -> type[GrainReference]:
+def reference_class(cls: type) -> type[GrainProxy]:
     """The reference class of a grain class: one real method per grain method, generated on
     first use and kept with the class's metadata (``GrainClassInfo.reference``)."""
     info = class_info(cls)
@@ -127,11 +159,11 @@ def reference_class(cls: type) -> type[GrainReference]:
         ns: dict[str, Any] = {"__slots__": ()}
         for name, m in info.methods.items():
             ns[name] = _one_way_method(name) if m.one_way else _call_method(name)
-        ref_cls = info.reference = type(f"{cls.__name__}Reference", (GrainReference,), ns)
-    return cast("type[GrainReference]", ref_cls)
+        ref_cls = info.reference = type(f"{cls.__name__}Reference", (GrainProxy,), ns)
+    return cast("type[GrainProxy]", ref_cls)
 
 
-class _DynamicReference(GrainReference):
+class _DynamicReference(GrainProxy):
     """A reference to a grain type known only by name: any attribute is a method."""
 
     __slots__ = ()
@@ -158,7 +190,7 @@ def make_reference(
     runtime: RuntimeClient, grain_class: type[Any] | str, key: Any, grain_id: GrainId | None = None
 ) -> GrainRef[Any]:
     """Build a reference; ``grain_class`` may be a class or a grain type name (untyped)."""
-    ref: GrainReference
+    ref: GrainProxy
     if isinstance(grain_class, str):
         gid = grain_id or GrainId(grain_class, normalize_key(key))
         ref = _DynamicReference(runtime, gid, "")
