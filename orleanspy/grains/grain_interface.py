@@ -109,11 +109,26 @@ def _owner(cls: type, name: str) -> type | None:
     return next((k for k in cls.__mro__ if name in k.__dict__), None)
 
 
+class _Source(str):
+    """An annotation kept as written (``from __future__ import annotations``): shown bare."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _signature_text(name: str, fn: Callable[..., Any]) -> str:
     try:
-        return f"async def {name}{inspect.signature(fn)}"
+        sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return f"async def {name}(...)"
+    params = [p.replace(annotation=_Source(p.annotation)) if isinstance(p.annotation, str)
+              else p for p in sig.parameters.values()]
+    ret = sig.return_annotation
+    sig = sig.replace(parameters=params,
+                      return_annotation=_Source(ret) if isinstance(ret, str) else ret)
+    return f"async def {name}{sig}"
 
 
 def _parameter_problems(declared: inspect.Signature, given: inspect.Signature) -> Iterator[str]:
@@ -162,10 +177,10 @@ def _parameter_problems(declared: inspect.Signature, given: inspect.Signature) -
 def _method_problem(cls: type, iface: type, name: str, declared: Callable[..., Any]) -> str | None:
     owner = _owner(cls, name)
     if owner is None or is_grain_interface(owner):
-        return f"{cls.__qualname__} does not define it"
+        return f"{cls.__name__} does not define it"
     fn = owner.__dict__[name]
     if not inspect.iscoroutinefunction(fn):
-        return f"{owner.__qualname__}.{name} is not an async def method"
+        return f"{owner.__name__}.{name} is not an async def method"
     if bool(getattr(declared, _ONE_WAY_ATTR, False)) != bool(getattr(fn, _ONE_WAY_ATTR, False)):
         marked = "is" if getattr(declared, _ONE_WAY_ATTR, False) else "is not"
         return f"the interface's {name} {marked} @one_way and the grain's disagrees"
@@ -200,7 +215,7 @@ def check_implementation(cls: type) -> None:
             problem = _method_problem(cls, iface, name, declared)
             if problem is not None:
                 raise ConfigurationError(
-                    f"{where} does not implement grain interface {iface.__qualname__}: method "
-                    f"{name}: {problem}; define it in {cls.__qualname__} as "
+                    f"{where} does not implement grain interface {iface.__name__}: method "
+                    f"{name}: {problem}; define it in {cls.__name__} as "
                     f"{_signature_text(name, declared)} (the interface's signature)"
                 )
