@@ -1,4 +1,5 @@
-"""mypy plugin: types the methods of a grain reference (``GrainRef[G]``) from the grain class.
+"""mypy plugin: types the methods of a grain reference (``GrainRef[G]``) from the grain class
+or grain interface ``G``.
 
 Enable it in the project's mypy configuration::
 
