@@ -18,7 +18,7 @@ from orleanspy.grains.host import (
 from orleanspy.ids import GrainId, GrainKey
 
 if TYPE_CHECKING:
-    from orleanspy.grains.reference import GrainRef  # reference.py imports this module
+    from orleanspy.grains.proxy import GrainRef  # reference.py imports this module
 
 __all__ = ["Grain"]
 

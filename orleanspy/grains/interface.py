@@ -118,7 +118,7 @@ class GrainClassInfo:
     #: the runtime owns the class (a system target or ``runtime_grain``)
     runtime: bool = False
     placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
-    #: The generated reference class (``grains.reference.reference_class``), made on first use.
+    #: The generated reference class (``grains.proxy.reference_class``), made on first use.
     reference: type | None = field(default=None, compare=False, repr=False)
 
     @property

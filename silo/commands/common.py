@@ -25,7 +25,7 @@ from orleanspy import (
     RemoteGrainError,
     SiloUnavailableError,
 )
-from orleanspy.grains.reference import GrainProxy
+from orleanspy.grains.proxy import GrainProxy
 from silo.config import find_config_file, load_config
 
 __all__ = [

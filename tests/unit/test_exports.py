@@ -72,7 +72,7 @@ def test_exports_each_public_name_imports(name):
         ("OverflowPolicy", "orleanspy.grains.interface"),
         ("PlacementStrategy", "orleanspy.grains.interface"),
         ("SystemTarget", "orleanspy.runtime.system_target"),
-        ("GrainProxy", "orleanspy.grains.reference"),
+        ("GrainProxy", "orleanspy.grains.proxy"),
         ("QueueCacheMissError", "orleanspy.errors"), ("StorageError", "orleanspy.errors"),
         ("PersistentStreamProvider", "orleanspy.streams"),
     ],
