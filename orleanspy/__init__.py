@@ -38,7 +38,7 @@ from orleanspy.grains.interface import (
     reentrant,
     stateless_worker,
 )
-from orleanspy.grains.proxy import GrainRef
+from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, persistent_state
 from orleanspy.hosting.silo import Silo
 from orleanspy.messaging.types import serializable

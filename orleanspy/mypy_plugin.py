@@ -47,7 +47,7 @@ from mypy.types import (
 
 __all__ = ["GrainRefPlugin", "plugin"]
 
-GRAIN_REF: Final = "orleanspy.grains.proxy.GrainRef"
+GRAIN_REF: Final = "orleanspy.grains.reference.GrainRef"
 GRAIN: Final = "orleanspy.grains.grain.Grain"
 SILO_CLASS: Final = "orleanspy.hosting.silo.Silo"
 STREAM_PROVIDER_CLASS: Final = "orleanspy.streams.provider.PersistentStreamProvider"

@@ -27,7 +27,8 @@ from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.grain_interface import GrainInterface, is_grain_interface
 from orleanspy.grains.interface import class_info
-from orleanspy.grains.proxy import GrainRef, References, make_reference
+from orleanspy.grains.proxy import References, make_reference
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec

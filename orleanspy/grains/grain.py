@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from orleanspy.errors import StreamDeliveryInterrupted, StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
@@ -15,10 +15,8 @@ from orleanspy.grains.host import (
     ReminderRegistry,
     TimerHandle,
 )
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
-
-if TYPE_CHECKING:
-    from orleanspy.grains.proxy import GrainRef  # reference.py imports this module
 
 __all__ = ["Grain"]
 

@@ -1,14 +1,10 @@
-"""Grain references: ``GrainRef``, the type users write, and ``GrainProxy``, what runs.
+"""GrainProxy: what a grain reference is at run time, a proxy whose attribute calls become
+grain calls (caller → message).
 
-``GrainRef[G]`` is what ``get_grain(G, key)`` returns, as a type checker sees it:
-``with_timeout()``, the untyped by-name calls and, through the mypy plugin
-``orleanspy.mypy_plugin``, the public async methods of ``G`` (a grain class or a grain
-interface). Without the plugin every other attribute of a ``GrainRef`` is ``Any``.
-
-At run time a reference is a ``GrainProxy``: a proxy whose attribute calls become grain calls
-(caller → message). A proxy class is generated once per grain class or interface with one real
-method per grain method, so a call costs an ordinary method call plus the runtime's ``call``.
-``GrainProxy`` is internal: code names the type of a reference ``GrainRef[G]``.
+A proxy class is generated once per grain class or grain interface with one real method per
+grain method, so a call costs an ordinary method call plus the runtime's ``call``.
+``GrainProxy`` is internal: code names the type of a reference ``GrainRef[G]``
+(``orleanspy.grains.reference``), which ``make_reference`` returns.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.ids import grain_id as intern_grain_id
 from orleanspy.messaging.codec import qualified_name
@@ -24,40 +21,9 @@ from orleanspy.messaging.codec import qualified_name
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["GrainProxy", "GrainRef", "References", "RuntimeClient", "make_reference"]
+__all__ = ["GrainProxy", "References", "RuntimeClient", "make_reference"]
 
 G = TypeVar("G")
-G_co = TypeVar("G_co", covariant=True)
-
-
-class GrainRef(Protocol[G_co]):
-    """The static type of a reference to grain class or interface ``G_co``
-    (``get_grain(G, key)``).
-
-    It offers ``with_timeout()``, the untyped by-name calls ``invoke()`` and
-    ``invoke_one_way()`` (for tools) and, through the mypy plugin, exactly the public
-    ``async def`` methods of ``G_co`` with their parameters and awaitable results; grain
-    attributes such as ``key``, ``state`` or ``on_activate`` are type errors on a reference.
-    At run time a reference is a ``GrainProxy``; this protocol exists for type checkers.
-    """
-
-    def with_timeout(self, seconds: float) -> GrainRef[G_co]:
-        """A copy of this reference whose calls time out after ``seconds``."""
-        ...
-
-    async def invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a method by name (untyped)."""
-        ...
-
-    async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Send a one-way call by name (untyped): returns once enqueued."""
-        ...
-
-    def __getattr__(self, name: str) -> Any:
-        """A grain method (typed by the mypy plugin from the grain class or interface)."""
-        ...
-
-
 class RuntimeClient(Protocol):
     """What a reference needs from its runtime (a silo or a ClusterClient)."""
 

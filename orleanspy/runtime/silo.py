@@ -36,7 +36,8 @@ from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.grain_interface import GrainInterface
 from orleanspy.grains.interface import RUNTIME_TYPE_PREFIX, GrainClassInfo, class_info
-from orleanspy.grains.proxy import GrainRef, References, make_reference
+from orleanspy.grains.proxy import References, make_reference
+from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger

@@ -25,7 +25,7 @@ from orleanspy._util.clock import Clock
 from orleanspy.client import ClusterClient
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.grains.grain_interface import GrainInterface
-from orleanspy.grains.proxy import GrainRef
+from orleanspy.grains.reference import GrainRef
 from orleanspy.hosting.silo import Silo
 from orleanspy.reminders.memory import MemoryReminderTable
 from orleanspy.runtime.options import SiloOptions
