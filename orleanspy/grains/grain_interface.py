@@ -21,7 +21,7 @@ interface's grain type (it takes that type name unless it names the same one its
 ``check_implementation`` (run when a silo registers a grain class, through ``class_info``)
 refuses a class that misses an interface method, implements one as a plain ``def``, cannot
 take every call the interface's signature allows, disagrees on ``@one_way``, or names
-another grain type: the error names the class, the interface, the method and the fix.
+another grain type: the error names the class, the interface, each method and the fix.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _parameter_problems(declared: inspect.Signature, given: inspect.Signature) -
             yield f"it requires {p.name!r}, which the interface does not pass"
 
 
-def _method_problem(cls: type, iface: type, name: str, declared: Callable[..., Any]) -> str | None:
+def _method_problem(cls: type, name: str, declared: Callable[..., Any]) -> str | None:
     owner = _owner(cls, name)
     if owner is None or is_grain_interface(owner):
         return f"{cls.__name__} does not define it"
@@ -210,12 +210,13 @@ def check_implementation(cls: type) -> None:
             f"{served[0]!r}: remove its @grain_type({own!r}) or name the interfaces' type "
             f"@grain_type({own!r})"
         )
-    for iface in interfaces_of(cls):
-        for name, declared in interface_methods(iface).items():
-            problem = _method_problem(cls, iface, name, declared)
-            if problem is not None:
-                raise ConfigurationError(
-                    f"{where} does not implement grain interface {iface.__name__}: method "
-                    f"{name}: {problem}; define it in {cls.__name__} as "
-                    f"{_signature_text(name, declared)} (the interface's signature)"
-                )
+    problems = [
+        f"{where} does not implement grain interface {iface.__name__}: method {name}: "
+        f"{problem}; define it in {cls.__name__} as {_signature_text(name, declared)} "
+        "(the interface's signature)"
+        for iface in interfaces_of(cls)
+        for name, declared in interface_methods(iface).items()
+        if (problem := _method_problem(cls, name, declared)) is not None
+    ]
+    if problems:
+        raise ConfigurationError("\n".join(problems))

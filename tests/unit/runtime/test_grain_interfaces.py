@@ -150,6 +150,17 @@ def test_grain_interfaces_silo_refuses_a_missing_method():
     assert "define it in Partial as async def items(self) -> dict[str, int]" in message
 
 
+def test_grain_interfaces_silo_names_every_problem_at_once():
+    class Sketch(Grain, ICart):
+        async def add(self, item: str) -> int:
+            return 1
+
+    lines = silo_refusal(Sketch).splitlines()
+
+    assert [line.split(": ")[1] for line in lines] == ["method add", "method items",
+                                                       "method note"]
+
+
 def test_grain_interfaces_silo_refuses_a_plain_def():
     class Sync(Grain, IAudited):
         def audit(self) -> list[str]:  # type: ignore[override]
