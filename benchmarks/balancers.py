@@ -6,7 +6,7 @@ Usage::
     .venv/bin/python benchmarks/balancers.py --json     # one JSON list (PASS/FAIL: stderr)
     .venv/bin/python benchmarks/balancers.py --quick    # fewer trials
 
-Every assigner of ``orleanspy.cluster.balancing`` runs on Q = 100,000 queues
+Every assigner of ``orleanspy.streams.balancing`` runs on Q = 100,000 queues
 (``QueueId("bench", i)``) over S = 10, 100 and 1,000 silos, and on Q = 8 queues (Orleans'
 default count) over S = 2..8 silos. Per trial, with fresh random silo names (seeded):
 
@@ -44,7 +44,7 @@ from typing import Any
 
 from _common import Figure, progress, report
 
-from orleanspy.cluster.balancing import (
+from orleanspy.streams.balancing import (
     DEFAULT_ASSIGNER,
     BoundedLoadAssigner,
     ConsistentRingAssigner,

@@ -1,35 +1,32 @@
-"""orleanspy: virtual actors (grains) for Python on asyncio, in the spirit of Orleans."""
+"""orleanspy: virtual actors (grains) for Python on asyncio, in the spirit of Orleans.
+
+The names here are what an application writes against: grains and grain interfaces, the silo
+and the client, publishing and subscribing to streams, and the errors a caller handles.
+Everything else lives in its subpackage (``orleanspy.streams`` for providers and adapters,
+``orleanspy.testing``, ``orleanspy.errors`` for every error, ``orleanspy.ids``, ...).
+"""
 
 from orleanspy.client import ClusterClient
 from orleanspy.errors import (
     ActivationFailedError,
     ConfigurationError,
     DeadlockError,
-    EventsMissedError,
-    FaultedSubscriptionError,
-    GatingRevokedError,
     GrainCallError,
     GrainCallTimeoutError,
     InconsistentStateError,
-    LeaseLostError,
     MailboxFullError,
     MessageRejectedError,
     OrleansPyError,
-    QueueCacheMissError,
     RemoteGrainError,
     SerializationError,
     SiloUnavailableError,
-    StorageCorruptionError,
-    StorageError,
-    StreamDeliveryError,
-    StreamDeliveryInterrupted,
     StreamError,
 )
 from orleanspy.grains.context import allow_call_chain_reentrancy
 from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain_interface import GrainInterface
+from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import (
-    OverflowPolicy,
-    PlacementStrategy,
     always_interleave,
     call_chain_reentrant,
     collection_age,
@@ -41,64 +38,58 @@ from orleanspy.grains.interface import (
     reentrant,
     stateless_worker,
 )
-from orleanspy.grains.ref import GrainRef
-from orleanspy.grains.reference import GrainReference
+from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, persistent_state
 from orleanspy.hosting.silo import Silo
-from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.types import serializable
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
-from orleanspy.runtime.activation import DeactivationReason
-from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.runtime.timers import GrainTimer
+from orleanspy.streams import (
+    AsyncStream,
+    SequenceToken,
+    StreamId,
+    StreamSubscriptionHandle,
+    implicit_subscription,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActivationFailedError",
+    "AsyncStream",
     "ClientOptions",
     "ClusterClient",
     "ConfigurationError",
     "DeactivationReason",
     "DeadlockError",
-    "EventsMissedError",
-    "FaultedSubscriptionError",
-    "GatingRevokedError",
     "Grain",
     "GrainCallError",
     "GrainCallTimeoutError",
-    "GrainId",
+    "GrainInterface",
     "GrainRef",
-    "GrainReference",
     "GrainTimer",
     "InconsistentStateError",
-    "LeaseLostError",
     "MailboxFullError",
     "MessageRejectedError",
     "OrleansPyError",
-    "OverflowPolicy",
     "PersistentState",
-    "PlacementStrategy",
-    "QueueCacheMissError",
     "RemoteGrainError",
+    "SequenceToken",
     "SerializationError",
     "Silo",
-    "SiloAddress",
     "SiloOptions",
     "SiloUnavailableError",
-    "StorageCorruptionError",
-    "StorageError",
-    "StreamDeliveryError",
-    "StreamDeliveryInterrupted",
     "StreamError",
-    "SystemTarget",
+    "StreamId",
+    "StreamSubscriptionHandle",
     "TickStatus",
     "allow_call_chain_reentrancy",
     "always_interleave",
     "call_chain_reentrant",
     "collection_age",
     "grain_type",
+    "implicit_subscription",
     "mailbox",
     "one_way",
     "persistent_state",

@@ -1,4 +1,5 @@
-"""mypy plugin: types the methods of a grain reference (``GrainRef[G]``) from the grain class.
+"""mypy plugin: types the methods of a grain reference (``GrainRef[G]``) from the grain class
+or grain interface ``G``.
 
 Enable it in the project's mypy configuration::
 
@@ -46,7 +47,7 @@ from mypy.types import (
 
 __all__ = ["GrainRefPlugin", "plugin"]
 
-GRAIN_REF: Final = "orleanspy.grains.ref.GrainRef"
+GRAIN_REF: Final = "orleanspy.grains.reference.GrainRef"
 GRAIN: Final = "orleanspy.grains.grain.Grain"
 SILO_CLASS: Final = "orleanspy.hosting.silo.Silo"
 STREAM_PROVIDER_CLASS: Final = "orleanspy.streams.provider.PersistentStreamProvider"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from orleanspy import ConfigurationError, StorageError, __version__
-from orleanspy.errors import MembershipError
+from orleanspy import ConfigurationError, __version__
+from orleanspy.errors import MembershipError, StorageError
 from silo.commands import (
     call,
     cluster_status,

@@ -1,4 +1,5 @@
-"""Bank accounts with transfers: the grains of the example app.
+"""Bank accounts with transfers: the grains of the example app, implementing
+``examples.bank.interfaces``.
 
 Start a silo hosting them with ``orleanspy silo start --app examples.bank.grains``.
 """
@@ -7,18 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from examples.bank.interfaces import IAccount, InsufficientFundsError, ITransfers
 from orleanspy import Grain, persistent_state, read_only, stateless_worker
 
-
-class InsufficientFundsError(Exception):
-    """A withdrawal or transfer asked for more than the balance."""
-
-    def __init__(self, account: str, balance: int, amount: int) -> None:
-        super().__init__(account, balance, amount)
-        self.account, self.balance, self.amount = account, balance, amount
-
-    def __str__(self) -> str:
-        return f"account {self.account} has {self.balance}, cannot take {self.amount}"
+__all__ = ["Account", "AccountState", "InsufficientFundsError", "Transfers"]
 
 
 @dataclass
@@ -27,7 +20,7 @@ class AccountState:
     history: list[tuple[str, int]] = field(default_factory=list)
 
 
-class Account(Grain):
+class Account(Grain, IAccount):
     """One bank account; its balance is durable (SQLite by default in a CLI silo)."""
 
     state = persistent_state(AccountState)
@@ -59,12 +52,12 @@ class Account(Grain):
 
 
 @stateless_worker(max_local=4)
-class Transfers(Grain):
+class Transfers(Grain, ITransfers):
     """Moves money between accounts; stateless, so several run side by side."""
 
     async def transfer(self, source: str, target: str, amount: int) -> tuple[int, int]:
-        src = self.get_grain(Account, source)
-        dst = self.get_grain(Account, target)
+        src = self.get_grain(IAccount, source)
+        dst = self.get_grain(IAccount, target)
         left = await src.withdraw(amount, f"to {target}")
         try:
             now = await dst.deposit(amount, f"from {source}")

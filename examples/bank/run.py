@@ -1,7 +1,8 @@
 """The bank demo: start a real silo process, drive it through a client, restart it.
 
 Run with ``make run`` (or ``python -m examples.bank.run``). It prints what happens and
-exits 0 when every check holds.
+exits 0 when every check holds. The client side imports the grain interfaces
+(``examples.bank.interfaces``), never the grains: the silo process hosts those.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from examples.bank.grains import Account, InsufficientFundsError, Transfers
+from examples.bank.interfaces import IAccount, InsufficientFundsError, ITransfers
 from orleanspy import ClusterClient
 from silo.startup import configure_logging
 
@@ -62,9 +63,9 @@ async def main() -> int:
         print("1. starting a silo process")
         silo = await start_silo(data_dir, port)
         async with ClusterClient(gateways=[f"127.0.0.1:{port}"]) as client:
-            alice = client.get_grain(Account, "alice")
-            bob = client.get_grain(Account, "bob")
-            transfers = client.get_grain(Transfers, 0)
+            alice = client.get_grain(IAccount, "alice")
+            bob = client.get_grain(IAccount, "bob")
+            transfers = client.get_grain(ITransfers, 0)
             print("2. deposits")
             print("  alice ->", await alice.deposit(100))
             print("  bob   ->", await bob.deposit(20))
@@ -85,9 +86,9 @@ async def main() -> int:
         print("5. restarting the silo on the same data: balances come back from SQLite")
         silo = await start_silo(data_dir, port)
         async with ClusterClient(gateways=[f"127.0.0.1:{port}"]) as client:
-            a = await client.get_grain(Account, "alice").balance()
-            b = await client.get_grain(Account, "bob").balance()
-            history = await client.get_grain(Account, "bob").history()
+            a = await client.get_grain(IAccount, "alice").balance()
+            b = await client.get_grain(IAccount, "bob").balance()
+            history = await client.get_grain(IAccount, "bob").history()
             print(f"  alice = {a}, bob = {b}, bob's history has {len(history)} entries")
             assert (a, b) == (50, 70), (a, b)
         code = await stop_silo(silo)

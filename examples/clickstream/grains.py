@@ -8,6 +8,9 @@
   ``<data_dir>/lake/pageviews/date=YYYY-MM-DD/``.
 * ``ClickAnalytics`` (a ``SparkGrain``) computes top pages, unique visitors and sessions per
   hour over the landed files, and per-page totals to check against the counters.
+
+The classes implement the interfaces of ``examples.clickstream.interfaces``, which clients
+import instead of this module.
 """
 
 from __future__ import annotations
@@ -15,14 +18,21 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+from pathlib import Path
 from typing import Any
 
+from examples.clickstream.interfaces import (
+    LAKE,
+    NAMESPACE,
+    PAGES,
+    IClickAnalytics,
+    IPageCounter,
+    ITally,
+)
 from orleanspy import Grain, always_interleave
 from orleanspy.spark import ParquetSink, ParquetSinkOptions, SparkGrain
 from orleanspy.streams import SequenceToken, StreamId, implicit_subscription
 
-NAMESPACE = "pageviews"
-PAGES = ("/", "/pricing", "/docs", "/docs/api", "/blog", "/signup", "/about", "/careers")
 WEIGHTS = (30, 14, 18, 9, 12, 7, 6, 4)  # a skewed popularity
 SESSION_GAP_MS = 30 * 60 * 1000  # a pause longer than this starts a new session
 START = int(dt.datetime(2024, 5, 6, tzinfo=dt.UTC).timestamp() * 1000)
@@ -66,7 +76,7 @@ def visitor_key(queue: Any, i: int) -> str:
     return f"visitor-{queue.index:02d}-{i:03d}"
 
 
-class PageCounter(Grain):
+class PageCounter(Grain, IPageCounter):
     """Real-time views of one page."""
 
     def __init__(self) -> None:
@@ -79,7 +89,7 @@ class PageCounter(Grain):
         return self.views
 
 
-class Tally(Grain):
+class Tally(Grain, ITally):
     """How far the pipeline got: views counted in real time and views landed as Parquet."""
 
     def __init__(self) -> None:
@@ -111,9 +121,9 @@ class PageViewRouter(Grain):
     async def on_next(self, view: dict[str, Any], token: SequenceToken) -> None:
         if self.last is not None and token <= self.last:
             return  # a redelivery after a failed delivery: already counted
-        await self.get_grain(PageCounter, view["page"]).record(1)
+        await self.get_grain(IPageCounter, view["page"]).record(1)
         self.last = token
-        await self.get_grain(Tally, "all").add(counted=1)
+        await self.get_grain(ITally, "all").add(counted=1)
 
 
 @implicit_subscription(NAMESPACE)
@@ -121,12 +131,12 @@ class PageViewSink(ParquetSink):
     """Lands every view under ``<data_dir>/lake/pageviews`` (partitioned by the view's date)."""
 
     sink_options = ParquetSinkOptions(
-        path="lake/pageviews", timestamp_field="ts",
+        path=LAKE, timestamp_field="ts",
         columns={"user": "string", "page": "string", "ts": "int64"},
     )
 
     async def on_commit(self, files: list[str], events: int) -> None:
-        await self.get_grain(Tally, "all").add(landed=events)
+        await self.get_grain(ITally, "all").add(landed=events)
 
 
 def _report_job(spark: Any, path: str, top_n: int, gap_ms: int) -> dict[str, Any]:
@@ -162,9 +172,10 @@ def _report_job(spark: Any, path: str, top_n: int, gap_ms: int) -> dict[str, Any
     }
 
 
-class ClickAnalytics(SparkGrain):
+class ClickAnalytics(SparkGrain, IClickAnalytics):
     """Batch analytics over the landed page views."""
 
-    async def report(self, path: str, top_n: int = 5) -> dict[str, Any]:
-        return await self.run_job(_report_job, path, top_n, SESSION_GAP_MS, timeout=600,
-                                  description="clickstream report")
+    async def report(self, path: str = LAKE, top_n: int = 5) -> dict[str, Any]:
+        folder = Path(self.silo.options.data_dir) / path  # an absolute path stays as it is
+        return await self.run_job(_report_job, str(folder), top_n, SESSION_GAP_MS,
+                                  timeout=600, description="clickstream report")

@@ -25,9 +25,10 @@ from orleanspy.client.options import ClientOptions
 from orleanspy.client.stream_receiver import StreamReceiver
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain_interface import GrainInterface, is_grain_interface
 from orleanspy.grains.interface import class_info
-from orleanspy.grains.ref import GrainRef
-from orleanspy.grains.reference import References, make_reference
+from orleanspy.grains.proxy import References, make_reference
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
@@ -39,6 +40,7 @@ from orleanspy.streams.publisher import ClientStreamProvider
 __all__ = ["ClusterClient"]
 
 G = TypeVar("G")
+Iface = TypeVar("Iface", bound=GrainInterface)
 
 
 @final
@@ -156,8 +158,10 @@ class ClusterClient:
     @overload
     def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
+    def get_grain(self, grain_class: Callable[[], Iface], key: Any) -> GrainRef[Iface]: ...
+    @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+    def get_grain(self, grain_class: Any, key: Any) -> Any:
         return self._references.get(grain_class, key)
 
     def _allow(self, cls: type) -> None:
@@ -184,7 +188,7 @@ class ClusterClient:
 
     def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
         cls = self.codec.policy.resolve(cls_name) if cls_name else None
-        if cls is not None and issubclass(cls, Grain):
+        if cls is not None and (issubclass(cls, Grain) or is_grain_interface(cls)):
             return make_reference(self, cls, grain_id.key, grain_id)
         return make_reference(self, grain_id.type_name, grain_id.key, grain_id)
 

@@ -1,1 +1,1 @@
-"""The cluster: membership of silos, queue balancing across them."""
+"""The cluster: membership of silos, the grain directory, placement and the silo transport."""

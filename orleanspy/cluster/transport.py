@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.futures import reply_to
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.connection import SiloConnection, decode_silo, encode_silo
 from orleanspy.cluster.query import query_silo
@@ -50,7 +51,6 @@ from orleanspy.messaging.guard import (
     HandshakeGuard,
 )
 from orleanspy.messaging.message import Message
-from orleanspy.runtime.states import reply_to
 
 __all__ = [
     "SiloConnection",

@@ -1,1 +1,1 @@
-"""Grains: the Grain base, decorators, references and persistent state."""
+"""Grains: the Grain base, class decorators, grain interfaces, references and persistent state."""

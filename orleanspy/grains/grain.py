@@ -7,6 +7,7 @@ from typing import Any, TypeVar, overload
 
 from orleanspy.errors import StreamDeliveryInterrupted, StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
+from orleanspy.grains.grain_interface import GrainInterface
 from orleanspy.grains.host import (
     ActivationHandle,
     DeactivationReason,
@@ -14,12 +15,13 @@ from orleanspy.grains.host import (
     ReminderRegistry,
     TimerHandle,
 )
-from orleanspy.grains.ref import GrainRef
+from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
 __all__ = ["Grain"]
 
 G = TypeVar("G")
+Iface = TypeVar("Iface", bound=GrainInterface)
 
 
 class Grain:
@@ -71,8 +73,10 @@ class Grain:
     @overload
     def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
+    def get_grain(self, grain_class: Callable[[], Iface], key: Any) -> GrainRef[Iface]: ...
+    @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+    def get_grain(self, grain_class: Any, key: Any) -> Any:
         """A reference to another grain (or to this one)."""
         return self._orleanspy_activation.silo.get_grain(grain_class, key)
 

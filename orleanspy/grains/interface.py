@@ -21,6 +21,12 @@ from typing import Any, Final, TypeVar, cast
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.arguments import ArgumentChecker, argument_checker
 from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain_interface import (
+    check_implementation,
+    interfaces_of,
+    is_grain_interface,
+    served_type_names,
+)
 from orleanspy.grains.state import StateSpec
 from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
 
@@ -112,7 +118,7 @@ class GrainClassInfo:
     #: the runtime owns the class (a system target or ``runtime_grain``)
     runtime: bool = False
     placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
-    #: The generated reference class (``grains.reference.reference_class``), made on first use.
+    #: The generated reference class (``grains.proxy.reference_class``), made on first use.
     reference: type | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -234,7 +240,8 @@ def client_endpoint(cls: C) -> C:
 
 
 def grain_type(name: str) -> Callable[[C], C]:
-    """Give the class a stable type name (default: its ``__qualname__``)."""
+    """Give the class a stable type name (default: its ``__qualname__``). On a grain interface:
+    the grain type its references address (``grains.grain_interface``)."""
     if not name or "/" in name:
         raise ConfigurationError(f"grain_type({name!r}): must be non-empty without '/'")
 
@@ -246,11 +253,18 @@ def grain_type(name: str) -> Callable[[C], C]:
 
 
 def type_name_of(cls: type) -> str:
+    """The class's ``@grain_type`` name, else the grain type of the grain interfaces it
+    declares (``grains.grain_interface``), else its ``__qualname__``."""
     name = cls.__dict__.get("_orleanspy_type_name")
-    return name if isinstance(name, str) else cls.__qualname__
+    if isinstance(name, str):
+        return name
+    served = served_type_names(cls)
+    return served[0] if len(served) == 1 else cls.__qualname__
 
 
 def _build(cls: type) -> GrainClassInfo:
+    if not is_grain_interface(cls) and interfaces_of(cls):
+        check_implementation(cls)
     base_names = set(dir(Grain))
     system_target = bool(getattr(cls, "_orleanspy_system_target", False))
     runtime = system_target or bool(cls.__dict__.get("_orleanspy_runtime", False))

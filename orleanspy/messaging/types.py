@@ -88,7 +88,8 @@ class TypePolicy:
         (its state dataclasses)."""
         for klass in cls.__mro__:
             module = klass.__module__
-            if module != "builtins" and not _own(module):
+            # typing: Protocol and Generic, the bases of a class that implements a grain interface
+            if module not in ("builtins", "typing") and not _own(module):
                 self.allow_module(module)
         found: set[type] = set()
         for name in methods:

@@ -22,6 +22,7 @@ from types import GeneratorType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
+from orleanspy._util.futures import reply_to
 from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
 from orleanspy.errors import (
     ActivationFailedError,
@@ -42,6 +43,7 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
+from orleanspy.runtime.activation_state import NOT_NOW, ActivationState, ActivationStatistics
 from orleanspy.runtime.call_stats import LAST as STATS_LAST
 from orleanspy.runtime.call_stats import ROLL_MASK as STATS_ROLL_MASK
 from orleanspy.runtime.call_stats import SAMPLE_MASK as STATS_SAMPLE_MASK
@@ -52,12 +54,6 @@ from orleanspy.runtime.call_stats import CallStatistics, MethodStats
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.mailbox import Mailbox
-from orleanspy.runtime.states import (
-    NOT_NOW,
-    ActivationState,
-    ActivationStatistics,
-    reply_to,
-)
 from orleanspy.runtime.timers import GrainTimer
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from orleanspy.messaging.message import (
     Direction,
     Message,
 )
-from orleanspy.runtime.states import ActivationState
+from orleanspy.runtime.activation_state import ActivationState
 
 __all__ = ["Admission"]
 

@@ -16,6 +16,7 @@ from types import GeneratorType
 from typing import TYPE_CHECKING, Any
 
 from orleanspy._util.eager import CARRY_CODE
+from orleanspy._util.futures import reply_to
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     MessageRejectedError,
@@ -31,7 +32,6 @@ from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
-from orleanspy.runtime.states import reply_to
 
 if TYPE_CHECKING:
     from orleanspy._util.carrier import Carrier

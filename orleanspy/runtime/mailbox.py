@@ -16,9 +16,9 @@ from orleanspy.diagnostics import RequestQueued
 from orleanspy.errors import DeadlockError, MailboxFullError
 from orleanspy.grains.interface import OverflowPolicy
 from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
+from orleanspy.runtime.activation_state import ActivationState
 from orleanspy.runtime.admission import Admission
 from orleanspy.runtime.host import SiloHost
-from orleanspy.runtime.states import ActivationState
 
 __all__ = ["Mailbox"]
 

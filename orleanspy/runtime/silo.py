@@ -34,9 +34,10 @@ from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain_interface import GrainInterface
 from orleanspy.grains.interface import RUNTIME_TYPE_PREFIX, GrainClassInfo, class_info
-from orleanspy.grains.ref import GrainRef
-from orleanspy.grains.reference import References, make_reference
+from orleanspy.grains.proxy import References, make_reference
+from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.logging import get_logger
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloStatistics"]
 
 G = TypeVar("G")
+Iface = TypeVar("Iface", bound=GrainInterface)
 
 #: Lifecycle participants whose statistics are ``SiloStatistics`` fields (the rest are its
 #: ``extensions``): the collector (collected), the gateway (connections), the reminder
@@ -238,8 +240,10 @@ class Silo:
     @overload
     def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
+    def get_grain(self, grain_class: Callable[[], Iface], key: Any) -> GrainRef[Iface]: ...
+    @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+    def get_grain(self, grain_class: Any, key: Any) -> Any:
         """A reference to a grain, callable from this process."""
         return self._references.get(grain_class, key)
 

@@ -1,6 +1,6 @@
 """Queue balancers: which silo's agents own which queues.
 
-The algorithms live in ``orleanspy.cluster.balancing`` (pure functions of queues, active silos
+The algorithms live in ``orleanspy.streams.balancing`` (pure functions of queues, active silos
 and the previous assignment); ``AssignedQueueBalancer`` applies one of them to the membership
 view the runtime hands it. ``StaticQueueBalancer`` is the fixed split for one silo or a fixed
 deployment. ``LeaseQueueBalancer`` is the runtime balancer of a clustered silo: the assigner's
@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import final
 
-from orleanspy.cluster.balancing import DEFAULT_ASSIGNER, QueueAssigner
+from orleanspy.streams.balancing import DEFAULT_ASSIGNER, QueueAssigner
 from orleanspy.streams.ids import QueueId
 from orleanspy.streams.leases import QueueLeaseStore
 
@@ -69,7 +69,7 @@ class AssignedQueueBalancer(QueueBalancer):
     Before any membership is known the asking silo is taken to be alone.
 
     Args:
-        assigner: the algorithm; ``orleanspy.cluster.balancing.DEFAULT_ASSIGNER`` if omitted.
+        assigner: the algorithm; ``orleanspy.streams.balancing.DEFAULT_ASSIGNER`` if omitted.
         silos: the active silos known so far.
     """
 

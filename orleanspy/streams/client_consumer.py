@@ -29,8 +29,8 @@ from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import client_endpoint, grain_type, reentrant, runtime_grain
 from orleanspy.grains.state import persistent_state
 from orleanspy.logging import get_logger
+from orleanspy.runtime.activation_state import ActivationState
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
-from orleanspy.runtime.states import ActivationState
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
 

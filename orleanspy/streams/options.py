@@ -176,7 +176,7 @@ class StreamProviderOptions:
         check("batch_size", self.batch_size >= 1, "must be >= 1")
         check("max_delivery_time", self.max_delivery_time > 0, "must be > 0 seconds")
         check("balance_settle_time", self.balance_settle_time >= 0, "must be >= 0 seconds")
-        from orleanspy.cluster.balancing.named import assigner_named
+        from orleanspy.streams.balancing.named import assigner_named
 
         try:
             assigner_named(self.balancer)

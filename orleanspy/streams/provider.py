@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.histogram import Histogram
-from orleanspy.cluster.balancing.named import assigner_named
 from orleanspy.diagnostics import Diagnostics
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
+from orleanspy.streams.balancing.named import assigner_named
 from orleanspy.streams.ids import QueueId, StreamId, StreamKey
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import StreamProviderOptions

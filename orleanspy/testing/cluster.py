@@ -24,7 +24,8 @@ from typing import Any, TypeVar, overload
 from orleanspy._util.clock import Clock
 from orleanspy.client import ClusterClient
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
-from orleanspy.grains.ref import GrainRef
+from orleanspy.grains.grain_interface import GrainInterface
+from orleanspy.grains.reference import GrainRef
 from orleanspy.hosting.silo import Silo
 from orleanspy.reminders.memory import MemoryReminderTable
 from orleanspy.runtime.options import SiloOptions
@@ -33,6 +34,7 @@ from orleanspy.storage.memory import MemoryGrainStorage
 __all__ = ["TestCluster"]
 
 G = TypeVar("G")
+Iface = TypeVar("Iface", bound=GrainInterface)
 
 #: Failure detection of a multi-silo TestCluster (a killed silo is declared dead in ~1-2 s).
 FAST_DETECTION: dict[str, Any] = {
@@ -189,8 +191,10 @@ class TestCluster:
     @overload
     def get_grain(self, grain_class: type[G], key: Any) -> GrainRef[G]: ...
     @overload
+    def get_grain(self, grain_class: Callable[[], Iface], key: Any) -> GrainRef[Iface]: ...
+    @overload
     def get_grain(self, grain_class: str, key: Any) -> GrainRef[Any]: ...
-    def get_grain(self, grain_class: type[G] | str, key: Any) -> Any:
+    def get_grain(self, grain_class: Any, key: Any) -> Any:
         """An in-process reference through the first silo (no socket)."""
         return self.silo.get_grain(grain_class, key)
 

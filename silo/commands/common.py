@@ -22,10 +22,10 @@ from orleanspy import (
     ClientOptions,
     ClusterClient,
     ConfigurationError,
-    GrainReference,
     RemoteGrainError,
     SiloUnavailableError,
 )
+from orleanspy.grains.proxy import GrainProxy
 from silo.config import find_config_file, load_config
 
 __all__ = [
@@ -235,7 +235,7 @@ def _json_default(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
-    if isinstance(value, GrainReference):
+    if isinstance(value, GrainProxy):
         return str(value.grain_id)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from orleanspy import Grain, one_way, persistent_state, read_only
+from tests.typing.interfaces import ICart
 
 T = TypeVar("T")
 
@@ -51,3 +52,21 @@ class Box(Grain, Generic[T]):
 class Doubler(Counter):
     async def double(self) -> int:
         return await self.increment(self.state.value.value)
+
+
+class Cart(Grain, ICart):
+    """Implements ``interfaces.ICart`` (and so serves its grain type, ``"Cart"``)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, int] = {}
+
+    async def add(self, item: str, qty: int = 1) -> int:
+        self._items[item] = self._items.get(item, 0) + qty
+        return self._items[item]
+
+    async def items(self) -> dict[str, int]:
+        return dict(self._items)
+
+    @one_way
+    async def clear(self) -> None:
+        self._items.clear()

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from orleanspy import Grain, GrainRef, Silo
 from tests.typing.grains import Box, Counter, Doubler
+from tests.typing.interfaces import ICart
 
 T = TypeVar("T")
 
@@ -56,3 +57,12 @@ class Publisher(Grain):
         await stream.on_next("x")  # error: [arg-type] "str"; expected "int"
         self.silo.no_such_thing()  # error: [attr-defined] "Silo" has no attribute "no_such_thing"
         _ = self.get_stream_provider("s").no_such()  # error: [attr-defined] no attribute "no_such"
+
+
+async def interface_misuse(silo: Silo) -> None:
+    cart = silo.get_grain(ICart, "a")
+    await cart.add(3)  # error: [arg-type] "int"; expected "str"
+    await cart.remove("x")  # error: [attr-defined] ICart defines no method remove
+    total: str = await cart.add("x")  # error: [assignment] "int", variable has type "str"
+    print(total)
+    _ = cart.key  # error: [attr-defined] key belongs to the Grain base

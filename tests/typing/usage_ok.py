@@ -11,6 +11,7 @@ from orleanspy import ClusterClient, Grain, GrainRef, Silo
 from orleanspy.streams import AsyncStream
 from orleanspy.testing import TestCluster
 from tests.typing.grains import Box, Counter, Doubler
+from tests.typing.interfaces import ICart
 
 C = TypeVar("C", bound=Counter)
 
@@ -68,3 +69,24 @@ class Publisher(Grain):
 async def silo_streams(silo: Silo) -> None:
     stream = silo.get_stream_provider("s").get_stream("ns", 1, str)
     await stream.on_next("hello")
+
+
+async def through_an_interface(silo: Silo, client: ClusterClient, cluster: TestCluster) -> int:
+    # A grain interface types a reference without the grain class.
+    cart: GrainRef[ICart] = client.get_grain(ICart, "alice")
+    added = await cart.add("apple") + await cart.with_timeout(2).add("pear", qty=2)
+    contents: dict[str, int] = await silo.get_grain(ICart, "alice").items()
+    await cluster.get_grain(ICart, "bob").clear()
+    return added + len(contents)
+
+
+class Shopper(Grain):
+    async def shop(self, key: str) -> int:
+        return await self.get_grain(ICart, key).add("milk")
+
+
+async def implementation_is_an_interface(silo: Silo) -> GrainRef[ICart]:
+    # A reference to the implementing class is a reference to its interface.
+    from tests.typing.grains import Cart
+
+    return silo.get_grain(Cart, "c")

@@ -24,6 +24,7 @@ from orleanspy import (
     one_way,
     placement,
 )
+from orleanspy._util.futures import reply_to
 from orleanspy.cluster.directory import (
     DirectoryEntry,
     DirectoryPartition,
@@ -34,7 +35,6 @@ from orleanspy.cluster.runtime import membership_options_of
 from orleanspy.cluster.transport import query_silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Direction, Message
-from orleanspy.runtime.states import reply_to
 
 WAIT = 10.0
 

@@ -14,7 +14,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from orleanspy import Grain, GrainId, SerializationError
+from orleanspy import Grain, SerializationError
+from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import EXT_TUPLE, MAX_EXT_DEPTH, Codec
 from orleanspy.messaging.types import TypePolicy
 

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-import orleanspy.grains.reference as reference
-from orleanspy.grains.reference import References
+import orleanspy.grains.proxy as proxy
+from orleanspy.grains.proxy import References
 from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
@@ -43,7 +43,7 @@ async def test_get_grain_refuses_what_is_no_grain_and_caches_nothing_for_it(make
 
 
 def test_references_table_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reference, "_REFERENCES_MAX", 8)
+    monkeypatch.setattr(proxy, "_REFERENCES_MAX", 8)
     made: list[type] = []
     refs = References(runtime=None, on_new=made.append)  # type: ignore[arg-type]
     for i in range(20):

@@ -18,7 +18,7 @@ from orleanspy import Grain
 from orleanspy._util.clock import Clock
 from orleanspy.diagnostics import Diagnostics
 from orleanspy.grains.interface import GrainClassInfo, class_info
-from orleanspy.grains.reference import make_reference
+from orleanspy.grains.proxy import make_reference
 from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger

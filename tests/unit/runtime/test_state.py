@@ -12,10 +12,10 @@ from orleanspy import (
     ConfigurationError,
     DeactivationReason,
     Grain,
-    GrainId,
     InconsistentStateError,
     persistent_state,
 )
+from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import Codec
 from orleanspy.storage.memory import MemoryGrainStorage
 

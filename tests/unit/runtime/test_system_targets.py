@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from orleanspy import MessageRejectedError, Silo, SiloOptions, SystemTarget
+from orleanspy import MessageRejectedError, Silo, SiloOptions
+from orleanspy.runtime.system_target import SystemTarget
 
 
 class Agent(SystemTarget):

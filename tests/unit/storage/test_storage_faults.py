@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orleanspy import StorageCorruptionError, StorageError
 from orleanspy.cluster.membership import SqliteMembershipTable
-from orleanspy.errors import MembershipError
+from orleanspy.errors import MembershipError, StorageCorruptionError, StorageError
 from orleanspy.ids import GrainId
 from orleanspy.reminders.sqlite import SqliteReminderTable
 from orleanspy.storage.sqlite import SqliteGrainStorage

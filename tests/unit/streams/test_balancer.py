@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orleanspy.cluster.balancing import DEFAULT_ASSIGNER, EvenSplitAssigner, moved
 from orleanspy.streams import AssignedQueueBalancer, HashRingQueueMapper, StaticQueueBalancer
+from orleanspy.streams.balancing import DEFAULT_ASSIGNER, EvenSplitAssigner, moved
 
 QUEUES = HashRingQueueMapper(total_queues=8, provider="p").all_queues()
 

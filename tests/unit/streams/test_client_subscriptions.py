@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from orleanspy import ClusterClient, Grain, MessageRejectedError, QueueCacheMissError
+from orleanspy import ClusterClient, Grain, MessageRejectedError
 from orleanspy.diagnostics import CachePurged
+from orleanspy.errors import QueueCacheMissError
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory

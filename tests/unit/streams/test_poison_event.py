@@ -8,7 +8,8 @@ import asyncio
 import re
 from typing import Any
 
-from orleanspy import Grain, Silo, SiloOptions, StreamDeliveryError
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.errors import StreamDeliveryError
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.stream import StreamObserver

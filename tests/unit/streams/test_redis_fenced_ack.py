@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orleanspy import LeaseLostError
+from orleanspy.errors import LeaseLostError
 from orleanspy.streams.adapters import RedisAdapterFactory
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.redis_leases import LeaseFence, RedisQueueLeaseStore

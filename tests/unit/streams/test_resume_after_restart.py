@@ -7,7 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from orleanspy import Grain, QueueCacheMissError, Silo, SiloOptions
+from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.errors import QueueCacheMissError
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import SqliteAdapterFactory
 from orleanspy.streams.stream import StreamObserver

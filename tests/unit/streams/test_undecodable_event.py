@@ -11,8 +11,9 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from orleanspy import Grain, Silo, SiloOptions, StreamDeliveryError
+from orleanspy import Grain, Silo, SiloOptions
 from orleanspy.diagnostics import EventsAcknowledged
+from orleanspy.errors import StreamDeliveryError
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import SqliteAdapterFactory
 from orleanspy.streams.ids import QueueId, StreamId

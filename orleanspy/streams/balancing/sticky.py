@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar, final
 
-from orleanspy.cluster.balancing.base import (
+from orleanspy.streams.balancing.base import (
     QueueAssigner,
     QueueT,
     build_assignment,

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar, final
 
 from orleanspy._util.hashing import stable_hash64
-from orleanspy.cluster.balancing.base import (
+from orleanspy.streams.balancing.base import (
     QueueAssigner,
     QueueT,
     build_assignment,

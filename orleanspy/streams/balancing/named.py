@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from orleanspy.cluster.balancing.base import QueueAssigner
-from orleanspy.cluster.balancing.bounded import BoundedLoadAssigner
-from orleanspy.cluster.balancing.even import EvenSplitAssigner
-from orleanspy.cluster.balancing.ring import ConsistentRingAssigner
-from orleanspy.cluster.balancing.sticky import StickyAssigner
+from orleanspy.streams.balancing.base import QueueAssigner
+from orleanspy.streams.balancing.bounded import BoundedLoadAssigner
+from orleanspy.streams.balancing.even import EvenSplitAssigner
+from orleanspy.streams.balancing.ring import ConsistentRingAssigner
+from orleanspy.streams.balancing.sticky import StickyAssigner
 
 __all__ = ["BALANCER_NAMES", "assigner_named"]
 

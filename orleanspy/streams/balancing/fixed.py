@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar, final
 
-from orleanspy.cluster.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
+from orleanspy.streams.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
 
 __all__ = ["FixedSplitAssigner"]
 

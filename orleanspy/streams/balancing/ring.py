@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import final
 
-from orleanspy.cluster.balancing._ring import Ring, check_vnodes
-from orleanspy.cluster.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
+from orleanspy.streams.balancing._ring import Ring, check_vnodes
+from orleanspy.streams.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
 
 __all__ = ["ConsistentRingAssigner"]
 

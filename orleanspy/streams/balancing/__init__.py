@@ -19,18 +19,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from orleanspy.cluster.balancing.base import Assignment, QueueAssigner
-from orleanspy.cluster.balancing.bounded import BoundedLoadAssigner, load_cap
-from orleanspy.cluster.balancing.even import EvenSplitAssigner
-from orleanspy.cluster.balancing.fixed import FixedSplitAssigner
-from orleanspy.cluster.balancing.metrics import (
+from orleanspy.streams.balancing.base import Assignment, QueueAssigner
+from orleanspy.streams.balancing.bounded import BoundedLoadAssigner, load_cap
+from orleanspy.streams.balancing.even import EvenSplitAssigner
+from orleanspy.streams.balancing.fixed import FixedSplitAssigner
+from orleanspy.streams.balancing.metrics import (
     is_exactly_balanced,
     loads,
     minimum_moves,
     moved,
 )
-from orleanspy.cluster.balancing.ring import ConsistentRingAssigner
-from orleanspy.cluster.balancing.sticky import StickyAssigner
+from orleanspy.streams.balancing.ring import ConsistentRingAssigner
+from orleanspy.streams.balancing.sticky import StickyAssigner
 
 __all__ = [
     "DEFAULT_ASSIGNER",

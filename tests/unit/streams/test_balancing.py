@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orleanspy.cluster.balancing import (
+from orleanspy.streams.balancing import (
     DEFAULT_ASSIGNER,
     BoundedLoadAssigner,
     ConsistentRingAssigner,
@@ -244,7 +244,7 @@ def test_stateless_assigners_beat_a_full_reshuffle_on_a_join():
 _DIGEST = """
 import hashlib, json, random, sys
 sys.path.insert(0, {root!r})
-from tests.unit.cluster.test_balancing import ALL, scenario
+from tests.unit.streams.test_balancing import ALL, scenario
 out = {{}}
 for a in ALL:
     queues, silos, previous = scenario(5, 300, 11)

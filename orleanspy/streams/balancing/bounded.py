@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import final
 
-from orleanspy.cluster.balancing._ring import Ring, check_vnodes
-from orleanspy.cluster.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
+from orleanspy.streams.balancing._ring import Ring, check_vnodes
+from orleanspy.streams.balancing.base import QueueAssigner, QueueT, build_assignment, prepare
 
 __all__ = ["BoundedLoadAssigner", "load_cap"]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from orleanspy.cluster.balancing import (
+from orleanspy.errors import ConfigurationError
+from orleanspy.streams.balancing import (
     BoundedLoadAssigner,
     ConsistentRingAssigner,
     EvenSplitAssigner,
     StickyAssigner,
 )
-from orleanspy.cluster.balancing.named import assigner_named
-from orleanspy.errors import ConfigurationError
+from orleanspy.streams.balancing.named import assigner_named
 from orleanspy.streams.options import StreamProviderOptions
 
 
