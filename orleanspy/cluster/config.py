@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from orleanspy.cluster.membership.table import MembershipTable
     from orleanspy.runtime.options import SiloOptions
 
-__all__ = ["membership_options_of", "open_membership_table"]
+__all__ = ["cluster_key", "membership_options_of", "open_membership_table"]
 
 
 def membership_options_of(options: SiloOptions) -> MembershipOptions:
@@ -55,3 +55,18 @@ def open_membership_table(url: str, cluster_id: str, data_dir: str) -> Membershi
         return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
     os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
     return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
+
+
+async def cluster_key(configured: str | None, table: MembershipTable) -> bytes:
+    """The cluster key: ``SiloOptions.cluster_key`` (``configured``), else the one the
+    membership table keeps (the table is opened to read it)."""
+    if configured is not None:
+        return configured.encode()
+    await table.open()
+    key = await table.cluster_key()
+    if key is None:
+        raise ConfigurationError(
+            f"SiloOptions.cluster_key is not set and the membership table {table!r} keeps "
+            "no cluster key: set cluster_key (the same secret on every silo of the cluster)"
+        )
+    return key

@@ -12,8 +12,8 @@ from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url
+from orleanspy.cluster.config import open_membership_table
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError, MessageRejectedError
 from orleanspy.runtime.options import BACKENDS_OF

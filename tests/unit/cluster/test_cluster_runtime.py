@@ -24,13 +24,13 @@ from orleanspy import (
     one_way,
     placement,
 )
+from orleanspy.cluster.config import membership_options_of
 from orleanspy.cluster.directory import (
     DirectoryEntry,
     DirectoryPartition,
     DirectoryRing,
 )
 from orleanspy.cluster.membership import MemoryMembershipTable, SiloStatus
-from orleanspy.cluster.runtime import membership_options_of
 from orleanspy.cluster.transport import query_silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Direction, Message

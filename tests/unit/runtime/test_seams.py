@@ -57,7 +57,8 @@ class _Host:
         self.registry: dict[str, GrainClassInfo] = {}
         self.locator = LocalLocator(self)
         self.catalog = Catalog(self, self.registry)
-        self.dispatcher = Dispatcher(self, self.catalog, self.locator, Codec(None))
+        self.dispatcher = Dispatcher(self, self.catalog, self.locator, Codec(None), clock=clock,
+                                     default_timeout=self.options.response_timeout)
         self.call_statistics = CallStatistics()
 
     def track(self, task: asyncio.Task[Any]) -> None:
