@@ -1,22 +1,17 @@
-"""A silo's options turned into cluster parts: failure-detection settings, membership table."""
+"""A silo's options turned into cluster settings: failure detection, the cluster key."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from orleanspy._util.urls import parse_backend_url
-from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
-from orleanspy.cluster.membership.redis import RedisMembershipTable
-from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from orleanspy.cluster.membership.table import MembershipTable
     from orleanspy.runtime.options import SiloOptions
 
-__all__ = ["cluster_key", "membership_options_of", "open_membership_table"]
+__all__ = ["cluster_key", "membership_options_of"]
 
 
 def membership_options_of(options: SiloOptions) -> MembershipOptions:
@@ -41,20 +36,6 @@ def membership_options_of(options: SiloOptions) -> MembershipOptions:
         max_join_attempt_time=20.0 if fast else 300.0,
         death_vote_expiration_timeout=10.0 if fast else 120.0,
     )
-
-
-def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
-    """The table of a ``membership`` URL: ``memory``, ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``; the folder is created) or ``redis://HOST:PORT/DB?prefix=P``."""
-    parsed = parse_backend_url(url, key="SiloOptions.membership", data_dir=data_dir,
-                               allow=frozenset({"memory", "sqlite", "redis"}),
-                               example="sqlite:membership.db")
-    if parsed.scheme == "memory":
-        return MemoryMembershipTable()
-    if parsed.scheme == "redis":
-        return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
-    os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
-    return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
 
 
 async def cluster_key(configured: str | None, table: MembershipTable) -> bytes:

@@ -31,6 +31,7 @@ application of the command-line host, which the framework may not import.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterable
 from types import ModuleType
@@ -40,7 +41,7 @@ from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.lifecycle import Lifecycle, SiloStage
 from orleanspy._util.tasks import TaskSet
 from orleanspy._util.urls import parse_backend_url
-from orleanspy.cluster.config import membership_options_of, open_membership_table
+from orleanspy.cluster.config import membership_options_of
 from orleanspy.cluster.directory import GrainDirectory
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
@@ -96,8 +97,8 @@ from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.redis_leases import RedisQueueLeaseStore
 
 __all__ = [
-    "GATEWAY_LISTEN", "build_silo", "open_grain_storage", "open_reminder_table",
-    "queue_lease_store",
+    "GATEWAY_LISTEN", "build_silo", "open_grain_storage", "open_membership_table",
+    "open_reminder_table", "queue_lease_store",
 ]
 
 #: Stage at which the gateway listens: before the cluster joins, so that the membership
@@ -128,6 +129,20 @@ def open_reminder_table(url: str, data_dir: str) -> ReminderTable:
     if parsed.scheme == "redis":
         return RedisReminderTable(parsed.text)
     return SqliteReminderTable(parsed.path)
+
+
+def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
+    """The table of a ``membership`` URL: ``memory``, ``sqlite:PATH`` (relative paths
+    resolve against ``data_dir``; the folder is created) or ``redis://HOST:PORT/DB?prefix=P``."""
+    parsed = parse_backend_url(url, key="SiloOptions.membership", data_dir=data_dir,
+                               allow=frozenset({"memory", "sqlite", "redis"}),
+                               example="sqlite:membership.db")
+    if parsed.scheme == "memory":
+        return MemoryMembershipTable()
+    if parsed.scheme == "redis":
+        return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
+    os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
+    return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
 
 
 def queue_lease_store(table: MembershipTable) -> QueueLeaseStore:
