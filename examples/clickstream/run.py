@@ -27,7 +27,7 @@ from examples.clickstream.grains import (
     visitor_key,
 )
 from orleanspy import Silo, SiloOptions
-from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
+from orleanspy.spark import SparkOptions, SparkSessionManager
 from orleanspy.streams import (
     GeneratorAdapterFactory,
     GeneratorOptions,
@@ -66,8 +66,8 @@ async def run_pipeline(
         SiloOptions(gateway_port=None, data_dir=str(data_dir)),
         grains=[PageCounter, Tally, PageViewRouter, PageViewSink, ClickAnalytics],
         stream_providers={"clicks": provider},
+        spark=spark,
     )
-    install_spark(silo, spark)
     started = time.monotonic()
     async with silo:
         progress = await silo.get_grain(Tally, "all").with_timeout(timeout).wait_for(expected)
