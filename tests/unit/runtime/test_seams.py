@@ -31,7 +31,7 @@ from orleanspy.runtime.options import SiloOptions
 from orleanspy.testing import FakeClock
 
 RUNTIME = Path(__file__).resolve().parents[3] / "orleanspy" / "runtime"
-#: The silo itself (the composition root) and the client gateway it builds.
+#: The silo itself (the core the builder composes) and the client gateway.
 ROOTS = {"silo.py", "gateway.py"}
 
 
