@@ -187,7 +187,7 @@ def build_silo(
     clock = clock or SystemClock()
     identity = SiloIdentity(SiloAddress(opts.advertised_host, opts.port, new_generation()),
                             opts.cluster_id)
-    codec = Codec(silo._reference_factory, policy=TypePolicy())
+    codec = Codec(silo.reference_factory, policy=TypePolicy())
     registry: dict[str, Any] = {}
     providers = dict(stream_providers or {})
     classes = [*grains, *(cls for module in modules for cls in grain_classes_in(module))]

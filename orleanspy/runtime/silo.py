@@ -277,7 +277,8 @@ class Silo:
                 "Silo(stream_providers=...) in code"
             ) from None
 
-    def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+    def reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+        """The grain reference a decoded value names (the codec's reference factory)."""
         info = self.registry.get(grain_id.type_name)
         if info is not None:
             return make_reference(self.dispatcher, info.cls, grain_id.key, grain_id)
