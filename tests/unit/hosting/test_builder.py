@@ -128,8 +128,8 @@ async def test_a_cluster_silo_is_built_by_the_builder_alone(
     async with a, b:
         await a.cluster.wait_for_view(lambda view: len(view.active_silos) == 2, WAIT)
         await b.cluster.wait_for_view(lambda view: len(view.active_silos) == 2, WAIT)
-        answers = [await a.get_grain(Echo, str(i)).where(i) for i in range(16)]
-        assert [value for value, _ in answers] == list(range(16))
+        answers = [await a.get_grain(Echo, str(i)).where(i) for i in range(32)]
+        assert [value for value, _ in answers] == list(range(32))
         assert {name for _, name in answers} == {a.name, b.name}  # calls crossed silos
     _check(seen, CLUSTERED)
 
