@@ -1,8 +1,9 @@
 """SiloOperations: the control requests a cluster silo answers for tools and other silos.
 
 ``orleanspy cluster status``, ``streams status``, ``grains locate``, ``grains top`` and the
-dashboard ask each silo through its transport; the peers' load reports and cache hints
-arrive here too. The silo builder puts these functions in the transport's handler table.
+dashboard ask each silo through its transport; the peers' probes, gossip, load reports and
+cache hints arrive here too. The silo builder puts these functions in the transport's
+handler table.
 """
 
 from __future__ import annotations
@@ -86,6 +87,24 @@ class SiloOperations:
         """What ``orleanspy grains top`` reads: each grain method's cumulative calls,
         errors, seconds and latency buckets on this silo (``runtime.call_stats``)."""
         return {"silo": str(self._cluster.me), "types": self._silo.call_statistics.snapshot()}
+
+    def handle_probe(self) -> bool:
+        """Another silo's ping: True while this silo is a live member."""
+        membership = self._cluster.membership
+        return membership is not None and membership.handle_probe()
+
+    async def probe_indirect(self, target: Any, timeout: Any) -> bool:
+        """Probe ``target`` for a silo that cannot reach it."""
+        membership = self._cluster.membership
+        if membership is None:
+            return False
+        return await membership.handle_indirect_probe(decode_silo(target), float(timeout))
+
+    async def on_gossip(self, version: int) -> None:
+        """Another silo wrote the membership table: refresh if that is news."""
+        membership = self._cluster.membership
+        if membership is not None:
+            await membership.on_gossip(version)
 
     def on_load(self, silo: Any, count: Any) -> None:
         """A peer's activation count (activation-count placement)."""

@@ -40,7 +40,7 @@ from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.placement import PlacementDirector
 from orleanspy.cluster.registrations import UNREGISTER_WAIT, DirectoryRegistrations
-from orleanspy.cluster.transport import SiloTransport, decode_silo, encode_silo
+from orleanspy.cluster.transport import SiloTransport, encode_silo
 from orleanspy.cluster.view import ClusterView
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle
@@ -215,24 +215,7 @@ class ClusterRuntime:
             raise RuntimeError("this silo was built without stream-queue lease stores")
         return self._lease_stores(self._table)
 
-    # -- membership --------------------------------------------------------------------------
-    def handle_probe(self) -> bool:
-        """Another silo's ping: True while this silo is a live member."""
-        membership = self.membership
-        return membership is not None and membership.handle_probe()
-
-    async def probe_indirect(self, target: Any, timeout: Any) -> bool:
-        """Probe ``target`` for a silo that cannot reach it."""
-        membership = self.membership
-        if membership is None:
-            return False
-        return await membership.handle_indirect_probe(decode_silo(target), float(timeout))
-
-    async def on_gossip(self, version: int) -> None:
-        """Another silo wrote the table: refresh if that is news."""
-        if self.membership is not None:
-            await self.membership.on_gossip(version)
-
+    # -- membership view ------------------------------------------------------------------
     @property
     def accepting(self) -> bool:
         """May this silo take new activations?"""

@@ -279,9 +279,9 @@ def build_silo(
         operations = SiloOperations(silo, cluster)
         handlers.update({
             "dir": cluster.directory.handle_wire,
-            "probe": cluster.handle_probe,
-            "probe_indirect": cluster.probe_indirect,
-            "gossip": cluster.on_gossip,
+            "probe": operations.handle_probe,
+            "probe_indirect": operations.probe_indirect,
+            "gossip": operations.on_gossip,
             "load": operations.on_load,
             "cache": operations.on_cache,
             "status": operations.status,
