@@ -20,7 +20,7 @@ import structlog
 from orleanspy import ConfigurationError, Silo, SiloOptions
 from orleanspy.logging import get_logger
 from orleanspy.spark.options import SparkOptions
-from orleanspy.spark.session import SparkSessionManager, install_spark
+from orleanspy.spark.session import SparkSessionManager
 from silo.dashboard import install_ops_server
 from silo.dashboard.prober import ProbeConsumer, install_prober
 
@@ -172,7 +172,8 @@ async def run_silo(
             cannot start (e.g. the gateway port is taken).
     """
     log = get_logger("silo.startup", cluster=options.cluster_id)
-    silo = Silo(options, modules=app_modules, stream_providers=dict(stream_providers or {}))
+    silo = Silo(options, modules=app_modules, stream_providers=dict(stream_providers or {}),
+                spark=spark)
     for module in app_modules:
         if not any(info.cls.__module__ == module for info in silo.registry.values()):
             raise ConfigurationError(
@@ -180,8 +181,6 @@ async def run_silo(
                 "imports are not hosted); name the module that defines them"
             )
 
-    if spark is not None:
-        install_spark(silo, spark)
     # Every silo hosts the probe's consumer grain, so that a silo owning the queue of a
     # probe stream (which another silo's prober publishes to) can deliver to it: the
     # silos of a cluster host the same grain classes.

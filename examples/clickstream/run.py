@@ -28,7 +28,7 @@ from examples.clickstream.grains import (
 )
 from examples.clickstream.host import SPARK, stream_provider
 from orleanspy import Silo, SiloOptions
-from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
+from orleanspy.spark import SparkOptions, SparkSessionManager
 
 
 async def run_pipeline(
@@ -49,8 +49,8 @@ async def run_pipeline(
         grains=[PageCounter, Tally, PageViewRouter, PageViewSink, ClickAnalytics],
         stream_providers={"clicks": stream_provider(queues, visitors_per_queue,
                                                     views_per_visitor)},
+        spark=spark,
     )
-    install_spark(silo, spark)
     async with silo:
         report = await collect(silo, expected, timeout)
     files = sorted(lake.glob("date=*/*.parquet"))

@@ -1,22 +1,17 @@
-"""A silo's options turned into cluster parts: failure-detection settings, membership table."""
+"""A silo's options turned into cluster settings: failure detection, the cluster key."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from orleanspy._util.urls import parse_backend_url
-from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
-from orleanspy.cluster.membership.redis import RedisMembershipTable
-from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from orleanspy.cluster.membership.table import MembershipTable
     from orleanspy.runtime.options import SiloOptions
 
-__all__ = ["membership_options_of", "open_membership_table"]
+__all__ = ["cluster_key", "membership_options_of"]
 
 
 def membership_options_of(options: SiloOptions) -> MembershipOptions:
@@ -43,15 +38,16 @@ def membership_options_of(options: SiloOptions) -> MembershipOptions:
     )
 
 
-def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
-    """The table of a ``membership`` URL: ``memory``, ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``; the folder is created) or ``redis://HOST:PORT/DB?prefix=P``."""
-    parsed = parse_backend_url(url, key="SiloOptions.membership", data_dir=data_dir,
-                               allow=frozenset({"memory", "sqlite", "redis"}),
-                               example="sqlite:membership.db")
-    if parsed.scheme == "memory":
-        return MemoryMembershipTable()
-    if parsed.scheme == "redis":
-        return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
-    os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
-    return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
+async def cluster_key(configured: str | None, table: MembershipTable) -> bytes:
+    """The cluster key: ``SiloOptions.cluster_key`` (``configured``), else the one the
+    membership table keeps (the table is opened to read it)."""
+    if configured is not None:
+        return configured.encode()
+    await table.open()
+    key = await table.cluster_key()
+    if key is None:
+        raise ConfigurationError(
+            f"SiloOptions.cluster_key is not set and the membership table {table!r} keeps "
+            "no cluster key: set cluster_key (the same secret on every silo of the cluster)"
+        )
+    return key

@@ -32,6 +32,7 @@ from typing import Any, Final, NamedTuple, final
 
 from orleanspy._util.hashing import stable_hash32
 from orleanspy.ids import GrainId, SiloAddress
+from orleanspy.runtime.identity import SiloIdentity
 
 __all__ = [
     "MAX_HOPS",
@@ -180,21 +181,25 @@ class GrainDirectory:
     """This silo's part of the distributed directory: its partition, its cache and the ring.
 
     Args:
-        me: this silo.
+        identity: this silo (its ``address`` is bound once the transport listens).
         request: ``await request(silo, op, args)`` sends a control request (the transport).
         valid: True for a silo whose entries still count (until it is dead: a silo that is
             shutting down keeps serving the grains it hosts until they have deactivated).
     """
 
-    def __init__(self, me: SiloAddress, request: Request,
+    def __init__(self, identity: SiloIdentity, request: Request,
                  valid: Callable[[SiloAddress], bool]) -> None:
-        self.me = me
+        self._identity = identity
         self._request = request
         self._valid = valid
         self.ring = DirectoryRing(())
         self.partition = DirectoryPartition()
         self.cache = DirectoryCache()
         self.remote_operations = 0
+
+    @property
+    def me(self) -> SiloAddress:
+        return self._identity.address
 
     def owner(self, grain_id: GrainId) -> SiloAddress:
         return self.ring.owner(grain_id) or self.me

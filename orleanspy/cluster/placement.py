@@ -26,6 +26,7 @@ from typing import final
 from orleanspy.cluster.directory import grain_hash
 from orleanspy.grains.interface import PlacementStrategy
 from orleanspy.ids import GrainId, SiloAddress
+from orleanspy.runtime.identity import SiloIdentity
 
 __all__ = ["PlacementDirector", "PlacementStrategy"]
 
@@ -34,12 +35,17 @@ __all__ = ["PlacementDirector", "PlacementStrategy"]
 class PlacementDirector:
     """Chooses silos for new activations; ``loads`` holds the activation counts of silos."""
 
-    __slots__ = ("_rng", "loads", "me")
+    __slots__ = ("_identity", "_rng", "loads")
 
-    def __init__(self, me: SiloAddress, rng: random.Random | None = None) -> None:
-        self.me = me
+    def __init__(self, identity: SiloIdentity, rng: random.Random | None = None) -> None:
+        self._identity = identity
         self._rng = rng or random.Random()
         self.loads: dict[SiloAddress, int] = {}
+
+    @property
+    def me(self) -> SiloAddress:
+        """This silo (its address is bound once the transport listens)."""
+        return self._identity.address
 
     def choose(
         self, strategy: PlacementStrategy, grain_id: GrainId,

@@ -88,7 +88,8 @@ class SiloTransport:
 
     Implements the membership ``Prober`` and ``Gossiper`` protocols. ``handlers`` maps a
     control op name to a function called with the op's args (its result, awaited if it is
-    awaitable, is the answer); the cluster runtime fills it (membership, directory, status).
+    awaitable, is the answer); the silo builder makes the table (membership, directory,
+    status).
 
     Args:
         silo: this silo's address (``set_address`` once the listener knows its port).
@@ -102,6 +103,9 @@ class SiloTransport:
             completed their handshake.
         is_dead: True for a silo membership declared dead (calls to it fail at once).
         clock: the silo's clock (connect and request timeouts, the sweep of late calls).
+        reroute: called with a message that could not be sent to a silo (never delivered);
+            True if it took the message (routed it anew), False to fail it. None: fail it.
+        handlers: the control ops this silo answers (op name → function).
     """
 
     def __init__(
@@ -121,6 +125,8 @@ class SiloTransport:
         verify_peer: Callable[[SiloAddress], Awaitable[str | None]] | None = None,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         max_pending_handshakes: int = DEFAULT_MAX_PENDING,
+        reroute: Callable[[Message, SiloAddress], bool] | None = None,
+        handlers: dict[str, Handler] | None = None,
     ) -> None:
         self.silo = silo
         self.clock = clock or SystemClock()
@@ -132,14 +138,14 @@ class SiloTransport:
         self._verify_peer = verify_peer
         #: called with a message that could not be sent to a silo (never delivered); True if
         #: it took the message (routed it anew), False to fail it
-        self.reroute: Callable[[Message, SiloAddress], bool] | None = None
+        self.reroute = reroute
         self.guard: HandshakeGuard | None = HandshakeGuard(
             self.clock, log, port="silo", timeout=handshake_timeout,
             max_pending=max_pending_handshakes,
         )
         self.max_frame_size = max_frame_size
         self.default_timeout = default_timeout
-        self.handlers: dict[str, Handler] = {}
+        self.handlers: dict[str, Handler] = handlers if handlers is not None else {}
         #: a request or one-way message from a peer, for this silo (every request calls it)
         self.deliver: Callable[[Message, SiloAddress | None], None] = deliver
         self._is_dead = is_dead

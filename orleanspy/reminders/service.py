@@ -48,9 +48,19 @@ class TickStatus:
 class ReminderService:
     """Owns the timers of durable reminders on one silo."""
 
-    def __init__(self, silo: SiloHost, dispatcher: Dispatcher, table: ReminderTable) -> None:
+    def __init__(
+        self, silo: SiloHost, dispatcher: Dispatcher, table: ReminderTable, *,
+        owns: Callable[[GrainId], bool] | None = None,
+        notify: Callable[[GrainId], Awaitable[Any]] | None = None,
+        refresh_period: float = 0.0,
+    ) -> None:
         """``silo``: its clock, options, logger and status; ``dispatcher``: delivers the
-        ticks through the ordinary call path; ``table``: where reminders are kept."""
+        ticks through the ordinary call path; ``table``: where reminders are kept.
+
+        In a cluster, ``owns``: the silo serves only the reminders of the grains it owns;
+        ``notify(grain_id)`` tells that grain's owner its reminders changed; the table is
+        read again every ``refresh_period`` seconds and on ``membership_changed``. None:
+        a lone silo serves every reminder of the table."""
         self._silo = silo
         self._dispatcher = dispatcher
         self.table = table
@@ -58,20 +68,11 @@ class ReminderService:
         self._entries: dict[tuple[GrainId, str], ReminderEntry] = {}
         self._tasks = TaskSet()  # reminder deliveries in flight
         self._loops = TaskSet(on_error=self._loop_failed)  # refreshes
-        self._owns: Callable[[GrainId], bool] | None = None
-        self._notify: Callable[[GrainId], Awaitable[Any]] | None = None
-        self._refresh_period = 0.0
-        self._reconcile_wanted: asyncio.Event | None = None
-        self.fired = 0
-
-    def follow(self, owns: Callable[[GrainId], bool],
-               notify: Callable[[GrainId], Awaitable[Any]], refresh_period: float) -> None:
-        """Serve only the reminders of the grains ``owns`` says this silo owns (a cluster);
-        ``notify(grain_id)`` tells that grain's owner its reminders changed; the table is
-        read again every ``refresh_period`` seconds and on ``membership_changed``."""
         self._owns = owns
         self._notify = notify
         self._refresh_period = refresh_period
+        self._reconcile_wanted: asyncio.Event | None = None
+        self.fired = 0
 
     async def start(self) -> None:
         if self._owns is None:

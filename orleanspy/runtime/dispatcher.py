@@ -15,6 +15,7 @@ from functools import partial
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any
 
+from orleanspy._util.clock import Clock
 from orleanspy._util.eager import CARRY_CODE
 from orleanspy._util.futures import reply_to
 from orleanspy.diagnostics import RequestDropped
@@ -62,23 +63,26 @@ class Dispatcher:
     )
 
     def __init__(
-        self, silo: SiloHost, catalog: Catalog, locator: GrainLocator, codec: Codec
+        self, silo: SiloHost, catalog: Catalog, locator: GrainLocator, codec: Codec, *,
+        clock: Clock, default_timeout: float,
     ) -> None:
-        """``silo``: its name, status and logger for dropped requests; ``catalog``: where
-        local activations are found or created; ``locator``: where the others are routed;
-        ``codec``: copies values that a grain must not share with its caller."""
+        """``silo``: its name, status and logger for dropped requests (read on use);
+        ``catalog``: where local activations are found or created; ``locator``: where the
+        others are routed; ``codec``: copies values that a grain must not share with its
+        caller; ``clock``: response deadlines; ``default_timeout``: a call's deadline when
+        it names none (``SiloOptions.response_timeout``)."""
         self.silo = silo
         self._locator = locator
         self._local_only = locator.local_only
-        self._monotonic = silo.clock.monotonic
+        self._monotonic = clock.monotonic
         self._catalog = catalog
         self._activations = catalog.activations
         self._codec = codec
-        self._default_timeout = silo.options.response_timeout
+        self._default_timeout = default_timeout
         #: local calls waiting for a reply, by message id, and their response deadlines
         #: (one timer for all of them)
         self._waiting: dict[int, asyncio.Future[Any] | Carrier] = {}
-        self._deadlines = Deadlines(silo.clock, "silo default")
+        self._deadlines = Deadlines(clock, "silo default")
 
     # -- values ---------------------------------------------------------------------------
     def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:

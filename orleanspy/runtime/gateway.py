@@ -223,12 +223,14 @@ class GatewayConnection(FramedConnection):
 class Gateway:
     """Accepts client connections for one silo."""
 
-    def __init__(self, silo: GatewayHost) -> None:
+    def __init__(self, silo: GatewayHost, *, options: _HostOptions, clock: Clock,
+                 log: Any) -> None:
+        """``silo``: its codec, dispatcher and fence (read on use); ``options``: the
+        handshake bounds; ``clock`` and ``log``: the handshake guard's."""
         self.silo = silo
-        opts = silo.options
         self.guard = HandshakeGuard(
-            silo.clock, silo.log, port="gateway", timeout=opts.handshake_timeout,
-            max_pending=opts.max_pending_handshakes,
+            clock, log, port="gateway", timeout=options.handshake_timeout,
+            max_pending=options.max_pending_handshakes,
         )
         self.connections: set[GatewayConnection] = set()
         self.accepting = False

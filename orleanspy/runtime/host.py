@@ -1,11 +1,12 @@
-"""SiloHost: what the silo's components read from the silo that builds them.
+"""SiloHost: what the silo's components read from the silo they serve.
 
-The silo (``orleanspy.runtime.silo.Silo``) is the composition root: it builds the catalog,
-the dispatcher, the locator and the collector and hands each the objects it uses. What
-they read from the silo itself (its name, options, clock, logger, loop, status) is this
-protocol, typed with lower layers only, so no component module imports the silo.
-Everything is read on use: the name and the logger change once the cluster's transport
-knows the silo's port, and the loop is the one the silo started on.
+The silo builder (``orleanspy.hosting.builder``) builds the catalog, the dispatcher, the
+locator, the collector and the rest, hands each the objects it uses, and gives each the
+silo as its host. What they read from the silo itself (its name, options, clock, logger,
+loop, status) is this protocol, typed with lower layers only, so no component module
+imports the silo. Everything is read on use, never while a component is being built (the
+builder builds them before the silo takes them): the name and the logger change once the
+cluster's transport knows the silo's port, and the loop is the one the silo started on.
 """
 
 from __future__ import annotations

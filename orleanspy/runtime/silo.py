@@ -1,14 +1,12 @@
 """Silo core: hosts activations and system targets, routes calls, runs the lifecycle.
 
-This is the runtime layer's silo. It knows nothing of storage back ends, reminder tables,
-membership or streams: ``orleanspy.hosting.Silo`` (the public ``orleanspy.Silo``) builds
-those from the options and joins them to ``lifecycle``. What the core joins itself: the
-idle collector (ACTIVE) and the drain and deactivation of every activation (GRAINS, on stop).
-
-The silo is the composition root of the runtime: it builds the locator, the catalog, the
-dispatcher and the collector and hands each the objects it uses. None of them imports this
-module: they see the silo as ``runtime.host.SiloHost`` (its name, options, clock, logger,
-loop and status), and activations as ``runtime.activation.ActivationHost``.
+This is the runtime layer's silo. It builds nothing: ``orleanspy.hosting.builder`` builds
+every component from the options (storage, membership, transport, directory, catalog,
+dispatcher, gateway, reminders, streams) in dependency order, subscribes each to
+``lifecycle``, and hands them to the silo at construction (``SiloParts``). The components
+see the silo as ``runtime.host.SiloHost`` (its name, options, clock, logger, loop and
+status) and activations as ``runtime.activation.ActivationHost``; none of their modules
+imports this one.
 
 Start runs the lifecycle's stages upwards; the graceful stop runs them downwards: stop
 accepting and tell the cluster SHUTTING_DOWN (ACTIVE) → application → streams → services →
@@ -22,15 +20,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from orleanspy._util import gc_freeze
-from orleanspy._util.clock import Clock, SystemClock
-from orleanspy._util.lifecycle import Lifecycle, SiloStage
+from orleanspy._util.clock import Clock
+from orleanspy._util.lifecycle import Lifecycle
 from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
@@ -40,7 +37,6 @@ from orleanspy.grains.proxy import References, make_reference
 from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
-from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.types import TypePolicy
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
@@ -48,14 +44,18 @@ from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
-from orleanspy.runtime.locator import GrainLocator, LocalLocator
+from orleanspy.runtime.identity import SiloIdentity
+from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.system_target import SystemTarget
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloStatistics"]
+__all__ = [
+    "COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloParts", "SiloStatistics",
+    "grain_classes_in", "register_grain_class",
+]
 
 G = TypeVar("G")
 Iface = TypeVar("Iface", bound=GrainInterface)
@@ -85,11 +85,6 @@ class SiloStatistics:
     extensions: dict[str, Any] = field(default_factory=dict)  # e.g. "spark": SparkStatistics
 
 
-def _new_generation() -> int:
-    """Milliseconds since 2022-01-01: a restart on the same host and port is a new silo."""
-    return int(time.time() * 1000) - 1_640_995_200_000
-
-
 def grain_classes_in(module: ModuleType | str) -> list[type]:
     """The Grain subclasses defined in a module (not imported into it)."""
     if isinstance(module, str):
@@ -112,67 +107,99 @@ def grain_classes_in(module: ModuleType | str) -> list[type]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class SiloParts:
+    """The components a silo is made of: ``orleanspy.hosting.builder`` builds them, in
+    dependency order, and the silo takes them at construction (a lone silo has no
+    cluster, fence or operations; a silo without a gateway port no gateway)."""
+
+    options: SiloOptions
+    clock: Clock
+    identity: SiloIdentity
+    codec: Codec
+    registry: dict[str, GrainClassInfo]
+    storage: dict[str, StateStorage]
+    stream_providers: dict[str, Any]
+    lifecycle: Lifecycle
+    diagnostics: Diagnostics
+    call_statistics: CallStatistics
+    locator: GrainLocator
+    catalog: Catalog
+    dispatcher: Dispatcher
+    collector: ActivationCollector
+    references: References
+    cluster: Any = None
+    fence: Callable[[], bool] | None = None
+    reminders: Any = None
+    gateway: Any = None
+    operations: Any = None
+
+
+def register_grain_class(registry: dict[str, GrainClassInfo], policy: TypePolicy,
+                         cls: type) -> None:
+    """Add a grain class to a silo's registry and allow its types on the wire."""
+    if not (isinstance(cls, type) and issubclass(cls, Grain)):
+        raise ConfigurationError(f"{cls!r} is not a Grain subclass")
+    info = class_info(cls)
+    if info.type_name.startswith(RUNTIME_TYPE_PREFIX) and not info.runtime:
+        raise ConfigurationError(
+            f"grain class {cls.__module__}.{cls.__qualname__} is named "
+            f"{info.type_name!r}: type names starting with {RUNTIME_TYPE_PREFIX!r} are "
+            "reserved for the runtime; give it another @grain_type('...')"
+        )
+    other = registry.get(info.type_name)
+    if other is not None and other.cls is not cls:
+        raise ConfigurationError(
+            f"two grain classes share the type name {info.type_name!r} "
+            f"({other.cls.__module__} and {cls.__module__}); give one @grain_type('...')"
+        )
+    registry[info.type_name] = info
+    policy.allow_grain_class(
+        cls, info.methods, [spec.factory for spec in info.states.values()
+                            if isinstance(spec.factory, type)]
+    )
+
+
 class Silo:
-    """A process (or part of one) that hosts grains.
+    """A process (or part of one) that hosts grains: the core the builder composes.
 
-    Example::
-
-        async with Silo(SiloOptions(gateway_port=None), grains=[Counter]) as silo:
-            counter = silo.get_grain(Counter, "a")
-            await counter.increment()
+    ``orleanspy.Silo`` (``orleanspy.hosting.silo``) is the public class; its constructor
+    builds the parts from options (``orleanspy.hosting.builder.build_silo``).
     """
 
-    def __init__(
-        self,
-        options: SiloOptions | None = None,
-        *,
-        grains: Iterable[type] = (),
-        modules: Iterable[ModuleType | str] = (),
-        storage: dict[str, StateStorage] | None = None,
-        clock: Clock | None = None,
-        stream_providers: dict[str, Any] | None = None,
-    ) -> None:
-        self.options: SiloOptions = options if options is not None else SiloOptions()
-        self.clock = clock or SystemClock()
-        self.codec = Codec(self._reference_factory, policy=TypePolicy())
-        self.options.check_listening()
-        advertised = self.options.advertised_host
-        self.address = SiloAddress(advertised, self.options.port, _new_generation())
-        self.name = f"{advertised}:{self.options.port}"
-        self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
-        self.registry: dict[str, GrainClassInfo] = {}
-        for cls in grains:
-            self.register_grain_class(cls)
-        for module in modules:
-            for cls in grain_classes_in(module):
-                self.register_grain_class(cls)
-        self.storage: dict[str, StateStorage] = dict(storage or {})
-        self.stream_providers: dict[str, Any] = dict(stream_providers or {})
+    def __init__(self, parts: SiloParts) -> None:
+        self.options: SiloOptions = parts.options
+        self.clock = parts.clock
+        self.identity = parts.identity
+        self.codec = parts.codec
+        self.registry = parts.registry
+        self.storage = parts.storage
+        self.stream_providers = parts.stream_providers
         #: Components join the silo's start and stop here (``orleanspy._util.lifecycle``).
-        self.lifecycle = Lifecycle(self.log)
+        self.lifecycle = parts.lifecycle
         #: Runtime events (``orleanspy.diagnostics``); free while nobody listens.
-        self.diagnostics = Diagnostics()
+        self.diagnostics = parts.diagnostics
         #: Each grain method's calls, errors and latency (``runtime.call_stats``).
-        self.call_statistics = CallStatistics(self.options.call_statistics)
+        self.call_statistics = parts.call_statistics
         #: The cluster side (``orleanspy.cluster.runtime.ClusterRuntime``), or None for a
-        #: lone silo; the hosting layer supplies it through ``_build_cluster``.
-        self.declared_dead = False
-        self.cluster: Any = self._build_cluster()
+        #: lone silo.
+        self.cluster: Any = parts.cluster
         #: True while this silo must not serve requests from outside (a cluster silo that
         #: cannot confirm its membership); None for a lone silo.
-        self.fence: Callable[[], bool] | None = (
-            self.cluster.fenced if self.cluster is not None else None
-        )
+        self.fence = parts.fence
         #: Where grains live: the cluster runtime, or every grain here.
-        self.locator: GrainLocator = self.cluster or LocalLocator(self)
-        self.catalog = Catalog(self, self.registry)
-        self.dispatcher = Dispatcher(self, self.catalog, self.locator, self.codec)
-        self._references = References(self.dispatcher)
-        self.collector = ActivationCollector(self, self.catalog)
-        #: The reminder service (``orleanspy.grains.host.ReminderRegistry``), set by hosting.
-        self.reminders: Any = None
-        #: The client gateway (``orleanspy.runtime.gateway.Gateway``), set by hosting.
-        self.gateway: Any = None
+        self.locator = parts.locator
+        self.catalog = parts.catalog
+        self.dispatcher = parts.dispatcher
+        self._references = parts.references
+        self.collector = parts.collector
+        #: The reminder service (``orleanspy.reminders.service.ReminderService``).
+        self.reminders: Any = parts.reminders
+        #: The client gateway (``orleanspy.runtime.gateway.Gateway``), or None.
+        self.gateway: Any = parts.gateway
+        #: The control requests of a cluster silo (``orleanspy.cluster.ops``), or None.
+        self.operations: Any = parts.operations
+        self.declared_dead = False
         self.stopping = False
         self.started = False
         self._started_at = 0.0
@@ -183,42 +210,26 @@ class Silo:
         #: How late the event loop last ran a timer, in seconds (sampled every LAG_INTERVAL)
         self.loop_lag = 0.0
         self._lag_timer: asyncio.TimerHandle | None = None
-        self.lifecycle.subscribe("grains", SiloStage.GRAINS, on_stop=self._deactivate_all)
-        self.lifecycle.subscribe(
-            COLLECTOR, SiloStage.ACTIVE, on_start=self._start_collector,
-            on_stop=self.collector.stop, statistics=lambda: self.collector.collected,
-        )
+        for name, provider in self.stream_providers.items():
+            provider.bind(name, self)  # each provider learns its name and silo
 
-    def _build_cluster(self) -> Any:
-        """The cluster runtime of this silo (None: a lone silo). Runs inside ``__init__``
-        before the catalog and dispatcher exist, which take it."""
-        return None
+    @property
+    def address(self) -> SiloAddress:
+        """This silo's address (a cluster silo's port is known once its transport listens)."""
+        return self.identity.address
 
-    async def _start_collector(self) -> None:
-        self.collector.start()
+    @property
+    def name(self) -> str:
+        """``host:port``."""
+        return self.identity.name
+
+    @property
+    def log(self) -> Any:
+        return self.identity.log
 
     # -- registration ---------------------------------------------------------------------
     def register_grain_class(self, cls: type) -> None:
-        if not (isinstance(cls, type) and issubclass(cls, Grain)):
-            raise ConfigurationError(f"{cls!r} is not a Grain subclass")
-        info = class_info(cls)
-        if info.type_name.startswith(RUNTIME_TYPE_PREFIX) and not info.runtime:
-            raise ConfigurationError(
-                f"grain class {cls.__module__}.{cls.__qualname__} is named "
-                f"{info.type_name!r}: type names starting with {RUNTIME_TYPE_PREFIX!r} are "
-                "reserved for the runtime; give it another @grain_type('...')"
-            )
-        other = self.registry.get(info.type_name)
-        if other is not None and other.cls is not cls:
-            raise ConfigurationError(
-                f"two grain classes share the type name {info.type_name!r} "
-                f"({other.cls.__module__} and {cls.__module__}); give one @grain_type('...')"
-            )
-        self.registry[info.type_name] = info
-        self.codec.policy.allow_grain_class(
-            cls, info.methods, [spec.factory for spec in info.states.values()
-                                if isinstance(spec.factory, type)]
-        )
+        register_grain_class(self.registry, self.codec.policy, cls)
 
     def add_system_target(self, target: SystemTarget, key: Any) -> Any:
         """Host an explicitly created system target; returns a reference to it."""
@@ -270,7 +281,8 @@ class Silo:
                 "Silo(stream_providers=...) in code"
             ) from None
 
-    def _reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+    def reference_factory(self, cls_name: str, grain_id: GrainId) -> Any:
+        """The grain reference a decoded value names (the codec's reference factory)."""
         info = self.registry.get(grain_id.type_name)
         if info is not None:
             return make_reference(self.dispatcher, info.cls, grain_id.key, grain_id)
@@ -292,12 +304,6 @@ class Silo:
                 f"but the silo has only {sorted(self.storage) or 'none'}; configure it"
             )
         return PersistentState(spec.factory, spec.name or spec.attr, storage, grain_id, self.codec)
-
-    def set_address(self, address: SiloAddress) -> None:
-        """The cluster's transport knows its port: this is the silo's address from now on."""
-        self.address = address
-        self.name = f"{address.host}:{address.port}"
-        self.log = get_logger("orleanspy.silo", silo=self.name, cluster=self.options.cluster_id)
 
     def log_grain_error(self, event: str, **fields: Any) -> None:
         """Log an exception a grain method raised, at ``options.grain_error_log_level``."""
@@ -407,7 +413,7 @@ class Silo:
         self.declared_dead = True
         self.request_stop()
 
-    async def _deactivate_all(self) -> None:
+    async def deactivate_all(self) -> None:
         dead = self.declared_dead
         if not dead:
             await self._drain(self.clock.monotonic() + self.options.shutdown_timeout / 2)

@@ -41,6 +41,7 @@ from orleanspy.spark.runner import JobRunner
 __all__ = [
     "SparkSessionManager",
     "SparkStatistics",
+    "bind_spark",
     "install_spark",
     "installed_spark",
     "spark_for",
@@ -317,10 +318,15 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
         RuntimeError: the silo already runs another Spark session, or it is stopping.
     """
     if isinstance(spark, SparkSessionManager):
-        manager, owned = spark, False
-    else:
-        manager, owned = SparkSessionManager(spark, clock=silo.clock), True
-    lifecycle: Lifecycle = silo.lifecycle
+        return bind_spark(silo.lifecycle, spark, owned=False)
+    return bind_spark(silo.lifecycle, SparkSessionManager(spark, clock=silo.clock), owned=True)
+
+
+def bind_spark(lifecycle: Lifecycle, manager: SparkSessionManager, *, owned: bool) -> (
+    SparkSessionManager
+):
+    """Make ``manager`` the Spark session manager of the silo whose lifecycle this is
+    (``owned``: the silo stops it). What ``install_spark`` and the silo builder use."""
     slot = lifecycle.component(_SparkSlot)
     if slot is not None:
         if slot.manager is not manager and slot.manager.started:

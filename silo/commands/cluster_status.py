@@ -13,9 +13,9 @@ from typing import Any
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.cluster.runtime import open_membership_table
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError, MessageRejectedError
+from orleanspy.hosting.builder import open_membership_table
 from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage
 from silo.config import find_config_file, load_config

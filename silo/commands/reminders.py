@@ -15,7 +15,7 @@ from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url
 from orleanspy.cluster.directory import DirectoryRing
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.hosting.silo import open_reminder_table
+from orleanspy.hosting.builder import open_reminder_table
 from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.cluster_status import read_membership
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage

@@ -214,8 +214,9 @@ class OpsServer:
                     return None  # a peer that answers nonsense is left out
                 return (got[0], got[1], got[2], got[3])
 
-            own: SiloAnswers = (cluster.status(), cluster.streams_status(),
-                                cluster.call_statistics(), cluster.reminders_status())
+            ops = silo.operations
+            own: SiloAnswers = (ops.status(), ops.streams_status(),
+                                ops.call_statistics(), ops.reminders_status())
             answers = [own, *[a for a in await asyncio.gather(*map(ask, peers)) if a]]
         return self.view.build(silo.options.cluster_id, answers)
 

@@ -25,13 +25,13 @@ from orleanspy import (
     placement,
 )
 from orleanspy._util.futures import reply_to
+from orleanspy.cluster.config import membership_options_of
 from orleanspy.cluster.directory import (
     DirectoryEntry,
     DirectoryPartition,
     DirectoryRing,
 )
 from orleanspy.cluster.membership import MemoryMembershipTable, SiloStatus
-from orleanspy.cluster.runtime import membership_options_of
 from orleanspy.cluster.transport import query_silo
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Direction, Message

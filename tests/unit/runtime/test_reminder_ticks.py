@@ -54,7 +54,7 @@ async def test_reminder_tick_is_not_a_deadlock_with_the_registering_turn(make_si
     clock = FakeClock()
     silo = await make_silo(ReminderHolder, clock=clock, minimum_reminder_period=1.0)
     rec = LogRecorder(silo.log)
-    silo.log = rec
+    silo.identity.log = rec
     ref = silo.get_grain(ReminderHolder, "a")
     call = asyncio.create_task(ref.hold_after_register())
     async with asyncio.timeout(WAIT):

@@ -31,7 +31,7 @@ from orleanspy.runtime.options import SiloOptions
 from orleanspy.testing import FakeClock
 
 RUNTIME = Path(__file__).resolve().parents[3] / "orleanspy" / "runtime"
-#: The silo itself (the composition root) and the client gateway it builds.
+#: The silo itself (the core the builder composes) and the client gateway.
 ROOTS = {"silo.py", "gateway.py"}
 
 
@@ -57,7 +57,8 @@ class _Host:
         self.registry: dict[str, GrainClassInfo] = {}
         self.locator = LocalLocator(self)
         self.catalog = Catalog(self, self.registry)
-        self.dispatcher = Dispatcher(self, self.catalog, self.locator, Codec(None))
+        self.dispatcher = Dispatcher(self, self.catalog, self.locator, Codec(None), clock=clock,
+                                     default_timeout=self.options.response_timeout)
         self.call_statistics = CallStatistics()
 
     def track(self, task: asyncio.Task[Any]) -> None:

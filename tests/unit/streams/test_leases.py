@@ -140,7 +140,7 @@ async def test_queues_balance_on_join_and_hand_off_on_a_graceful_stop():
         left = [set(provider_of(s).agents) for s in (silos[0], silos[2])]
         assert left[0] | left[1] == set(first.mapper.all_queues())
         assert owned[0] <= left[0] and owned[2] <= left[1]  # sticky: nobody lost a queue
-        status = silos[0].cluster.status() if silos[0].cluster else {}
+        status = silos[0].operations.status() if silos[0].operations else {}
         assert sorted(status["queues"]["s"]) == sorted(str(q) for q in left[0])
     finally:
         for silo in silos:

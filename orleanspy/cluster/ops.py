@@ -1,0 +1,116 @@
+"""SiloOperations: the control requests a cluster silo answers for tools and other silos.
+
+``orleanspy cluster status``, ``streams status``, ``grains locate``, ``grains top`` and the
+dashboard ask each silo through its transport; the peers' probes, gossip, load reports and
+cache hints arrive here too. The silo builder puts these functions in the transport's
+handler table.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING, Any, final
+
+from orleanspy.cluster.transport import decode_silo
+from orleanspy.errors import MessageRejectedError
+from orleanspy.ids import GrainId
+from orleanspy.runtime.reports import reminders_report, status_report, streams_report
+from orleanspy.runtime.silo import Silo
+
+if TYPE_CHECKING:
+    from orleanspy.cluster.runtime import ClusterRuntime
+
+__all__ = ["SiloOperations"]
+
+
+@final
+class SiloOperations:
+    """What a silo reports of itself, and the peers' hints it takes.
+
+    Args:
+        silo: the silo (its statistics, stream providers, catalog, call statistics).
+        cluster: its cluster runtime (membership status, view, directory, placement).
+    """
+
+    def __init__(self, silo: Silo, cluster: ClusterRuntime) -> None:
+        self._silo = silo
+        self._cluster = cluster
+
+    def status(self) -> dict[str, Any]:
+        """What ``orleanspy cluster status`` shows for this silo."""
+        silo = self._silo
+        cluster = self._cluster
+        queues: dict[str, list[str]] = {}
+        for name, provider in silo.stream_providers.items():
+            agents = getattr(provider, "agents", {})
+            queues[name] = sorted(str(q) for q in agents)
+        membership = cluster.membership
+        snapshot = cluster.snapshot
+        return {
+            **status_report(silo, silo.statistics()),
+            "silo": str(cluster.me),
+            "status": membership.status.value if membership and membership.status else None,
+            "pid": os.getpid(),
+            "queues": queues,
+            "directory_entries": len(cluster.directory.partition),
+            "view_version": snapshot.version,
+            "active_silos": [str(s) for s in snapshot.active_silos],
+        }
+
+    async def locate(self, type_name: Any, key: Any) -> dict[str, Any]:
+        """Where a grain is active (``orleanspy grains locate``), from the directory; asking
+        never activates it."""
+        if not isinstance(type_name, str) or type(key) not in (str, int, uuid.UUID):
+            raise MessageRejectedError(
+                "locate takes a grain type name and a str, int or UUID key", "bad_arguments")
+        grain_id = GrainId(type_name, key)
+        info = self._silo.catalog.info_for(grain_id)  # unknown type: says which one is close
+        cluster = self._cluster
+        if not cluster.uses_directory(info):
+            return {"grain": f"{type_name}/{key}", "directory": False, "silo": None}
+        entry = await cluster.directory.lookup(grain_id)
+        return {"grain": f"{type_name}/{key}", "directory": True,
+                "silo": str(entry.silo) if entry is not None else None,
+                "entry_held_by": str(cluster.directory.owner(grain_id))}
+
+    def streams_status(self) -> dict[str, Any]:
+        """What ``orleanspy streams status`` shows for this silo: each provider's agents
+        and latency histograms."""
+        return {"silo": str(self._cluster.me), **streams_report(self._silo)}
+
+    def reminders_status(self) -> dict[str, Any]:
+        """The reminders this silo fires (the dashboard's reminder panel)."""
+        return {"silo": str(self._cluster.me), **reminders_report(self._silo)}
+
+    def call_statistics(self) -> dict[str, Any]:
+        """What ``orleanspy grains top`` reads: each grain method's cumulative calls,
+        errors, seconds and latency buckets on this silo (``runtime.call_stats``)."""
+        return {"silo": str(self._cluster.me), "types": self._silo.call_statistics.snapshot()}
+
+    def handle_probe(self) -> bool:
+        """Another silo's ping: True while this silo is a live member."""
+        membership = self._cluster.membership
+        return membership is not None and membership.handle_probe()
+
+    async def probe_indirect(self, target: Any, timeout: Any) -> bool:
+        """Probe ``target`` for a silo that cannot reach it."""
+        membership = self._cluster.membership
+        if membership is None:
+            return False
+        return await membership.handle_indirect_probe(decode_silo(target), float(timeout))
+
+    async def on_gossip(self, version: int) -> None:
+        """Another silo wrote the membership table: refresh if that is news."""
+        membership = self._cluster.membership
+        if membership is not None:
+            await membership.on_gossip(version)
+
+    def on_load(self, silo: Any, count: Any) -> None:
+        """A peer's activation count (activation-count placement)."""
+        self._cluster.placement.loads[decode_silo(silo)] = int(count)
+
+    def on_cache(self, grain_id: Any, silo: Any) -> None:
+        """A peer's hint of where a grain lives (it forwarded a message of this silo's)."""
+        if type(grain_id) is GrainId:
+            self._cluster.directory.cache.put(grain_id, decode_silo(silo))
