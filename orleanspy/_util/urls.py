@@ -47,8 +47,9 @@ def anchor_sqlite(url: str, folder: str) -> str:
 class BackendUrl:
     """A parsed back-end URL.
 
-    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``nats`` or ``word`` (an allowed bare word, kept
-    in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as given.
+    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``nats`` or ``word`` (an allowed bare
+    word, kept in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as
+    given.
     """
 
     scheme: Scheme

@@ -178,6 +178,9 @@ class NatsQueueAdapter(QueueAdapter):
             pass
         acked = Ranges(ranges)
         pull = await Pull(self.link, self.stream_name, self.subject(queue)).open(floor + 1)
+        if not ranges:
+            await pull.close()
+            return pull.pending
         count = 0
         try:
             while True:

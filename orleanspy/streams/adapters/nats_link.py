@@ -207,6 +207,8 @@ class Pull:
         self._got: list[Msg] = []
         self._want = 0
         self._done: asyncio.Future[None] | None = None
+        #: messages the consumer had left to deliver when it was created
+        self.pending = 0
 
     async def open(self, start: int) -> Pull:
         """Create the consumer at stream sequence ``start`` (>= 1) and subscribe its replies."""
@@ -214,13 +216,14 @@ class Pull:
         self._inbox = nc.new_inbox()
         self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
         try:
-            await self._link.js.add_consumer(self._stream, ConsumerConfig(
+            info = await self._link.js.add_consumer(self._stream, ConsumerConfig(
                 name=self._name, filter_subject=self._subject, ack_policy=AckPolicy.NONE,
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start, 1),
                 inactive_threshold=120.0, mem_storage=True, num_replicas=1))
         except BaseException:
             await self.close(delete=False)
             raise
+        self.pending = info.num_pending or 0
         return self
 
     async def close(self, delete: bool = True) -> None:
