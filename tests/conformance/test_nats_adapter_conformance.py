@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from orleanspy.errors import ConfigurationError, LeaseLostError
+from orleanspy.errors import ConfigurationError, LeaseLostError, StreamError
 from orleanspy.streams.adapters.base import QueueAdapterFactory
 from orleanspy.streams.adapters.nats import NatsAdapterFactory, NatsQueueAdapter
+from orleanspy.streams.adapters.nats_link import Pull
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
 from orleanspy.testing.stream_conformance import QueueAdapterConformance
@@ -111,3 +113,49 @@ async def test_nats_enqueue_waits_for_the_server_and_coalesces_single_events(
 def test_nats_factory_rejects_bad_urls(url: str) -> None:
     with pytest.raises(ConfigurationError):
         NatsAdapterFactory(url)
+
+
+async def test_nats_receiver_replaces_a_lost_consumer_and_skips_nothing(nats_url: str) -> None:
+    adapter = await _open(nats_url)
+    try:
+        stream = StreamId("s", 1)
+        for n in range(6):
+            await adapter.enqueue(Q0, stream, [n])
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        first = await receiver.get_messages(2)
+        # the server forgets the receiver's consumer (as a restarted server does)
+        for name in await adapter.link.js.consumers_info(adapter.stream_name):
+            await adapter.link.js.delete_consumer(adapter.stream_name, name.name)
+        with pytest.raises(Exception):  # noqa: B017 - whatever the server answers
+            await receiver.get_messages(2)
+        rest = await receiver.get_messages(10)
+        await receiver.shutdown()
+    finally:
+        await adapter.close()
+    assert [c.events[0] for c in first + rest] == list(range(6))
+
+
+async def test_nats_pull_fails_rather_than_skip_a_message_lost_in_transit(
+    nats_url: str,
+) -> None:
+    adapter = await _open(nats_url)
+    try:
+        for n in range(3):
+            await adapter.enqueue(Q0, StreamId("s", 1), [n])
+        pull = Pull(adapter.link, adapter.stream_name, adapter.subject(Q0))
+        original = pull._on_msg
+        seen: list[int] = []
+
+        async def drop_second(msg: Any) -> None:
+            seen.append(1)
+            if len(seen) != 2:  # the second message never arrives
+                await original(msg)
+
+        pull._on_msg = drop_second  # type: ignore[method-assign]
+        await pull.open(1)
+        with pytest.raises(StreamError, match="consumer sequence 3 after 1"):
+            await pull.fetch(3)
+        await pull.close()
+    finally:
+        await adapter.close()

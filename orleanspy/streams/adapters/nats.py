@@ -241,6 +241,7 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         self._codec = Codec()
         self._state = "new"
         self._pull: Pull | None = None
+        self._dropped: list[Pull] = []  # pulls given up on, to be closed
         self._me = uuid.uuid4().hex
         self._epoch = 0
         self._revision = 0
@@ -308,14 +309,18 @@ class NatsQueueReceiver(QueueAdapterReceiver):
                                       self._codec.unpackb, None, at)
 
     async def _fetch(self, count: int) -> list[Msg]:
+        while self._dropped:
+            await self._dropped.pop().close()
         pull = self._pull
         if pull is None:
             pull = self._pull = await self._new_pull(self._last + 1)
         try:
             return await pull.fetch(count)
-        except Exception:
-            self._pull = None  # it may have moved past what this call lost: start anew
-            await pull.close()
+        except BaseException:
+            # Failed or cancelled: its consumer may have moved past messages this call did
+            # not take, so the next read starts a new one after the last message taken.
+            self._pull = None
+            self._dropped.append(pull)
             raise
 
     def _new_pull(self, start: int) -> Awaitable[Pull]:
@@ -453,8 +458,11 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         if self._state == "stopped":
             return
         self._state = "stopped"
-        pull, self._pull = self._pull, None
-        if pull is not None:
+        pulls, self._dropped = self._dropped, []
+        if self._pull is not None:
+            pulls.append(self._pull)
+            self._pull = None
+        for pull in pulls:
             await pull.close()
 
 

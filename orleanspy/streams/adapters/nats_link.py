@@ -11,6 +11,9 @@ not arrive (a disconnect, a restarting server) is sent again with the same id un
 ``Pull`` reads one subject from a sequence on through an ephemeral pull consumer with no
 acknowledgements (positions are the adapter's own): each ``fetch`` is one ``no_wait`` pull
 request, answered by what is stored now and a status message, so it never waits for data.
+A fetch fails, rather than skip a message, when the consumer's sequence jumps (messages lost
+on a dropped connection) or the request is not answered: the reader then starts a new
+consumer after the last message it took.
 """
 
 from __future__ import annotations
@@ -126,15 +129,16 @@ class NatsLink:
         if waiter is not None and not waiter.done():
             waiter.set_result(b"" if is_status(msg) else msg.data)
 
-    async def _send(self, subject: str, body: bytes, msg_id: str) -> asyncio.Future[bytes]:
+    async def _send(self, subject: str, body: bytes, msg_id: str,
+                    tags: list[str]) -> asyncio.Future[bytes]:
         tag = str(next(self._ids))
+        tags.append(tag)
         waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._acks[tag] = waiter
         try:
             await self.client.publish(subject, body, reply=f"{self._inbox}.{tag}",
                                       headers={"Nats-Msg-Id": msg_id})
         except Exception as exc:
-            self._acks.pop(tag, None)
             waiter.set_exception(exc)
         return waiter
 
@@ -151,9 +155,16 @@ class NatsLink:
         pending = list(items)
         last: BaseException | str = "no acknowledgement"
         while True:
-            waiters = [await self._send(s, b, m) for s, b, m in pending]
-            wait = min(ACK_WAIT, deadline - clock.monotonic())
-            await asyncio.wait(waiters, timeout=max(0.05, wait))
+            tags: list[str] = []
+            waiters = [await self._send(s, b, m, tags) for s, b, m in pending]
+            try:
+                async with clock.timeout(max(0.05, min(ACK_WAIT, deadline - clock.monotonic()))):
+                    await asyncio.wait(waiters)
+            except TimeoutError:
+                pass  # sent again below, if there is time left
+            finally:
+                for tag in tags:
+                    self._acks.pop(tag, None)
             first_failed = None
             for i, waiter in enumerate(waiters):
                 why = _failure(waiter)
@@ -209,6 +220,7 @@ class Pull:
         self._done: asyncio.Future[None] | None = None
         #: messages the consumer had left to deliver when it was created
         self.pending = 0
+        self._cseq = 0  # the consumer sequence of the last message taken
 
     async def open(self, start: int) -> Pull:
         """Create the consumer at stream sequence ``start`` (>= 1) and subscribe its replies."""
@@ -252,6 +264,13 @@ class Pull:
                 done.set_exception(StreamError(f"pull request on {self._subject} answered "
                                                f"{code} {msg.headers!r}"))
             return
+        parts = (msg.reply or "").split(".")
+        cseq = int(parts[6] if len(parts) == 9 else parts[8])
+        if cseq != self._cseq + 1:  # lost in transit (a dropped connection): never skip one
+            done.set_exception(StreamError(
+                f"pull on {self._subject}: consumer sequence {cseq} after {self._cseq}"))
+            return
+        self._cseq = cseq
         self._got.append(msg)
         if len(self._got) >= self._want:
             done.set_result(None)
