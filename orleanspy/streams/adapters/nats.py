@@ -253,6 +253,7 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         self._outstanding: set[int] = set()  # of ``_read``: returned, not acknowledged
         self._purged = 0
         self._since_purge = 0
+        self._dirty = False  # acknowledged here, not yet in the bucket (a failed write)
         self._sids: dict[bytes, StreamId] = {}
         self._reading: asyncio.Future[None] | None = None
 
@@ -371,13 +372,15 @@ class NatsQueueReceiver(QueueAdapterReceiver):
                 outstanding.discard(seq)
                 acked.add(seq)
                 fresh += 1
-        if not fresh:
+        if not fresh and not self._dirty:
             return
         read = self._read
         while read and read[0] in acked:
             self._floor = read.popleft()
             acked.discard(self._floor)
+        self._dirty = True  # until written: the next call (or shutdown) writes it again
         await self._commit()
+        self._dirty = False
         self._since_purge += fresh
         if self._since_purge >= _PURGE_EVERY and self._floor > self._purged:
             await self._purge()
@@ -457,6 +460,10 @@ class NatsQueueReceiver(QueueAdapterReceiver):
             await asyncio.shield(self._reading)
         if self._state == "stopped":
             return
+        if self._dirty and self._state == "ready":
+            with contextlib.suppress(Exception):  # not written: delivered again (at least once)
+                async with self._adapter.link.clock.timeout(2.0):
+                    await self._commit()
         self._state = "stopped"
         pulls, self._dropped = self._dropped, []
         if self._pull is not None:
