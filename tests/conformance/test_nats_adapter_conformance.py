@@ -159,3 +159,21 @@ async def test_nats_pull_fails_rather_than_skip_a_message_lost_in_transit(
         await pull.close()
     finally:
         await adapter.close()
+
+
+async def test_nats_token_at_a_time_is_the_first_container_written_since(nats_url: str) -> None:
+    adapter = await _open(nats_url)
+    try:
+        for n in range(3):
+            await adapter.enqueue(Q0, StreamId("s", 1), [n])
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        first, second, third = await receiver.get_messages(10)
+        await receiver.shutdown()
+
+        assert await adapter.token_at(Q0, 0.0) == first.token
+        assert await adapter.token_at(Q0, second.enqueued_at - 1e-6) == second.token
+        assert await adapter.token_at(Q0, third.enqueued_at + 1.0) is None
+        assert await adapter.token_at(QueueId("p", 1), 0.0) is None
+    finally:
+        await adapter.close()

@@ -68,6 +68,7 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterReceiver,
 )
 from orleanspy.streams.adapters.nats_link import (
+    Decoder,
     NatsLink,
     Pull,
     Ranges,
@@ -191,6 +192,20 @@ class NatsQueueAdapter(QueueAdapter):
         finally:
             await pull.close()
 
+    async def token_at(self, queue: QueueId, when: float) -> SequenceToken | None:
+        """The token of ``queue``'s first container written at or after ``when`` (seconds
+        since the epoch, by the NATS server's clock), or None if none was written since: a
+        subscription given it (``subscribe(handler, token)``) starts at that time, reading
+        what the agent's cache no longer holds from the stream (acknowledged containers
+        are gone: it starts at the oldest kept one at the earliest)."""
+        self._check_open("token_at()")
+        pull = await Pull(self.link, self.stream_name, self.subject(queue)).open(0, at=when)
+        try:
+            msgs = await pull.fetch(1)
+        finally:
+            await pull.close()
+        return container_token(meta(msgs[0].reply or "")[0]) if msgs else None
+
     async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
         self._check_open("enqueue()")
         if not events:
@@ -238,7 +253,7 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         self._queue = queue
         self._adapter = adapter
         self._key = name_token(str(queue))
-        self._codec = Codec()
+        self._container = Decoder()
         self._state = "new"
         self._pull: Pull | None = None
         self._dropped: list[Pull] = []  # pulls given up on, to be closed
@@ -254,7 +269,6 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         self._purged = 0
         self._since_purge = 0
         self._dirty = False  # acknowledged here, not yet in the bucket (a failed write)
-        self._sids: dict[bytes, StreamId] = {}
         self._reading: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
@@ -294,20 +308,6 @@ class NatsQueueReceiver(QueueAdapterReceiver):
         self._purged = floor
         self._inherited = Ranges(ranges)
         self._state = "ready"
-
-    def _container(self, msg: Msg, seq: int, at: float) -> BatchContainer:
-        body = msg.data
-        ns_end = 2 + int.from_bytes(body[:2], "big")
-        end = ns_end + 2 + int.from_bytes(body[ns_end:ns_end + 2], "big")
-        head = body[:end]
-        sid = self._sids.get(head)
-        if sid is None:
-            if len(self._sids) > 4096:
-                self._sids.clear()
-            sid = self._sids[head] = StreamId(body[2:ns_end].decode(),
-                                              self._codec.unpackb(body[ns_end + 2:end]))
-        return BatchContainer.encoded(sid, container_token(seq), body[end:],
-                                      self._codec.unpackb, None, at)
 
     async def _fetch(self, count: int) -> list[Msg]:
         while self._dropped:

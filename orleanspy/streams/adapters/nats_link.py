@@ -1,5 +1,6 @@
 """The NATS side of ``NatsQueueAdapter``: names, the connection, publishing with awaited
-acknowledgements, and no-wait pull requests.
+acknowledgements (``Writer`` coalesces, ``NatsLink`` publishes), no-wait pull requests
+(``Pull``), the message format (``head_of``, ``Decoder``) and acknowledged ranges.
 
 ``NatsLink`` is one connection per adapter (``nats-py``, reconnecting forever, so a NATS
 server restart does not stop the silo). Publishing goes through one reply subscription:
@@ -27,6 +28,7 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -40,12 +42,13 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from orleanspy._util.clock import Clock
 from orleanspy.errors import ConfigurationError, StreamError
 from orleanspy.messaging.codec import Codec, pack_array
-from orleanspy.streams.adapters.base import COALESCE_MAX
+from orleanspy.streams.adapters.base import COALESCE_MAX, BatchContainer
 from orleanspy.streams.ids import StreamId
+from orleanspy.streams.tokens import container_token
 
 __all__ = [
-    "DEFAULT_PREFIX", "NatsLink", "Pull", "Ranges", "Writer", "head_of", "meta", "name_token",
-    "split_nats_url",
+    "DEFAULT_PREFIX", "Decoder", "NatsLink", "Pull", "Ranges", "Writer", "head_of", "meta",
+    "name_token", "split_nats_url",
 ]
 
 DEFAULT_PREFIX: Final = "orleanspy"
@@ -222,16 +225,21 @@ class Pull:
         self.pending = 0
         self._cseq = 0  # the consumer sequence of the last message taken
 
-    async def open(self, start: int) -> Pull:
-        """Create the consumer at stream sequence ``start`` (>= 1) and subscribe its replies."""
+    async def open(self, start: int, at: float | None = None) -> Pull:
+        """Create the consumer at stream sequence ``start`` (>= 1), or at the first message
+        written at or after ``at`` (seconds since the epoch) if given, and subscribe its
+        replies."""
         nc = self._link.client
         self._inbox = nc.new_inbox()
         self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
+        where: dict[str, Any] = (
+            {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": max(start, 1)}
+            if at is None else {"deliver_policy": DeliverPolicy.BY_START_TIME,
+                                "opt_start_time": datetime.fromtimestamp(at, UTC).isoformat()})
         try:
             info = await self._link.js.add_consumer(self._stream, ConsumerConfig(
                 name=self._name, filter_subject=self._subject, ack_policy=AckPolicy.NONE,
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start, 1),
-                inactive_threshold=120.0, mem_storage=True, num_replicas=1))
+                inactive_threshold=120.0, mem_storage=True, num_replicas=1, **where))
         except BaseException:
             await self.close(delete=False)
             raise
@@ -390,6 +398,29 @@ class Ranges:
             if b > seq:
                 out += (max(a, seq + 1), b)
         return out
+
+
+class Decoder:
+    """Containers from messages (``head_of`` bytes, then the encoded events); the stream ids
+    of recent heads are kept, so a message of a known stream decodes no key."""
+
+    def __init__(self) -> None:
+        self._unpack = Codec().unpackb
+        self._sids: dict[bytes, StreamId] = {}
+
+    def __call__(self, msg: Msg, seq: int, at: float) -> BatchContainer:
+        body = msg.data
+        ns_end = 2 + int.from_bytes(body[:2], "big")
+        end = ns_end + 2 + int.from_bytes(body[ns_end:ns_end + 2], "big")
+        head = body[:end]
+        sid = self._sids.get(head)
+        if sid is None:
+            if len(self._sids) > 4096:
+                self._sids.clear()
+            sid = self._sids[head] = StreamId(body[2:ns_end].decode(),
+                                              self._unpack(body[ns_end + 2:end]))
+        return BatchContainer.encoded(sid, container_token(seq), body[end:], self._unpack,
+                                      None, at)
 
 
 def meta(reply: str) -> tuple[int, float]:
