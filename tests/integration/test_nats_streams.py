@@ -201,6 +201,9 @@ async def test_silos_ride_out_a_nats_server_restart(
             assert firsts == acknowledged[key], f"stream {key} out of order"
             assert len(got[key]) == len(set(got[key])), f"stream {key}: duplicates"
         assert all(s.proc.returncode is None for s in silos)  # nobody crashed
+        # each silo saw the server go and come back, on the connection it started with
+        assert all("nats_disconnected" in s.log_text() for s in silos)
+        assert all("nats_reconnected" in s.log_text() for s in silos)
 
         async def pending() -> int:
             return sum([await adapter.pending_count(q) for q in mapper.all_queues()])

@@ -41,6 +41,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from orleanspy._util.clock import Clock
 from orleanspy.errors import ConfigurationError, StreamError
+from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX, BatchContainer
 from orleanspy.streams.ids import StreamId
@@ -113,10 +114,23 @@ class NatsLink:
         return self.nc
 
     async def open(self) -> None:
+        log = get_logger(__name__, server=self.server_url)
+
+        async def on_error(exc: Exception) -> None:
+            log.debug("nats_error", error=repr(exc))  # each failed reconnect attempt too
+
+        async def on_disconnected() -> None:
+            log.warning("nats_disconnected")
+
+        async def on_reconnected() -> None:
+            log.info("nats_reconnected")
+
         try:
             self.nc = await nats.connect(
                 self.server_url, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                connect_timeout=5, allow_reconnect=True, name="orleanspy-streams")
+                connect_timeout=5, allow_reconnect=True, name="orleanspy-streams",
+                error_cb=on_error, disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected)
         except Exception as exc:
             raise StreamError(f"NATS at {self.server_url} is unreachable: {exc!r}") from exc
         self._js = self.nc.jetstream(timeout=5.0)
