@@ -17,8 +17,11 @@ reads through an ephemeral, acknowledgement-free consumer from its own position,
 queue's acknowledged set lives in the bucket under the queue's key: ``floor`` (every message
 of the queue up to it is acknowledged) and ranges above it. A receiver starts at ``floor + 1``
 and skips the messages in the ranges; ``read_from`` reads kept messages with a consumer of
-its own, skipping the acknowledged ones, so the adapter is rewindable. Messages at or below
-the floor are purged from the stream as the floor moves.
+its own, skipping the acknowledged ones, so the adapter is rewindable, and ``token_at``
+turns a time into the token to start from (JetStream's start by time). Messages at or below
+the floor are purged from the stream as the floor moves (every few hundred
+acknowledgements). A read never skips a message: one lost in transit (the consumer's
+sequence jumps) or an unanswered read replaces the consumer after the last message taken.
 
 Fencing. ``initialize`` claims the queue: it rewrites the queue's entry with an epoch one
 higher and the receiver's own id, a compare-and-set on the entry's revision. Every
@@ -32,12 +35,12 @@ so no lease store has to live on the NATS server.
 Producing: ``enqueue`` and the stream senders coalesce like the Redis adapter (single events
 of one stream published before the next round share one container; a batch is a container
 of its own); each round is published in order and the callers return once JetStream has
-acknowledged their message (stored on disk, by the server's ``sync_interval``). A message
+acknowledged their message (written to its files; flushed by its sync interval). A message
 is sent again with the same ``Nats-Msg-Id`` while unacknowledged (a restarting server),
 and JetStream drops the copy it already holds (duplicate window two minutes).
 
 At-least-once window: containers read but not acknowledged when a receiver stops (a crash,
-a queue move, an acknowledgement that failed while the server was away) are delivered again
+a queue move, an acknowledgement not written while the server was away) are delivered again
 by the queue's next receiver; nothing acknowledged is delivered again, nothing stored is
 lost.
 """
