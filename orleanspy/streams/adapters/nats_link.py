@@ -102,6 +102,7 @@ class NatsLink:
         self._ids = itertools.count(1)
         self._origin = uuid.uuid4().hex[:16]
         self._acks: dict[str, asyncio.Future[bytes]] = {}
+        self._closing = False
 
     @property
     def js(self) -> JetStreamContext:
@@ -120,7 +121,8 @@ class NatsLink:
             log.debug("nats_error", error=repr(exc))  # each failed reconnect attempt too
 
         async def on_disconnected() -> None:
-            log.warning("nats_disconnected")
+            if not self._closing:
+                log.warning("nats_disconnected")
 
         async def on_reconnected() -> None:
             log.info("nats_reconnected")
@@ -138,6 +140,7 @@ class NatsLink:
         await self.nc.subscribe(self._inbox + ".*", cb=self._on_ack)
 
     async def close(self) -> None:
+        self._closing = True
         if self.nc is not None:
             await self.nc.close()
 
