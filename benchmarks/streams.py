@@ -27,6 +27,12 @@ docs/benchmarks.md, section "Streams"):
    msgpack-encoded events in transactions of 1000 rows with ``executemany``, select them
    back in order 1000 at a time, delete each page.
 
+5. ``jetstream_10_producers_vs_handwritten``: figure 1 on ``NatsAdapterFactory`` (NATS
+   JetStream at ``NATS_URL``, default ``nats://127.0.0.1:4222``; each ``on_next`` returns
+   once JetStream acknowledged the message holding it), until the consumer has all N and
+   the queue holds nothing unacknowledged. Baseline: nats-py by hand in the same run, each
+   producer awaiting the JetStream publish of its event, a pull reader purging what it read.
+
 Every consumer (ours and the baselines') does the same work per event: count it and check
 that each producer's events arrive in order.
 
@@ -652,6 +658,58 @@ async def raw_redis(url: str, n: int, batch: int = 1) -> float:
     return n / elapsed
 
 
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+
+
+async def handwritten_jetstream(url: str, n: int, producers: int = 10) -> float:
+    """The same per-event work by hand with nats-py: ``producers`` tasks each ``await`` the
+    JetStream publish of their event (one message each, the server's acknowledgement
+    awaited; the connection pipelines the producers' requests), a reader pulling the
+    subject in order through an ephemeral consumer (1000 at a time), counting, and purging
+    what it read (the acknowledgement). Events/s until the consumer has all ``n``."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    per = n // producers
+    n = per * producers
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    name = f"orleanspy-bench-hand-{os.getpid()}-{next(_ids)}"
+    subject = name.replace("-", "_")
+    await js.add_stream(name=name, subjects=[subject])
+    tally = Tally(n)
+    pack, unpack = msgpack.packb, msgpack.unpackb
+
+    async def producer(p: int) -> None:
+        for i in range(per):
+            await js.publish(subject, pack([[p, i, BODY]]))
+
+    async def reader() -> None:
+        sub = await js.pull_subscribe(
+            subject, config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+        while tally.count < n:
+            try:
+                msgs = await sub.fetch(SQLITE_CHUNK, timeout=0.05)
+            except nats.errors.TimeoutError:
+                continue
+            for msg in msgs:
+                for event in unpack(msg.data):
+                    tally.add(event)
+            await js.purge_stream(name, seq=msgs[-1].metadata.sequence.stream + 1)
+        await sub.unsubscribe()
+
+    gc.collect()
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(reader(), *(producer(p) for p in range(producers)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        await js.delete_stream(name)
+        await nc.close()
+    tally.check("hand-written nats-py JetStream")
+    return n / elapsed
+
+
 # -- measurement ----------------------------------------------------------------------------
 async def calibrate(trial: Trial, deliveries_per_event: int, seconds: float, n_max: int) -> int:
     """Warm up and return the event count that makes one trial last about ``seconds``."""
@@ -825,6 +883,27 @@ async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
                 f"N={n:,}, {PRODUCERS} producers each awaiting its on_next_batch of {BATCH} "
                 "(one batch in flight per producer); baseline as above",
             ))
+    if "jetstream" in which:
+        from orleanspy.streams.adapters.nats import NatsAdapterFactory
+
+        url = f"{NATS_URL}?prefix=orleanspy_bench_{os.getpid()}_{next(_ids)}"
+        factory = NatsAdapterFactory(url)
+        provider = PersistentStreamProvider(factory, _provider_options())
+        async with _silo({"j": provider}) as silo:
+            progress("JetStream adapter, 10 producers awaiting each event vs by hand ...")
+            try:
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "j", wait_ack=True),
+                    partial(handwritten_jetstream, NATS_URL),
+                    deliveries_per_event=1, seconds=s, trials=t,
+                )
+            finally:
+                await silo.stream_providers["j"].adapter.delete_all()
+        figures.append(Figure(
+            "jetstream_10_producers_vs_handwritten", ours, "events/s", base, 1.0,
+            f"N={n:,}; baseline: nats-py by hand, producers awaiting the JetStream "
+            "acknowledgement of their event's message, pull reader, purge of what was read",
+        ))
     return figures
 
 
@@ -1166,7 +1245,7 @@ async def profile(which: str, n: int) -> None:
 
 
 # -- main -----------------------------------------------------------------------------------
-GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "backpressure")
+GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "jetstream", "backpressure")
 
 
 async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:

@@ -4,6 +4,7 @@ Example::
 
     [streams.events]
     adapter = "sqlite:streams.db"     # memory | generator | sqlite:PATH | redis://HOST:PORT/DB
+                                      # | nats://HOST:PORT?prefix=P (JetStream; needs nats-py)
     total_queues = 8
     cache_size = 4096
     flow_control = "min"
@@ -46,7 +47,7 @@ _OPTION_FIELDS: Final = tuple(
 )
 _GENERATOR_FIELDS: Final = ("namespace", "streams_per_queue", "events_per_stream")
 _KNOWN: Final = (*_OPTION_FIELDS, "adapter", "namespaces", "generator")
-_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis"})
+_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis", "nats"})
 _ADAPTER_WORDS: Final = frozenset({"generator"})
 
 
@@ -64,6 +65,14 @@ def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> Queu
         return MemoryAdapterFactory()
     if parsed.scheme == "redis":
         return RedisAdapterFactory(parsed.text)
+    if parsed.scheme == "nats":
+        try:  # the optional nats-py client: imported only when configured
+            from orleanspy.streams.adapters.nats import NatsAdapterFactory
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"{where}.adapter = {url!r} needs the NATS client: pip install "
+                f"'orleanspy[nats]' ({exc})") from None
+        return NatsAdapterFactory(parsed.text)
     if parsed.scheme == "word":  # generator
         gen = table.get("generator", {})
         if not isinstance(gen, dict):

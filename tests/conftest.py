@@ -66,3 +66,56 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     require_redis()
     yield url_for(tmp_path)
     delete_prefix(prefix_for(tmp_path))
+
+
+# -- NATS --------------------------------------------------------------------------------
+
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+_nats_reachable: list[str | None] = []
+
+
+def require_nats() -> None:
+    """Skip (fail under CI) unless the NATS server of ``NATS_URL`` accepts connections."""
+    if not _nats_reachable:
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(NATS_URL)
+        try:
+            socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222),
+                                     timeout=2).close()
+            _nats_reachable.append(None)
+        except OSError as exc:
+            _nats_reachable.append(f"NATS at {NATS_URL} is unreachable ({exc}); set NATS_URL")
+    why = _nats_reachable[0]
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+async def delete_nats_prefix(url: str, prefix: str) -> None:
+    """Delete every JetStream stream (and key-value bucket) named after ``prefix``."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        for info in await js.streams_info():
+            name = info.config.name or ""
+            if name.startswith((f"{prefix}_", f"KV_{prefix}_")):
+                await js.delete_stream(name)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    """A NATS URL with a stream prefix of this test's own; skips (or fails under CI) without
+    NATS; deletes the test's streams and buckets afterwards."""
+    import asyncio
+
+    require_nats()
+    prefix = prefix_for(tmp_path).replace("orleanspy-test-", "t")
+    yield f"{NATS_URL}?prefix={prefix}"
+    asyncio.run(delete_nats_prefix(NATS_URL, prefix))

@@ -2,8 +2,9 @@
 
 Accepted forms: ``memory``; ``sqlite:PATH`` and ``sqlite://PATH`` (a relative PATH resolves
 against the data directory, an absolute one stands, ``sqlite:///abs/path`` included);
-``redis://[user:password@]host[:port][/db]`` and ``rediss://…``; plus any extra bare words a
-caller allows (``generator`` for stream queues).
+``redis://[user:password@]host[:port][/db]`` and ``rediss://…``; ``nats://host:port`` and
+``tls://…`` (stream queues in NATS JetStream); plus any extra bare words a caller allows
+(``generator`` for stream queues).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from orleanspy.errors import ConfigurationError
 
 __all__ = ["BackendUrl", "anchor_sqlite", "parse_backend_url", "relative_sqlite", "sqlite_file"]
 
-Scheme = Literal["memory", "sqlite", "redis", "word"]
+Scheme = Literal["memory", "sqlite", "redis", "nats", "word"]
 
 
 def sqlite_file(url: object) -> str | None:
@@ -46,8 +47,9 @@ def anchor_sqlite(url: str, folder: str) -> str:
 class BackendUrl:
     """A parsed back-end URL.
 
-    ``scheme`` is ``memory``, ``sqlite``, ``redis`` or ``word`` (an allowed bare word, kept
-    in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as given.
+    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``nats`` or ``word`` (an allowed bare
+    word, kept in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as
+    given.
     """
 
     scheme: Scheme
@@ -84,6 +86,7 @@ def parse_backend_url(
         [*(("memory",) if "memory" in allow else ()), *sorted(words)]
         + (["sqlite:PATH"] if "sqlite" in allow else [])
         + (["redis://HOST:PORT/DB"] if "redis" in allow else [])
+        + (["nats://HOST:PORT"] if "nats" in allow else [])
     )
 
     def bad(why: str) -> ConfigurationError:
@@ -110,4 +113,8 @@ def parse_backend_url(
         if not rest:
             raise bad("no host named")
         return BackendUrl("redis", text)
+    if text.startswith(("nats://", "tls://")) and "nats" in allow:
+        if not text.split("://", 1)[1]:
+            raise bad("no host named")
+        return BackendUrl("nats", text)
     raise bad("unknown back end")

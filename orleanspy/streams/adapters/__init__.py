@@ -1,5 +1,9 @@
 """Queue adapters (2): the contract and the memory, generator, SQLite and Redis implementations.
 
+The NATS JetStream adapter is imported from its own module,
+``orleanspy.streams.adapters.nats`` (``NatsAdapterFactory``): it needs the optional
+``nats-py`` client (the ``nats`` extra), which importing this package does not.
+
 Data path: producer (1) -> ``QueueAdapter.enqueue`` -> queue -> ``QueueAdapterReceiver``
 -> pulling agent (3). See ``base`` for the guarantees every adapter keeps.
 """

@@ -219,12 +219,14 @@ def test_load_config_bad_backend_url_names_the_key_and_the_forms(tmp_path: Path)
 def test_stream_adapter_urls_resolve_against_the_data_dir(tmp_path: Path) -> None:
     path = write(tmp_path, '[silo]\ndata_dir = "d"\n[streams.a]\nadapter = "sqlite:s.db"\n'
                  '[streams.b]\nadapter = "memory"\n[streams.c]\nadapter = "generator"\n'
-                 '[streams.d]\nadapter = "redis://h:6379/0?prefix=p"\n')
+                 '[streams.d]\nadapter = "redis://h:6379/0?prefix=p"\n'
+                 '[streams.e]\nadapter = "nats://h:4222?prefix=p"\n')
     streams = load_config(path, environ={}).streams
-    assert set(streams) == {"a", "b", "c", "d"}
+    assert set(streams) == {"a", "b", "c", "d", "e"}
     factories = {name: type(p.adapter_factory).__name__ for name, p in streams.items()}
     assert factories == {"a": "SqliteAdapterFactory", "b": "MemoryAdapterFactory",
-                         "c": "GeneratorAdapterFactory", "d": "RedisAdapterFactory"}
+                         "c": "GeneratorAdapterFactory", "d": "RedisAdapterFactory",
+                         "e": "NatsAdapterFactory"}
     assert streams["a"].adapter_factory._path == str(tmp_path / "d" / "s.db")
 
 
@@ -234,4 +236,4 @@ def test_bad_stream_adapter_names_the_key_and_the_forms(tmp_path: Path) -> None:
         load_config(path, environ={})
     message = str(info.value)
     assert message.startswith(f"{path}: streams.events.adapter = 'kafka://x': unknown back end")
-    assert "generator | memory | redis://HOST:PORT/DB | sqlite:PATH" in message
+    assert "generator | memory | nats://HOST:PORT | redis://HOST:PORT/DB | sqlite:PATH" in message

@@ -78,12 +78,17 @@ class Source(Grain):
 Factory = Callable[[], Any]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "nats"])
 def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     if request.param == "memory":
         return MemoryAdapterFactory
     if request.param == "sqlite":
         return lambda: SqliteAdapterFactory(str(tmp_path / "q.db"))
+    if request.param == "nats":
+        from orleanspy.streams.adapters.nats import NatsAdapterFactory
+
+        nats_url = request.getfixturevalue("nats_url")
+        return lambda: NatsAdapterFactory(nats_url)
     url = request.getfixturevalue("redis_url")
     return lambda: RedisAdapterFactory(url)
 
