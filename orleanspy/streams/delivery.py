@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from time import time as wall_time
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.backoff import Backoff
@@ -50,10 +49,10 @@ ERROR = "__orleanspy_stream_error__"
 Event = tuple[Any, SequenceToken]
 
 
-def _observe(latency: Histogram, enqueued_at: float) -> None:
+def _observe(latency: Histogram, now: float, enqueued_at: float) -> None:
     """A delivery's end-to-end time, from its oldest container's write time (if known)."""
     if enqueued_at:
-        latency.record(wall_time() - enqueued_at)
+        latency.record(now - enqueued_at)
 
 
 def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
@@ -244,7 +243,7 @@ class Delivery:
                             self.delivered += len(spilled)
                             latency = self.latency
                             if latency is not None and latency.due():
-                                _observe(latency, containers[0].enqueued_at)
+                                _observe(latency, clock.time(), containers[0].enqueued_at)
                     continue
                 cursor = sub.cursor
                 if cursor is None:
@@ -305,7 +304,7 @@ class Delivery:
                     if n < TIME_ALL or not n & SAMPLE_MASK:
                         if n >= TIME_ALL and not n & ROLL_MASK:
                             latency.roll()
-                        _observe(latency, items[0].container.enqueued_at)
+                        _observe(latency, clock.time(), items[0].container.enqueued_at)
                 cursor.advance(items)
                 sub.progress_at = clock.monotonic()
                 if ok:

@@ -29,7 +29,6 @@ import asyncio
 import random
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from time import time as wall_time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.diagnostics import (
@@ -134,6 +133,7 @@ class PullingAgent(SystemTarget):
         self.receiver: QueueAdapterReceiver | None = None
         self.streams: dict[StreamId, dict[str, Subscription]] = {}
         self._registering: set[StreamId] = set()
+        self._registered = asyncio.Event()  # set when a registration ends (the hand-off)
         #: subscriptions the rendezvous announced while their stream was registering
         self._early: dict[StreamId, dict[str, SubscriptionRecord]] = {}
         #: when each known stream last had an event read (the inactivity sweep)
@@ -232,22 +232,30 @@ class PullingAgent(SystemTarget):
         """Let the delivery loops deliver what is cached, until every subscription that is
         served from the cache has caught up (and no stream is registering), or
         ``handoff_timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.handoff_timeout
+        clock = self.clock
+        deadline = clock.monotonic() + self.options.handoff_timeout
         while True:
             await self._ack()
             subs = [s for subs in self.streams.values() for s in subs.values()
                     if s.spilled_from is None and not s.abandoned]
             for sub in subs:
                 self.restart(sub)  # no-op without cached events (or a task already)
-            tasks = [s.task for s in subs if s.task is not None]
-            left = deadline - loop.time()
-            if (not tasks and not self._registering) or left <= 0:
+            waits: list[asyncio.Future[Any]] = [s.task for s in subs if s.task is not None]
+            if (not waits and not self._registering) or clock.monotonic() >= deadline:
                 return
-            if tasks:
-                await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            else:  # a registration or a turn between loops: look again shortly
-                await asyncio.sleep(min(left, 0.01))
+            registered = None
+            if self._registering:  # a registration ends: its subscriptions attach
+                self._registered.clear()
+                registered = asyncio.ensure_future(self._registered.wait())
+                waits.append(registered)
+            try:
+                async with clock.timeout_at(deadline):
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            except TimeoutError:
+                return
+            finally:
+                if registered is not None:
+                    registered.cancel()
 
     async def _ack_handed_off(self) -> None:
         """Hand-off (stop, after the deliveries finished): also acknowledge the cached
@@ -424,8 +432,12 @@ class PullingAgent(SystemTarget):
                     self._attach(sid, record, record.token or first)
         finally:
             self.cache.remove_cursor(pin)
-            self._registering.discard(sid)
-            self._early.pop(sid, None)
+            self._registration_ended(sid)
+
+    def _registration_ended(self, sid: StreamId) -> None:
+        self._registering.discard(sid)
+        self._early.pop(sid, None)
+        self._registered.set()
 
     def _sweep(self) -> None:
         """Forget the streams that had no event for ``inactivity_period`` and have nothing
@@ -469,8 +481,7 @@ class PullingAgent(SystemTarget):
             await self._register_stream(sid, pin.item.token, pin)
             return
         self.cache.remove_cursor(pin)
-        self._registering.discard(sid)
-        self._early.pop(sid, None)
+        self._registration_ended(sid)
 
     def _under_pressure(self) -> bool:
         """Stop reading? Entered at the cache's pressure mark; left (hysteresis) once the cache
@@ -686,7 +697,7 @@ class PullingAgent(SystemTarget):
         stats = self.cache.statistics()
         lag = {s.record.sub_id: self._lag(s) for subs in self.streams.values()
                for s in subs.values()}
-        now = wall_time()
+        now = self.clock.time()
         age = {}
         consumers = {}
         failing = {}
