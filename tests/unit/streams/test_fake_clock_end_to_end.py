@@ -35,7 +35,7 @@ RECEIVED: dict[str, list[int]] = {}
 @implicit_subscription("ticks")
 class TickCounter(Grain):
     async def on_next(self, item: int, token: Any) -> None:
-        RECEIVED.setdefault(self.key, []).append(item)
+        RECEIVED.setdefault(str(self.key), []).append(item)
 
 
 def free_port() -> int:
@@ -68,8 +68,8 @@ def no_real_timers(loop: asyncio.AbstractEventLoop) -> Iterator[list[str]]:
                              + "".join(traceback.format_stack(limit=12)))
         return call_at(when, callback, *args, **kwargs)
 
-    loop.call_later = guarded_later  # type: ignore[method-assign]
-    loop.call_at = guarded_at  # type: ignore[method-assign]
+    loop.call_later = guarded_later  # type: ignore[method-assign,assignment]
+    loop.call_at = guarded_at  # type: ignore[method-assign,assignment]
     try:
         yield offenders
     finally:
