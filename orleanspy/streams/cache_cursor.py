@@ -4,16 +4,28 @@ pins and purges them; a cursor moves itself and tells its cache which bucket it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orleanspy.streams.adapters.base import BatchContainer
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.tokens import SequenceToken
 
-if TYPE_CHECKING:
-    from orleanspy.streams.cache import QueueCache
+__all__ = ["CacheCursor", "CacheItem", "CursorCache"]
 
-__all__ = ["CacheCursor", "CacheItem"]
+
+class CursorCache(Protocol):
+    """What a cursor needs of its cache (``QueueCache``)."""
+
+    bucket_size: int
+    _end: int  # position of the next item added
+
+    def _base(self) -> int: ...
+
+    def _reseat(self, cursor: CacheCursor, item: CacheItem | None) -> None: ...
+
+    def _pin(self, bucket: int) -> None: ...
+
+    def _unpin(self, bucket: int) -> None: ...
 
 
 class CacheItem:
@@ -49,7 +61,7 @@ class CacheCursor:
     )
 
     def __init__(
-        self, cache: QueueCache, stream_id: StreamId, gating: bool, tag: str | None,
+        self, cache: CursorCache, stream_id: StreamId, gating: bool, tag: str | None,
         max_mode: bool = False,
     ) -> None:
         self.cache = cache

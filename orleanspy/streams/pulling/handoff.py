@@ -11,15 +11,45 @@ them (at least once).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orleanspy.streams.pulling.registry import StreamTable
+from orleanspy.streams.subscription import Subscription
 
 if TYPE_CHECKING:
-    from orleanspy.streams.pulling.agent import PullingAgent
+    from orleanspy._util.clock import Clock
+    from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterReceiver
+    from orleanspy.streams.cache import QueueCache
+    from orleanspy.streams.options import StreamProviderOptions
+    from orleanspy.streams.spill import Spiller
 
-__all__ = ["hand_off"]
+__all__ = ["HandoffHost", "hand_off"]
 
 
-async def hand_off(agent: PullingAgent) -> None:
+class HandoffHost(Protocol):
+    """What the hand-off needs of its pulling agent."""
+
+    clock: Clock
+    options: StreamProviderOptions
+    table: StreamTable
+    cache: QueueCache
+    spiller: Spiller
+    receiver: QueueAdapterReceiver | None
+    log: Any
+
+    @property
+    def key_tuple(self) -> tuple[str, int, str]: ...
+
+    def restart(self, sub: Subscription) -> None: ...
+
+    def stopped(self) -> None: ...
+
+    async def ack(self) -> None: ...
+
+    async def acknowledge(self, containers: list[BatchContainer]) -> None: ...
+
+
+async def hand_off(agent: HandoffHost) -> None:
     """Stop ``agent`` gracefully (``agent.draining`` is set and its read cycle is over)."""
     await _drain(agent)
     agent.stopped()
@@ -39,7 +69,7 @@ async def hand_off(agent: PullingAgent) -> None:
     table.streams.clear()
 
 
-async def _drain(agent: PullingAgent) -> None:
+async def _drain(agent: HandoffHost) -> None:
     """Let the delivery loops deliver what is cached, until every subscription that is
     served from the cache has caught up (and no stream is registering), or
     ``handoff_timeout``."""
@@ -69,7 +99,7 @@ async def _drain(agent: PullingAgent) -> None:
                 registered.cancel()
 
 
-async def _ack_handed_off(agent: PullingAgent) -> None:
+async def _ack_handed_off(agent: HandoffHost) -> None:
     """After the deliveries finished, also acknowledge the cached containers that every
     subscription of their stream has been given. The purge frees whole buckets only, so
     without this the queue's next owner would deliver them again.

@@ -11,7 +11,8 @@ delivery leaves the table and unregisters; its next event registers it again.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.errors import GatingRevokedError, QueueCacheMissError
 from orleanspy.streams.ids import StreamId
@@ -20,15 +21,48 @@ from orleanspy.streams.subscription import Subscription
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
-    from orleanspy.streams.pulling.agent import PullingAgent
+    from orleanspy._util.clock import Clock
+    from orleanspy.streams.cache import QueueCache
+    from orleanspy.streams.delivery import Delivery
+    from orleanspy.streams.options import StreamProviderOptions
+    from orleanspy.streams.spill import Spiller
 
-__all__ = ["StreamTable"]
+__all__ = ["StreamTable", "TableHost"]
+
+
+class TableHost(Protocol):
+    """What the stream table needs of its pulling agent."""
+
+    cache: QueueCache
+    spiller: Spiller
+    options: StreamProviderOptions
+    clock: Clock
+    delivery: Delivery | None
+    log: Any
+
+    @property
+    def silo(self) -> Any: ...
+
+    @property
+    def provider(self) -> Any: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def key_tuple(self) -> tuple[str, int, str]: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def restart(self, sub: Subscription) -> None: ...
+
+    def notify_later(self, sub: Subscription, exc: Exception) -> None: ...
 
 
 class StreamTable:
     """The streams of one agent's queue, by stream id, and their subscriptions."""
 
-    def __init__(self, agent: PullingAgent) -> None:
+    def __init__(self, agent: TableHost) -> None:
         self.agent = agent
         self.streams: dict[StreamId, dict[str, Subscription]] = {}
         self.registering: set[StreamId] = set()

@@ -5,7 +5,7 @@ built only while the silo's hub listens."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.diagnostics import (
     CachePressureChanged,
@@ -16,12 +16,47 @@ from orleanspy.diagnostics import (
     SubscriptionRejoined,
     SubscriptionSpilled,
 )
+from orleanspy.streams.pulling.registry import StreamTable
+from orleanspy.streams.subscription import Subscription
 
 if TYPE_CHECKING:
-    from orleanspy.streams.pulling.agent import PullingAgent
-    from orleanspy.streams.subscription import Subscription
+    from orleanspy._util.clock import Clock
+    from orleanspy.diagnostics import Diagnostics
+    from orleanspy.streams.cache import QueueCache
+    from orleanspy.streams.ids import QueueId
+    from orleanspy.streams.options import StreamProviderOptions
+    from orleanspy.streams.spill import Spiller
 
-__all__ = ["AgentStatistics", "Reporter", "snapshot"]
+__all__ = ["AgentStatistics", "Reported", "Reporter", "snapshot"]
+
+
+class Reported(Protocol):
+    """What the reporting reads of its pulling agent."""
+
+    queue: QueueId
+    cache: QueueCache
+    table: StreamTable
+    spiller: Spiller
+    clock: Clock
+    options: StreamProviderOptions
+    diagnostics: Diagnostics
+    pressured: bool
+    period: float
+    read: int
+    acknowledged: int
+    last_read: int
+
+    @property
+    def silo(self) -> Any: ...
+
+    @property
+    def provider(self) -> Any: ...
+
+    @property
+    def delivered(self) -> int: ...
+
+    @property
+    def failures(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +85,7 @@ class AgentStatistics:
     flow_control: str = "min"  # the provider's flow control (min, max or tagged)
 
 
-def snapshot(agent: PullingAgent) -> AgentStatistics:
+def snapshot(agent: Reported) -> AgentStatistics:
     """Cache size and pressure, pull period, counters and per-subscription lag."""
     stats = agent.cache.statistics()
     subs = agent.table.subscriptions()
@@ -77,7 +112,7 @@ def snapshot(agent: PullingAgent) -> AgentStatistics:
     )
 
 
-def _lag(agent: PullingAgent, sub: Subscription) -> int:
+def _lag(agent: Reported, sub: Subscription) -> int:
     """Queue positions behind the newest read (cache) or sequences behind it (spilled)."""
     if sub.cursor is not None:
         return sub.cursor.lag()
@@ -92,7 +127,7 @@ class Reporter:
 
     __slots__ = ("hub", "provider", "queue", "silo")
 
-    def __init__(self, agent: PullingAgent) -> None:
+    def __init__(self, agent: Reported) -> None:
         self.hub = agent.diagnostics
         self.provider = agent.provider.name
         self.queue = str(agent.queue)
