@@ -1,9 +1,9 @@
 """A silo, a ClusterClient and a stream run on one ``FakeClock``: no component waits in real
-time. The client publishes through the gateway; the silo's pulling agents read the memory
-queue, deliver to an implicit consumer grain and, through the client's stream receiver, to a
-handler in the client; the client resubscribes after its handler fails once (a delivery
-back-off). Every timer and sleep the runtime starts comes from the clock, so time moves only
-when the test advances it.
+time. The client publishes through the gateway; the silo's pulling agents read the queue
+(memory, or SQLite on its database thread) and deliver to an implicit consumer grain and,
+through the client's stream receiver, to a handler in the client, which fails once: the
+agent backs off and delivers again. Every timer and sleep the runtime starts comes from the
+clock, so time moves only when the test advances it.
 
 The guard: while the silo and the client run, the event loop's ``call_later`` / ``call_at``
 fail the test for any timer with a delay (``asyncio.sleep(d)``, ``asyncio.timeout(d)`` and
@@ -19,12 +19,16 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from orleanspy import ClusterClient, Grain, Silo, SiloOptions
 from orleanspy.client.options import ClientOptions
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
-from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
+from orleanspy.streams.adapters.base import QueueAdapterFactory
 from orleanspy.streams.provider import implicit_subscription
 from orleanspy.testing import FakeClock
 
@@ -85,12 +89,18 @@ async def advance_until(clock: FakeClock, done: Callable[[], bool], *, step: flo
         await clock.run_for(step)
 
 
-async def test_a_silo_a_client_and_a_stream_run_on_a_fake_clock_without_real_waits() -> None:
+@pytest.mark.parametrize("adapter", ["memory", "sqlite"])
+async def test_a_silo_a_client_and_a_stream_run_on_a_fake_clock_without_real_waits(
+    adapter: str, tmp_path: Path
+) -> None:
     RECEIVED.clear()
     clock = FakeClock()
     port = free_port()
+    factory: QueueAdapterFactory = (
+        MemoryAdapterFactory() if adapter == "memory"
+        else SqliteAdapterFactory(str(tmp_path / "queues.db")))
     provider = PersistentStreamProvider(
-        MemoryAdapterFactory(),
+        factory,
         StreamProviderOptions(total_queues=2, pull_period=0.1, delivery_backoff=5.0,
                               max_delivery_backoff=10.0, max_delivery_time=60.0),
     )
