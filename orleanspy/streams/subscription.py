@@ -63,11 +63,21 @@ class Subscription:
         self.inflight_spilled: list[BatchContainer] | None = None
 
     def __repr__(self) -> str:
-        return f"<subscription {self.record.sub_id} on {self.stream_id}>"
+        return f"<subscription {self.record.sub_id} on {self.stream_id} ({self.state})>"
+
+    @property
+    def state(self) -> str:
+        """``new`` (not served yet), ``cached``, ``spilled``, or ``detached`` (final)."""
+        if self.detached:
+            return "detached"
+        if self.spilled_from is not None:
+            return "spilled"
+        return "new" if self.cursor is None else "cached"
 
     # -- where it is served from ------------------------------------------------------------
     def serve_from(self, cursor: CacheCursor) -> None:
         """Served from the cache at ``cursor``."""
+        assert self.state == "new", self
         self.cursor = cursor
 
     def resume(self, record: SubscriptionRecord, consumer: Any) -> None:
@@ -86,7 +96,7 @@ class Subscription:
         delivery in flight keeps its containers, not the cache's items). Returns the
         cursor, for the cache to remove."""
         cursor = self.cursor
-        assert cursor is not None and cursor.item is not None
+        assert self.state == "cached" and cursor is not None and cursor.item is not None, self
         self.after = cursor.item.token.sequence - 1  # its next (or in-flight) item comes next
         self.spilled_from = cursor
         self.cursor = None
@@ -98,11 +108,13 @@ class Subscription:
     def start_spilled(self, marker: CacheCursor, start: int) -> None:
         """It starts served from the queue at sequence ``start`` (``marker`` stands for the
         cursor it never had)."""
+        assert self.state == "new", self
         self.after = start - 1
         self.spilled_from = marker
 
     def rejoin(self, cursor: CacheCursor) -> None:
         """Spilled, it caught up with the queue: the cache serves it again."""
+        assert self.state == "spilled", self
         self.cursor = cursor
         self.spilled_from = None
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import orleanspy.streams
 from orleanspy.streams.adapters.base import BatchContainer
 from orleanspy.streams.cache import QueueCache
@@ -34,13 +36,16 @@ def test_a_cached_subscription_spills_from_its_next_item_and_rejoins() -> None:
     cache = cached(4)
     sub = subscription()
     cursor = cache.cursor(SID, SequenceToken(1))
+    assert sub.state == "new"
     sub.serve_from(cursor)
+    assert sub.state == "cached"
     cursor.advance(cursor.peek(1))  # delivered 1: its next item is 2
     assert (sub.cursor, sub.spilled_from, sub.member, sub.progress_at) == (cursor, None, True, 5.0)
 
     left = sub.spill()
     assert left is cursor and sub.cursor is None and sub.spilled_from is cursor
     assert sub.after == 1  # the queue serves it from sequence 2
+    assert sub.state == "spilled"
 
     sub.fill([BatchContainer(SID, SequenceToken(seq), (seq,), 1) for seq in (1, 2, 3)])
     taken = sub.take(1)
@@ -51,6 +56,9 @@ def test_a_cached_subscription_spills_from_its_next_item_and_rejoins() -> None:
     back = cache.cursor(SID, SequenceToken(3))
     sub.rejoin(back)
     assert sub.cursor is back and sub.spilled_from is None
+    assert sub.state == "cached"
+    with pytest.raises(AssertionError):
+        sub.rejoin(back)  # only a spilled subscription rejoins
 
 
 def test_a_spill_during_a_delivery_keeps_its_containers_not_the_cache_items() -> None:
@@ -74,7 +82,7 @@ def test_detach_is_final_and_leaves_the_cursor_to_remove() -> None:
     cursor = cache.cursor(SID, SequenceToken(1))
     sub.serve_from(cursor)
     assert sub.detach() is cursor
-    assert sub.detached and sub.cursor is None
+    assert sub.detached and sub.cursor is None and sub.state == "detached"
     assert sub.detach() is None
 
 
