@@ -135,6 +135,8 @@ class Delivery:
         self.skipped = 0
         #: subscription id -> [when its failure was last logged at warning, failures since]
         self._warned: dict[str, list[Any]] = {}
+        #: subscriptions waiting at an undecodable container (``failure="retry"``)
+        self._parked: dict[Subscription, asyncio.Future[None]] = {}
         self.log = get_logger(__name__, provider=provider, queue=queue)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -424,13 +426,22 @@ class Delivery:
             return await self._error_protocol(sub, events, exc)
         await self.notify(sub, self._stuck_error(sub, events[0][1], exc))
         host = self.host
-        while not sub.detached and not host.stopping and not host.draining:
+        if not sub.detached and not host.stopping and not host.draining:
+            # Parked until ``detached(sub)`` (removed, faulted, resumed past it) or the stop.
+            parked = self._parked[sub] = asyncio.get_running_loop().create_future()
+            stopped = asyncio.ensure_future(self.stopped.wait())
             try:
-                async with self.clock.timeout(self.options.max_delivery_backoff):
-                    await self.stopped.wait()
-            except TimeoutError:
-                pass
+                await asyncio.wait((parked, stopped), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                self._parked.pop(sub, None)
         return False if sub.detached else None
+
+    def detached(self, sub: Subscription) -> None:
+        """``sub`` went away: a delivery parked at an undecodable container ends."""
+        parked = self._parked.pop(sub, None) if self._parked else None
+        if parked is not None and not parked.done():
+            parked.set_result(None)
 
     def _stuck_error(self, sub: Subscription, token: SequenceToken,
                      exc: Exception) -> StreamDeliveryError:

@@ -221,6 +221,8 @@ class StreamTable:
         cursor = sub.detach()
         if cursor is not None:
             self.agent.cache.remove_cursor(cursor)
+        if self.agent.delivery is not None:
+            self.agent.delivery.detached(sub)
         if sub.spilled_from is not None:
             self.agent.spiller.leave(sub)
 
