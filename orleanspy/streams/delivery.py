@@ -236,8 +236,7 @@ class Delivery:
                 latency = self.latency
                 if ok and latency is not None and latency.due():
                     _observe(latency, clock.time(), items[0].container.enqueued_at)
-                cursor.advance(items)
-                sub.progressed(clock.monotonic())
+                sub.delivered(items, clock.monotonic())
                 if ok:
                     self.delivered += len(events)
                 host.cursor_advanced()

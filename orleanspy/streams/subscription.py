@@ -163,6 +163,13 @@ class Subscription:
         """The delivery in flight carries only ``items`` from now on."""
         self.inflight = items
 
+    def delivered(self, items: list[CacheItem], now: float) -> None:
+        """Served from the cache, it delivered ``items`` (at ``now``): its cursor moves on."""
+        cursor = self.cursor
+        assert cursor is not None
+        cursor.advance(items)
+        self.progress_at = now
+
     def progressed(self, now: float) -> None:
         """It delivered (or had nothing to deliver) at ``now``."""
         self.progress_at = now
