@@ -109,7 +109,7 @@ class StreamReceiver:
     async def close(self) -> None:
         if self._loop is not None and not self._closed:
             try:  # say so, or the silo counts the client present while its last poll waits
-                async with asyncio.timeout(1.0):
+                async with self.client.clock.timeout(1.0):
                     await self.consumer.leave()
             except Exception as exc:
                 self.log.info("stream_leave_failed", error=repr(exc))
@@ -129,7 +129,7 @@ class StreamReceiver:
                 raise
             except Exception as exc:  # a lost gateway: poll again through another one
                 self.log.info("stream_poll_failed", error=repr(exc))
-                await asyncio.sleep(delay)
+                await self.client.clock.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             delay = 0.05

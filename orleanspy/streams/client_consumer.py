@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,7 +35,9 @@ from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["AWAY_AFTER", "ClientStreamConsumer", "ClientSubscriptionsState"]
+__all__ = [
+    "AWAY_AFTER", "ClientStreamConsumer", "ClientSubscriptionsState", "release_polls",
+]
 
 #: a client that has not polled for this long is away: deliveries fail at once
 AWAY_AFTER: Final = 5.0
@@ -42,8 +45,6 @@ AWAY_AFTER: Final = 5.0
 MAX_POLL_WAIT: Final = 20.0
 #: how long a delivery waits for the client's answer before it fails (and is retried)
 ACK_TIMEOUT: Final = 20.0
-#: how often a waiting poll checks whether its activation is deactivating
-POLL_SLICE: Final = 0.25
 _MAX_PART = 64
 #: subscriptions one client may hold (each is stored and served by the silos)
 MAX_SUBSCRIPTIONS: Final = 10_000
@@ -169,20 +170,18 @@ class ClientStreamConsumer(Grain):
         out = self._take()
         if out or wait <= 0:
             return out
+        if self._leaving():
+            return []
+        # A deactivation must not be held up by a poll that waits: the silo's stop
+        # (``release_polls``) and this grain's own ``deactivate_on_idle`` end the wait, and
+        # the client polls elsewhere.
         waiter = self._waiter = asyncio.get_running_loop().create_future()
-        clock = self._orleanspy_activation.silo.clock
-        end = clock.monotonic() + wait
         current = True
         try:
-            # In slices, so that a deactivation (the silo stops, say) is not held up by
-            # a poll that waits: it answers at once and the client polls elsewhere.
-            while (left := end - clock.monotonic()) > 0 and not self._leaving():
-                try:
-                    async with asyncio.timeout(min(left, POLL_SLICE)):
-                        current = await asyncio.shield(waiter)
-                    break
-                except TimeoutError:
-                    continue
+            async with self._orleanspy_activation.silo.clock.timeout(wait):
+                current = await waiter
+        except TimeoutError:
+            pass
         finally:
             if self._waiter is waiter:
                 self._waiter = None
@@ -233,7 +232,7 @@ class ClientStreamConsumer(Grain):
         self._pending[pending.id] = pending
         self._wake()
         try:
-            async with asyncio.timeout(ACK_TIMEOUT):
+            async with silo.clock.timeout(ACK_TIMEOUT):
                 await future
         except TimeoutError:
             raise StreamError(
@@ -322,9 +321,19 @@ class ClientStreamConsumer(Grain):
         await self.state.write()
         if not subs:
             self._disarm()
+            self._wake(False)  # a poll that waits answers at once: this activation goes
             self.deactivate_on_idle()
 
     def _disarm(self) -> None:
         if self._expiry is not None:
             self._expiry.dispose()
             self._expiry = None
+
+
+def release_polls(catalog: Iterable[Any]) -> None:
+    """The silo stops: every client's poll that waits answers at once, so the drain of
+    running requests is not held up by it (the client polls another gateway)."""
+    for act in catalog:
+        grain = act.grain
+        if isinstance(grain, ClientStreamConsumer) and getattr(grain, "_waiter", None):
+            grain._wake(False)

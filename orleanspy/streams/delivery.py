@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from time import time as wall_time
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.backoff import Backoff
 from orleanspy._util.clock import Clock
-from orleanspy._util.histogram import ROLL_MASK, SAMPLE_MASK, TIME_ALL, Histogram
+from orleanspy._util.histogram import Histogram
 from orleanspy.diagnostics import DeliveryAbandoned, DeliveryFailed, DeliveryRetried, Diagnostics
 from orleanspy.errors import (
     EventsMissedError,
@@ -31,95 +30,28 @@ from orleanspy.errors import (
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
 from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
-from orleanspy.streams.cache import CacheCursor, CacheItem
+from orleanspy.streams.cache import CacheItem
+from orleanspy.streams.decoding import Event, events_of, placeholders
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import SubscriptionRecord
-from orleanspy.streams.tokens import SequenceToken, event_tokens
+from orleanspy.streams.subscription import Subscription
+from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
     from orleanspy.messaging.codec import Codec
     from orleanspy.runtime.dispatcher import Dispatcher
     from orleanspy.streams.options import StreamProviderOptions
 
-__all__ = ["DELIVER", "ERROR", "Delivery", "DeliveryHost", "Subscription"]
+__all__ = ["DELIVER", "ERROR", "Delivery", "DeliveryHost"]
 
 FAILURE_WARNING_INTERVAL: Final = 10.0  # seconds between a subscription's failure warnings
 DELIVER = "__orleanspy_stream_deliver__"
 ERROR = "__orleanspy_stream_error__"
 
-Event = tuple[Any, SequenceToken]
-
-
-def _observe(latency: Histogram, enqueued_at: float) -> None:
+def _observe(latency: Histogram, now: float, enqueued_at: float) -> None:
     """A delivery's end-to-end time, from its oldest container's write time (if known)."""
     if enqueued_at:
-        latency.record(wall_time() - enqueued_at)
-
-
-def _events_of(containers: list[BatchContainer]) -> tuple[list[Event], bool]:
-    """The events of ``containers``, each with its own token, and whether they are fresh
-    (decoded for this delivery alone: no other subscription sees the same objects).
-    Raises ``UndecodableContainer`` naming the first container that cannot be decoded."""
-    decoded, fresh = BatchContainer.decode_many(containers)
-    events: list[Event] = []
-    append = events.append
-    for index, container in enumerate(containers):
-        values = decoded[index]
-        n = container.count
-        if type(values) not in (list, tuple) or len(values) != n:  # a corrupt payload
-            try:
-                container.values()
-            except Exception as exc:
-                raise UndecodableContainer(index, exc) from exc
-            raise UndecodableContainer(index, ValueError("inconsistent payload"))
-        if n == 1:  # one event: its token is the container's
-            append((values[0], container.token))
-        else:
-            events += zip(values, event_tokens(container.token.sequence, n), strict=True)
-    return events, fresh
-
-
-def _placeholders(container: BatchContainer) -> list[Event]:
-    """Stand-ins for the events of a container that cannot be decoded: its tokens."""
-    token = container.token
-    return [(None, token.for_event(i)) for i in range(max(container.count, 1))]
-
-
-class Subscription:
-    """One subscription as its queue's agent serves it: from a cache cursor or, spilled,
-    from the queue (``spilled_from`` is the cursor it left, ``after`` where it is)."""
-
-    __slots__ = (
-        "abandoned", "after", "buffer", "consumer", "cursor", "detached", "failing", "inflight",
-        "inflight_spilled", "member", "next_seq", "progress_at", "record", "retrying",
-        "spilled_from", "stream_id", "task",
-    )
-
-    def __init__(self, record: SubscriptionRecord, stream_id: StreamId, consumer: Any) -> None:
-        self.record = record
-        self.stream_id = stream_id
-        self.consumer = consumer
-        self.cursor: CacheCursor | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.member = False  # a gating member of the tagged group
-        self.progress_at = 0.0  # when it last delivered (or was caught up)
-        self.detached = False  # removed, faulted or replaced by a resume
-        self.abandoned = False  # a delivery failed while the agent stops: left to the next owner
-        self.next_seq = -1  # the container of the next event a failing delivery retries
-        self.retrying = False  # waiting out a back-off between attempts
-        self.failing = 0  # failed attempts of the delivery under way (0: none failed)
-        self.spilled_from: CacheCursor | None = None
-        self.after = -1
-        self.buffer: list[BatchContainer] = []
-        #: the cache items of the delivery in flight. Cache items link to the next one of
-        #: their stream, so nothing else may hold them across the delivery's await: a spill
-        #: swaps them for their containers (``inflight_spilled``), and the cache's purges can
-        #: then free every later item.
-        self.inflight: list[CacheItem] | None = None
-        self.inflight_spilled: list[BatchContainer] | None = None
-
-    def __repr__(self) -> str:
-        return f"<subscription {self.record.sub_id} on {self.stream_id}>"
+        latency.record(now - enqueued_at)
 
 
 class DeliveryHost(Protocol):
@@ -203,6 +135,8 @@ class Delivery:
         self.skipped = 0
         #: subscription id -> [when its failure was last logged at warning, failures since]
         self._warned: dict[str, list[Any]] = {}
+        #: subscriptions waiting at an undecodable container (``failure="retry"``)
+        self._parked: dict[Subscription, asyncio.Future[None]] = {}
         self.log = get_logger(__name__, provider=provider, queue=queue)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -222,29 +156,29 @@ class Delivery:
                         await asyncio.sleep(0)  # let the read cycle purge and move on
                         continue
                     try:
-                        spilled, fresh = _events_of(containers)
+                        spilled, fresh = events_of(containers)
                     except UndecodableContainer as bad:
                         if bad.index:  # deliver those before it; it comes first next time
                             containers = containers[:bad.index]
-                            spilled, fresh = _events_of(containers)
+                            spilled, fresh = events_of(containers)
                             ok = await self.deliver(sub, spilled, owned=True, fresh=fresh)
                         else:
                             containers = containers[:1]
-                            spilled = _placeholders(containers[0])
+                            spilled = placeholders(containers[0])
                             ok = await self._undecodable(sub, spilled, bad.error)
                     else:
                         ok = await self.deliver(sub, spilled, owned=True, fresh=fresh)
                     if ok is None:
-                        sub.abandoned = True
+                        sub.abandon()
                         return  # abandoned (stopping): not delivered, not acknowledged
                     if sub.spilled_from is not None and not sub.detached:
                         host.spilled_delivered(sub, containers)
-                        sub.progress_at = clock.monotonic()
+                        sub.progressed(clock.monotonic())
                         if ok:
                             self.delivered += len(spilled)
                             latency = self.latency
                             if latency is not None and latency.due():
-                                _observe(latency, containers[0].enqueued_at)
+                                _observe(latency, clock.time(), containers[0].enqueued_at)
                     continue
                 cursor = sub.cursor
                 if cursor is None:
@@ -267,27 +201,28 @@ class Delivery:
                 # Decoded in a function: no local keeps an item alive.
                 undecodable: Exception | None = None
                 try:
-                    events, fresh = _events_of([item.container for item in items])
+                    events, fresh = events_of([item.container for item in items])
                 except UndecodableContainer as bad:
                     if bad.index:  # deliver those before it; it comes first next time
                         items = items[:bad.index]
-                        events, fresh = _events_of([item.container for item in items])
+                        events, fresh = events_of([item.container for item in items])
                     else:
                         items = items[:1]
-                        events, undecodable = _placeholders(items[0].container), bad.error
-                sub.inflight, items = items, None  # held by ``sub`` only (see ``inflight``)
+                        events, undecodable = placeholders(items[0].container), bad.error
+                sub.hold(items)  # held by ``sub`` only (see ``Subscription.inflight``)
+                items = None
                 if undecodable is not None:
                     ok = await self._undecodable(sub, events, undecodable)
                 else:
                     ok = await self.deliver(sub, events, fresh=fresh)
-                items, sub.inflight = sub.inflight, None
+                items = sub.release()
                 if ok is None:
-                    sub.abandoned = True
+                    sub.abandon()
                     return  # abandoned (stopping): the cursor stays, nothing is acknowledged
                 if sub.spilled_from is cursor:
                     # Spilled while this delivery ran: the queue reads go on after it, and
                     # what the cache purged meanwhile is this one's to acknowledge.
-                    handed, sub.inflight_spilled = sub.inflight_spilled, None
+                    handed = sub.take_handed()
                     if handed:
                         host.spilled_delivered(sub, handed)
                     if ok:
@@ -299,20 +234,14 @@ class Delivery:
                 if sub.cursor is not cursor:
                     continue  # re-attached (resume) or removed meanwhile
                 latency = self.latency
-                if ok and latency is not None:  # Histogram.due, inlined (per delivery)
-                    n = latency.seen
-                    latency.seen = n + 1
-                    if n < TIME_ALL or not n & SAMPLE_MASK:
-                        if n >= TIME_ALL and not n & ROLL_MASK:
-                            latency.roll()
-                        _observe(latency, items[0].container.enqueued_at)
-                cursor.advance(items)
-                sub.progress_at = clock.monotonic()
+                if ok and latency is not None and latency.due():
+                    _observe(latency, clock.time(), items[0].container.enqueued_at)
+                sub.delivered(items, clock.monotonic())
                 if ok:
                     self.delivered += len(events)
                 host.cursor_advanced()
         finally:
-            sub.task = None
+            sub.ended()
             if not host.stopping and not host.draining and not sub.detached and (
                 sub.spilled_from is not None or (sub.cursor is not None and sub.cursor.is_set)
             ):
@@ -350,12 +279,13 @@ class Delivery:
                 )
                 if self._warned and record.sub_id in self._warned:
                     self._recovered(sub)
-                sub.failing = 0
+                if sub.failing:
+                    sub.attempt_succeeded()
                 return True
             except Exception as exc:
                 attempt += 1
                 self.failures += 1
-                sub.failing += 1
+                sub.attempt_failed()
                 if sub.detached:
                     self._warned.pop(record.sub_id, None)
                     return False  # unsubscribed meanwhile: nobody to retry for
@@ -367,7 +297,7 @@ class Delivery:
                     deadline = clock.monotonic() + self.options.max_delivery_time
                     attempt = 1
                 if not owned:
-                    sub.next_seq = events[0][1].sequence
+                    sub.retry_at(events[0][1].sequence)
                     self.narrow(sub)
                     events = self._kept(sub, events)
                 hub = self.diagnostics
@@ -415,14 +345,14 @@ class Delivery:
                 if hub.listening:
                     hub.emit(DeliveryRetried(self.silo, self.provider, str(sid), record.sub_id,
                                              attempt, delay))
-                sub.retrying = True
+                sub.backing_off(True)
                 try:  # back off, but wake up for a stop
                     async with clock.timeout(delay):
                         await self.stopped.wait()
                 except TimeoutError:
                     pass
                 finally:
-                    sub.retrying = False
+                    sub.backing_off(False)
                 if not owned:
                     events = self._kept(sub, events)  # narrowed during the back-off
 
@@ -459,7 +389,7 @@ class Delivery:
             return
         keep = [item for item in items if item.token.sequence <= sub.next_seq]
         if keep and len(keep) < len(items):
-            sub.inflight = keep
+            sub.narrow_to(keep)
             cursor.inflight_last = keep[-1].pos
 
     @staticmethod
@@ -495,13 +425,22 @@ class Delivery:
             return await self._error_protocol(sub, events, exc)
         await self.notify(sub, self._stuck_error(sub, events[0][1], exc))
         host = self.host
-        while not sub.detached and not host.stopping and not host.draining:
+        if not sub.detached and not host.stopping and not host.draining:
+            # Parked until ``detached(sub)`` (removed, faulted, resumed past it) or the stop.
+            parked = self._parked[sub] = asyncio.get_running_loop().create_future()
+            stopped = asyncio.ensure_future(self.stopped.wait())
             try:
-                async with self.clock.timeout(self.options.max_delivery_backoff):
-                    await self.stopped.wait()
-            except TimeoutError:
-                pass
+                await asyncio.wait((parked, stopped), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                self._parked.pop(sub, None)
         return False if sub.detached else None
+
+    def detached(self, sub: Subscription) -> None:
+        """``sub`` went away: a delivery parked at an undecodable container ends."""
+        parked = self._parked.pop(sub, None) if self._parked else None
+        if parked is not None and not parked.done():
+            parked.set_result(None)
 
     def _stuck_error(self, sub: Subscription, token: SequenceToken,
                      exc: Exception) -> StreamDeliveryError:

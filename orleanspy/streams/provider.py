@@ -25,6 +25,7 @@ from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
 from orleanspy.streams.balancing.named import assigner_named
+from orleanspy.streams.client_consumer import release_polls
 from orleanspy.streams.ids import QueueId, StreamId, StreamKey
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import StreamProviderOptions
@@ -147,6 +148,7 @@ class PersistentStreamProvider:
     async def stop(self) -> None:
         """Stop every agent (deliveries finish, acknowledgements commit), release this silo's
         leases so that other silos take the queues over, close the adapter."""
+        release_polls(self.silo.catalog)
         if self.manager is not None:
             await self.manager.stop()
         await self.adapter.close()

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterReceiver
 from orleanspy.streams.cache import QueueCache
-from orleanspy.streams.delivery import Subscription
 from orleanspy.streams.ids import StreamId
+from orleanspy.streams.subscription import Subscription
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
@@ -241,14 +241,7 @@ class Spiller:
         return True
 
     def _spill(self, sub: Subscription) -> None:
-        cursor = sub.cursor
-        assert cursor is not None and cursor.item is not None
-        sub.after = cursor.item.token.sequence - 1  # its next (or in-flight) item comes next
-        sub.spilled_from = cursor
-        sub.cursor = None
-        if sub.inflight is not None:  # a delivery in flight: keep its containers, not items
-            sub.inflight_spilled = [item.container for item in sub.inflight]
-            sub.inflight = None
+        cursor = sub.spill()
         self.host.cache.remove_cursor(cursor)
         self.book.add(sub)
         self.count += 1
@@ -260,9 +253,9 @@ class Spiller:
     def start_spilled(self, sub: Subscription, start: SequenceToken) -> None:
         """``sub`` starts served from the queue, at ``start``."""
         cache = self.host.cache
-        sub.after = start.sequence - 1
-        sub.spilled_from = cache.cursor(sub.stream_id, gating=False)  # a marker only
-        cache.remove_cursor(sub.spilled_from)
+        marker = cache.cursor(sub.stream_id, gating=False)  # a marker only
+        cache.remove_cursor(marker)
+        sub.start_spilled(marker, start.sequence)
         self.book.add(sub)
         self.count += 1
         self.host.subscription_moved(sub, True)
@@ -290,27 +283,24 @@ class Spiller:
             )
             if sub.detached or sub.after != after:
                 return []
-            sub.buffer = [c for c in batch if c.token.sequence > after]
+            sub.fill(batch)
             if not sub.buffer:
                 # Caught up with the queue: every later container is cached or still to be
                 # read (no await since read_from returned), so the cache can take over.
                 cursor = cache.rejoin(sub.stream_id, after, tag=sub.record.tag)
                 if cursor is None:
                     return []  # one was purged meanwhile (not acknowledged): read it first
-                sub.cursor = cursor
-                sub.spilled_from = None
+                sub.rejoin(cursor)
                 self.book.discard(sub)
                 self.log.info("stream_subscription_rejoined", subscription=sub.record.sub_id,
                               stream=str(sub.stream_id))
                 host.subscription_moved(sub, False)
                 return None
-        n = host.options.batch_size
-        taken, sub.buffer = sub.buffer[:n], sub.buffer[n:]
-        return taken
+        return sub.take(host.options.batch_size)
 
     def delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
         """The spilled ``sub`` delivered ``containers``: it moves on past them."""
-        sub.after = containers[-1].token.sequence
+        sub.moved_past(containers)
         self._acks += self.book.delivered(
             sub, containers, self.host.cache.purged_sequence(sub.stream_id)
         )
@@ -321,8 +311,7 @@ class Spiller:
         span = release_range(sub.after, self.host.cache.purged_sequence(sid),
                              self.book.min_after(sid, but=sub))
         self.book.discard(sub)
-        sub.spilled_from = None
-        sub.buffer = []
+        sub.leave_spill()
         if span is not None:  # containers only it still held: acknowledge them
             self.host.spawn(self._release(sid, *span))
 

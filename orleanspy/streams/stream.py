@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from functools import partial
-from time import perf_counter
 from typing import Any, Generic, Protocol, TypeVar
 
-from orleanspy._util.histogram import ROLL_MASK, SAMPLE_MASK, TIME_ALL, Histogram
+from orleanspy._util.clock import SystemClock
+from orleanspy._util.histogram import Histogram
 from orleanspy.errors import StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.streams.ids import StreamId
@@ -155,22 +155,29 @@ class StreamSubscriptionHandle:
 _UNSET: Any = object()
 
 
-def _acknowledged(latency: Histogram, began: float, future: asyncio.Future[None]) -> None:
+def _acknowledged(latency: Histogram, clock: Callable[[], float], began: float,
+                  future: asyncio.Future[None]) -> None:
     # Its outcome stays the caller's to retrieve: an enqueue that failed counts too.
     if not future.cancelled():
-        latency.record(perf_counter() - began)
+        latency.record(clock() - began)
 
 
 class AsyncStream(Generic[T]):
     """A stream of items ``T`` of one provider: ``provider.get_stream(namespace, key)``."""
 
-    __slots__ = ("_latency", "_now", "_provider", "_send", "_submit", "_tail", "stream_id")
+    __slots__ = (
+        "_clock", "_latency", "_now", "_provider", "_send", "_submit", "_tail", "stream_id",
+    )
 
     def __init__(self, provider: StreamProducer, stream_id: StreamId) -> None:
         self._provider = provider
         self.stream_id = stream_id
         # The provider's publish-acknowledgement histogram (sampled, see _util.histogram).
         self._latency: Histogram | None = getattr(provider, "publish_latency", None)
+        #: what times a publish: the provider's (its silo's) clock
+        clock = getattr(provider, "clock", None)
+        self._clock: Callable[[], float] = (
+            clock.monotonic if clock is not None else SystemClock.monotonic)
         self._send: Callable[[list[Any]], Awaitable[None]] | None = None
         #: enqueues without waiting if it can (True), found with ``_send``
         self._now: Callable[[list[Any]], bool] | None = None
@@ -210,16 +217,12 @@ class AsyncStream(Generic[T]):
         if send is None:
             send = self._sender()
         latency = self._latency
-        if latency is not None:  # Histogram.due, inlined: this runs per event
-            n = latency.seen
-            latency.seen = n + 1
-            if n < TIME_ALL or not n & SAMPLE_MASK:
-                if n >= TIME_ALL and not n & ROLL_MASK:
-                    latency.roll()
-                began = perf_counter()
-                await send(events)
-                latency.record(perf_counter() - began)
-                return
+        if latency is not None and latency.due():
+            clock = self._clock
+            began = clock()
+            await send(events)
+            latency.record(clock() - began)
+            return
         now = self._now
         if now is None or not now(events):
             await send(events)
@@ -246,7 +249,8 @@ class AsyncStream(Generic[T]):
         future = self._send_pipelined(events)
         latency = self._latency
         if latency is not None and latency.due():
-            future.add_done_callback(partial(_acknowledged, latency, perf_counter()))
+            clock = self._clock
+            future.add_done_callback(partial(_acknowledged, latency, clock, clock()))
         return future
 
     def _send_pipelined(self, events: list[Any]) -> asyncio.Future[None]:

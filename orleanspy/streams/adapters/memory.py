@@ -38,7 +38,6 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from time import time as _now
 from typing import Any, Final, final
 
 from orleanspy._util.clock import Clock, SystemClock
@@ -97,12 +96,12 @@ class _MemoryQueue:
         """Index of the first entry whose sequence is ``sequence`` or greater."""
         return bisect_left(self.sequences, sequence, self.head)
 
-    def append(self, stream_id: StreamId, payload: bytes) -> None:
+    def append(self, stream_id: StreamId, payload: bytes, at: float) -> None:
         sequence = self.last_sequence = self.last_sequence + 1
         self.sequences.append(sequence)
         self.stream_ids.append(stream_id)
         self.payloads.append(payload)
-        self.ats.append(_now())
+        self.ats.append(at)
         self.pending.add(sequence)
 
     def acknowledge(self, sequences: list[int]) -> None:
@@ -355,7 +354,8 @@ class MemoryQueueAdapter(QueueAdapter):
     def _put_now(self, q: _MemoryQueue, stream_id: StreamId, events: Sequence[Any]) -> bool:
         if self._state != "open" or not events or len(q.pending) >= q.capacity:
             return False  # ``_put`` says why, or waits for room
-        q.append(stream_id, self._codec.packb(events if type(events) is list else list(events)))
+        q.append(stream_id, self._codec.packb(events if type(events) is list else list(events)),
+                 self._clock.time())
         return True
 
     async def _put(
@@ -373,7 +373,7 @@ class MemoryQueueAdapter(QueueAdapter):
         if self._state != "open":
             q.wake_putters(1)  # the room we were given goes to the next producer
             self._check_open("enqueue()")
-        q.append(stream_id, payload)
+        q.append(stream_id, payload, self._clock.time())
 
     async def _wait_for_room(self, queue: QueueId, q: _MemoryQueue) -> None:
         loop = asyncio.get_running_loop()

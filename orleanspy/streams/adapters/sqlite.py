@@ -27,11 +27,12 @@ stream in a long backlog costs a scan of the rows in between. There is deliberat
 Why the writes look the way they do (both measured with 100 concurrent producers):
 
 * Group commit. A transaction per call would cap producers at a few thousand per second.
-  ``enqueue`` and ``messages_delivered`` add their rows (or seqs) to ``_GroupCommit`` and await
-  a future; one flusher task, started by the first caller and ending when nothing is pending,
-  commits everything pending in one transaction on the database thread, resolves those
-  futures, and starts over with what arrived meanwhile. Inserts of all producers and deletes
-  of all receivers share the transaction.
+  ``enqueue`` and ``messages_delivered`` add their rows (or seqs) to ``GroupCommit``
+  (``orleanspy.streams.adapters.sqlite_commit``) and await a future; one flusher task,
+  started by the first caller and ending when nothing is pending, commits everything pending
+  in one transaction on the database thread, resolves those futures, and starts over with
+  what arrived meanwhile. Inserts of all producers and deletes of all receivers share the
+  transaction.
 * Few statements. The sqlite3 module releases the GIL around every ``sqlite3_step`` and must
   win it back from the busy event loop afterwards; with ``executemany`` that is once per row.
   Rows are therefore inserted with multi-row ``VALUES`` and deleted with ``IN (...)`` lists,
@@ -41,7 +42,6 @@ Why the writes look the way they do (both measured with 100 concurrent producers
 from __future__ import annotations
 
 import asyncio
-import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -50,14 +50,14 @@ from typing import Any, Final, final
 
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.errors import ConfigurationError
-from orleanspy.messaging.codec import Codec, pack_array
+from orleanspy.messaging.codec import Codec
 from orleanspy.streams.adapters.base import (
-    COALESCE_MAX,
     BatchContainer,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
 )
+from orleanspy.streams.adapters.sqlite_commit import GroupCommit
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
 
@@ -79,10 +79,6 @@ _SCHEMA: Final = (
     " at REAL NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS stream_queue_by_queue ON stream_queue (queue, seq)",
 )
-# When the row was written, in seconds since the epoch, from SQLite's clock: computed once per
-# statement, so a group commit costs no Python per row (millisecond resolution).
-_NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
-_COLUMNS: Final = 5  # queue, namespace, key, events, size
 _SELECT: Final = (
     "SELECT seq, namespace, key, events, size, at FROM stream_queue "
     "WHERE queue = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -96,19 +92,7 @@ _SELECT_STREAM_FROM: Final = (
     "WHERE queue = ? AND namespace = ? AND key = ? AND seq >= ? ORDER BY seq LIMIT ?"
 )
 _COUNT: Final = "SELECT COUNT(*) FROM stream_queue WHERE queue = ?"
-_MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
 _STREAM_ID_CACHE_SIZE: Final = 4096
-
-
-@functools.cache
-def _insert_sql(n: int) -> str:
-    values = ", ".join([f"(?, ?, ?, ?, ?, {_NOW})"] * n)
-    return f"INSERT INTO stream_queue (queue, namespace, key, events, size, at) VALUES {values}"
-
-
-@functools.cache
-def _delete_sql(n: int) -> str:
-    return f"DELETE FROM stream_queue WHERE queue = ? AND seq IN ({', '.join(['?'] * n)})"
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -123,22 +107,6 @@ def _create_schema(conn: sqlite3.Connection) -> None:
                 raise
 
 
-def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]]) -> None:
-    """Insert rows (flat parameters, in order) and delete seqs, in a few statements."""
-    start, end = 0, len(inserts)
-    while start < end:
-        n = min(_MAX_CHUNK, 1 << (((end - start) // _COLUMNS).bit_length() - 1))
-        stop = start + n * _COLUMNS
-        conn.execute(_insert_sql(n), inserts[start:stop])
-        start = stop
-    for queue, seqs in deletes.items():
-        for first in range(0, len(seqs), _MAX_CHUNK):
-            chunk = seqs[first : first + _MAX_CHUNK]
-            n = len(chunk)
-            size = n if n & (n - 1) == 0 else 1 << n.bit_length()  # pad: repeat the last seq
-            conn.execute(_delete_sql(size), [queue, *chunk, *[chunk[-1]] * (size - n)])
-
-
 @dataclass(frozen=True, slots=True)
 class SqliteAdapterStatistics:
     """Write counters of one adapter: containers enqueued, containers acknowledged (rows
@@ -147,116 +115,6 @@ class SqliteAdapterStatistics:
     containers_committed: int
     containers_deleted: int
     commits: int
-
-
-class _GroupCommit:
-    """Pending inserts and deletes of one database, committed together by one flusher task."""
-
-    __slots__ = (
-        "_db",
-        "_deletes",
-        "_flusher",
-        "_inserts",
-        "_open",
-        "_waiters",
-        "commits",
-        "deleted",
-        "inserted",
-    )
-
-    def __init__(self, db: SqliteDatabase) -> None:
-        self._db = db
-        self._inserts: list[Any] = []  # flattened rows: _COLUMNS values each
-        #: (queue, stream) -> where its row of single events is in ``_inserts`` (its events
-        #: value is a list of encoded events until the round is taken)
-        self._open: dict[tuple[str, StreamId], int] = {}
-        self._deletes: dict[str, list[int]] = {}
-        self._waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self.commits = self.inserted = self.deleted = 0
-
-    def insert(
-        self, row: tuple[str, str, bytes, bytes, int], stream_id: StreamId | None = None
-    ) -> asyncio.Future[None]:
-        """Add a row (of ``stream_id``); the future resolves once it is committed. Single
-        events of the stream added later go to a row after it (order)."""
-        if stream_id is not None and self._open:
-            at = self._open.pop((row[0], stream_id), None)
-            if at is not None:  # close the stream's row of single events: encode it now
-                payload = pack_array(self._inserts[at + 3])
-                self._inserts[at + 3] = payload
-                self._inserts[at + 4] = len(payload)
-        self._inserts += row
-        return self._committed()
-
-    def insert_event(
-        self, queue: str, stream_id: StreamId, namespace: str, key: bytes, event: bytes
-    ) -> asyncio.Future[None]:
-        """Add one encoded event of ``stream_id``; events of one stream added before the next
-        commit share one row (one container). The future resolves once it is committed."""
-        at = self._open.get((queue, stream_id))
-        if at is not None and len(self._inserts[at + 3]) < COALESCE_MAX:
-            self._inserts[at + 3].append(event)
-        else:
-            self._open[(queue, stream_id)] = len(self._inserts)
-            self._inserts += (queue, namespace, key, [event], 0)
-        return self._committed()
-
-    def _take(self) -> list[Any]:
-        """The rows of this round, each row of single events encoded as one list."""
-        inserts = self._inserts
-        for at in self._open.values():
-            payload = pack_array(inserts[at + 3])
-            inserts[at + 3] = payload
-            inserts[at + 4] = len(payload)
-        self._open = {}
-        self._inserts = []
-        return inserts
-
-    def delete(self, queue: str, seqs: list[int]) -> asyncio.Future[None]:
-        """Add seqs of ``queue`` to delete; the future resolves once that is committed."""
-        self._deletes.setdefault(queue, []).extend(seqs)
-        return self._committed()
-
-    def _committed(self) -> asyncio.Future[None]:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name=f"flush {self._db.path}")
-        return waiter
-
-    async def wait_idle(self) -> None:
-        """Wait until everything submitted so far is committed (or failed)."""
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
-
-    async def _flush(self) -> None:
-        waiters: list[asyncio.Future[None]] = []
-        try:
-            while self._waiters:
-                inserts, deletes, waiters = self._take(), self._deletes, self._waiters
-                self._deletes, self._waiters = {}, []
-                try:
-                    await self._db.transaction(_write, inserts, deletes)
-                except Exception as exc:  # loop boundary: fail this round's callers, go on
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
-                    continue
-                self.commits += 1
-                self.inserted += len(inserts) // _COLUMNS
-                self.deleted += sum(map(len, deletes.values()))
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            waiters = []
-        except BaseException:
-            for waiter in (*waiters, *self._waiters):
-                waiter.cancel()
-            self._inserts, self._deletes, self._waiters, self._open = [], {}, [], {}
-            raise
-        finally:
-            self._flusher = None
 
 
 @final
@@ -275,7 +133,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         "_writer",
     )
 
-    def __init__(self, queue_id: QueueId, db: SqliteDatabase, writer: _GroupCommit) -> None:
+    def __init__(self, queue_id: QueueId, db: SqliteDatabase, writer: GroupCommit) -> None:
         self._queue_id = queue_id
         self._queue_text = str(queue_id)
         self._db = db
@@ -382,7 +240,7 @@ class SqliteQueueAdapter(QueueAdapter):
     def __init__(self, name: str, path: str) -> None:
         self._name = name
         self._db = SqliteDatabase(path)
-        self._writer = _GroupCommit(self._db)
+        self._writer = GroupCommit(self._db)
         self._codec = Codec()
         self._state = "new"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import SqliteAdapterFactory
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.provider import implicit_subscription
-from orleanspy.testing import EventRecorder
+from orleanspy.streams.tokens import SequenceToken
+from orleanspy.testing import EventRecorder, FakeClock
 
 WAIT = 10.0
 GOT: dict[str, list[Any]] = {}
@@ -94,3 +96,45 @@ def _rows(path: Path) -> int:
     with closing(sqlite3.connect(path)) as conn, conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM stream_queue").fetchone()
     return int(count)
+
+
+async def test_under_retry_a_subscription_waits_at_the_container_until_resumed_past_it(
+    tmp_path: Path,
+) -> None:
+    """``failure="retry"``: the delivery parks at the undecodable container (nothing is
+    skipped) and ends the moment the subscription is resumed past it; no time passes on the
+    silo's clock meanwhile, so nothing polls for the resume."""
+    GOT.clear()
+    ERRORS.clear()
+    DONE.clear()
+    path = tmp_path / "q.db"
+    await _fill(path, {"a": [[0], ["poison"], [3], ["last"]]})
+    with closing(sqlite3.connect(path)) as conn, conn:
+        (seq,) = conn.execute(
+            "SELECT seq FROM stream_queue WHERE events = ?",
+            (bytes.fromhex("91a6") + b"poison",),
+        ).fetchone()
+        conn.execute("UPDATE stream_queue SET events = ? WHERE seq = ?",
+                     (bytes.fromhex("91c1"), seq))
+    clock = FakeClock()
+    options = StreamProviderOptions(total_queues=1, pull_period=0.01, failure="retry")
+    provider = PersistentStreamProvider(SqliteAdapterFactory(str(path)), options)
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Reader],
+                stream_providers={"s": provider}, clock=clock)
+    await silo.start()
+    try:
+        (agent,) = provider.agents.values()
+        async with asyncio.timeout(WAIT):
+            while not any(isinstance(e, StreamDeliveryError) for e in ERRORS):
+                await clock.run_for(0.01)  # the agent's first reads
+        (sub,) = agent.streams[StreamId("bad", "a")].values()
+        parked = sub.task
+        assert GOT == {"a": [0]} and parked is not None and not parked.done()
+        agent.table.add(replace(sub.record, token=SequenceToken(seq + 1)))
+        async with asyncio.timeout(WAIT):
+            await parked  # ended by the resume, not by a later look at the clock
+            while "last" not in GOT["a"]:
+                await clock.run_for(0.01)
+        assert GOT == {"a": [0, 3, "last"]}
+    finally:
+        await silo.stop()

@@ -1,0 +1,154 @@
+"""What a pulling agent reports: its statistics (the ``statistics`` turn, the operations
+endpoints, the dashboard) and the runtime events of its read cycle (``orleanspy.diagnostics``),
+built only while the silo's hub listens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orleanspy.diagnostics import (
+    CachePressureChanged,
+    CachePurged,
+    EventsAcknowledged,
+    PullPeriodChanged,
+    QueueRead,
+    SubscriptionRejoined,
+    SubscriptionSpilled,
+)
+from orleanspy.streams.pulling.registry import StreamTable
+from orleanspy.streams.subscription import Subscription
+
+if TYPE_CHECKING:
+    from orleanspy._util.clock import Clock
+    from orleanspy.diagnostics import Diagnostics
+    from orleanspy.streams.cache import QueueCache
+    from orleanspy.streams.ids import QueueId
+    from orleanspy.streams.options import StreamProviderOptions
+    from orleanspy.streams.spill import Spiller
+
+__all__ = ["AgentStatistics", "Reported", "Reporter", "snapshot"]
+
+
+class Reported(Protocol):
+    """What the reporting reads of its pulling agent."""
+
+    queue: QueueId
+    cache: QueueCache
+    table: StreamTable
+    spiller: Spiller
+    clock: Clock
+    options: StreamProviderOptions
+    diagnostics: Diagnostics
+    pressured: bool
+    period: float
+    read: int
+    acknowledged: int
+    last_read: int
+
+    @property
+    def silo(self) -> Any: ...
+
+    @property
+    def provider(self) -> Any: ...
+
+    @property
+    def delivered(self) -> int: ...
+
+    @property
+    def failures(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatistics:
+    queue: str
+    cache_size: int
+    cache_max: int
+    under_pressure: bool
+    pull_period: float
+    read: int
+    delivered: int
+    acknowledged: int
+    failures: int
+    streams: int
+    subscriptions: int
+    lag: dict[str, int]
+    spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
+    spill_count: int = 0  # subscriptions spilled since the agent started
+    #: subscription -> seconds since its oldest undelivered cached event was written (those
+    #: with such an event whose write time is known)
+    age: dict[str, float] = field(default_factory=dict)
+    #: subscription -> "stream -> consumer grain"
+    consumers: dict[str, str] = field(default_factory=dict)
+    #: subscription -> failed attempts of the delivery under way (those failing now)
+    failing: dict[str, int] = field(default_factory=dict)
+    flow_control: str = "min"  # the provider's flow control (min, max or tagged)
+
+
+def snapshot(agent: Reported) -> AgentStatistics:
+    """Cache size and pressure, pull period, counters and per-subscription lag."""
+    stats = agent.cache.statistics()
+    subs = agent.table.subscriptions()
+    lag = {s.record.sub_id: _lag(agent, s) for s in subs}
+    now = agent.clock.time()
+    age = {}
+    consumers = {}
+    failing = {}
+    for s in subs:
+        sub_id = s.record.sub_id
+        item = s.cursor.item if s.cursor is not None else None
+        if item is not None and item.container.enqueued_at:
+            age[sub_id] = max(0.0, now - item.container.enqueued_at)
+        consumers[sub_id] = f"{s.stream_id} -> {s.consumer.grain_id}"
+        if s.failing:
+            failing[sub_id] = s.failing
+    return AgentStatistics(
+        queue=str(agent.queue), cache_size=stats.size, cache_max=stats.max_size,
+        under_pressure=stats.under_pressure or agent.pressured, pull_period=agent.period,
+        read=agent.read, delivered=agent.delivered, acknowledged=agent.acknowledged,
+        failures=agent.failures, streams=len(agent.table.streams), subscriptions=len(lag),
+        lag=lag, spilled=len(agent.spiller), spill_count=agent.spiller.count, age=age,
+        consumers=consumers, failing=failing, flow_control=str(agent.options.flow_control),
+    )
+
+
+def _lag(agent: Reported, sub: Subscription) -> int:
+    """Queue positions behind the newest read (cache) or sequences behind it (spilled)."""
+    if sub.cursor is not None:
+        return sub.cursor.lag()
+    if sub.spilled_from is not None:
+        return max(0, agent.last_read - sub.after)
+    return 0
+
+
+class Reporter:
+    """The runtime events of one agent's read cycle (each built only while the hub
+    listens: callers check ``hub.listening`` first)."""
+
+    __slots__ = ("hub", "provider", "queue", "silo")
+
+    def __init__(self, agent: Reported) -> None:
+        self.hub = agent.diagnostics
+        self.provider = agent.provider.name
+        self.queue = str(agent.queue)
+        self.silo = str(agent.silo.address)
+
+    def read(self, count: int, total: int) -> None:
+        self.hub.emit(QueueRead(self.silo, self.provider, self.queue, count, total))
+
+    def purged(self, count: int, left: int) -> None:
+        self.hub.emit(CachePurged(self.silo, self.provider, self.queue, count, left))
+
+    def acknowledged(self, count: int, total: int) -> None:
+        self.hub.emit(EventsAcknowledged(self.silo, self.provider, self.queue, count, total))
+
+    def period(self, period: float) -> None:
+        self.hub.emit(PullPeriodChanged(self.silo, self.provider, self.queue, period))
+
+    def pressure(self, pressured: bool) -> None:
+        self.hub.emit(CachePressureChanged(self.silo, self.provider, self.queue, pressured))
+
+    def moved(self, sub: Subscription, spilled: bool) -> None:
+        kind = SubscriptionSpilled if spilled else SubscriptionRejoined
+        self.hub.emit(kind(self.silo, self.provider, self.queue, str(sub.stream_id),
+                           sub.record.sub_id))
