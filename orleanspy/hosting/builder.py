@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -145,18 +147,20 @@ def open_membership_table(url: str, cluster_id: str, data_dir: str) -> Membershi
     return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
 
 
-def queue_lease_store(table: MembershipTable) -> QueueLeaseStore:
+def queue_lease_store(table: MembershipTable,
+                      clock: Callable[[], float] = time.time) -> QueueLeaseStore:
     """The stream-queue lease store kept with a membership table: table ``stream_leases``
     of the SQLite file (a new connection; the caller closes it), or the one in-memory store
-    the silos sharing an in-memory table share (it lives on the table)."""
+    the silos sharing an in-memory table share (it lives on the table). ``clock`` is the
+    wall clock lease expiries are read on (the silo's)."""
     if isinstance(table, SqliteMembershipTable):
-        return SqliteQueueLeaseStore(table.path, table.cluster_id)
+        return SqliteQueueLeaseStore(table.path, table.cluster_id, clock=clock)
     if isinstance(table, RedisMembershipTable):
-        return RedisQueueLeaseStore(table.url, table.cluster_id)
+        return RedisQueueLeaseStore(table.url, table.cluster_id, clock=clock)
     if isinstance(table, MemoryMembershipTable):
         store = table.shared.get("stream_leases")
         if store is None:
-            store = table.shared["stream_leases"] = MemoryQueueLeaseStore()
+            store = table.shared["stream_leases"] = MemoryQueueLeaseStore(clock)
         assert isinstance(store, QueueLeaseStore)
         return store
     raise TypeError(f"no stream-queue lease store for membership table {table!r}")
@@ -250,7 +254,8 @@ def build_silo(
             silo, identity, transport=transport, directory=directory, placement=placement,
             view=view, registrations=registrations, tasks=tasks, table=table,
             owns_table=owns_table, make_membership=make_membership,
-            max_forwards=opts.max_forward_count, lease_stores=queue_lease_store,
+            max_forwards=opts.max_forward_count,
+            lease_stores=partial(queue_lease_store, clock=clock.time),
         )
     locator: GrainLocator = cluster if cluster is not None else LocalLocator(silo)
 
