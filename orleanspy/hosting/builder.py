@@ -73,6 +73,7 @@ from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
 from orleanspy.runtime.gateway import Gateway
+from orleanspy.runtime.grain_classes import grain_classes_in, register_grain_class
 from orleanspy.runtime.identity import SiloIdentity, new_generation
 from orleanspy.runtime.locator import GrainLocator, LocalLocator
 from orleanspy.runtime.options import BACKENDS_OF, SiloOptions
@@ -83,8 +84,6 @@ from orleanspy.runtime.silo import (
     STREAMS_PREFIX,
     Silo,
     SiloParts,
-    grain_classes_in,
-    register_grain_class,
 )
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, bind_spark

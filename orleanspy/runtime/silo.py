@@ -18,11 +18,8 @@ storage closes.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from orleanspy._util import gc_freeze
@@ -32,18 +29,18 @@ from orleanspy.diagnostics import Diagnostics, SiloStatusChanged
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.grain_interface import GrainInterface
-from orleanspy.grains.interface import RUNTIME_TYPE_PREFIX, GrainClassInfo, class_info
+from orleanspy.grains.interface import GrainClassInfo, class_info
 from orleanspy.grains.proxy import References, make_reference
 from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.types import TypePolicy
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
 from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
 from orleanspy.runtime.dispatcher import Dispatcher
+from orleanspy.runtime.grain_classes import register_grain_class
 from orleanspy.runtime.identity import SiloIdentity
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.options import SiloOptions
@@ -54,7 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLLECTOR", "GATEWAY", "REMINDERS", "STREAMS_PREFIX", "Silo", "SiloParts", "SiloStatistics",
-    "grain_classes_in", "register_grain_class",
 ]
 
 G = TypeVar("G")
@@ -85,28 +81,6 @@ class SiloStatistics:
     extensions: dict[str, Any] = field(default_factory=dict)  # e.g. "spark": SparkStatistics
 
 
-def grain_classes_in(module: ModuleType | str) -> list[type]:
-    """The Grain subclasses defined in a module (not imported into it)."""
-    if isinstance(module, str):
-        try:
-            module = importlib.import_module(module)
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"--app {module}: cannot import it ({exc}); check the module path and that "
-                "its folder is on PYTHONPATH"
-            ) from exc
-    return [
-        obj
-        for obj in vars(module).values()
-        if inspect.isclass(obj)
-        and issubclass(obj, Grain)
-        and obj.__module__ == module.__name__
-        and obj is not Grain
-        and not issubclass(obj, SystemTarget)
-        and not inspect.isabstract(obj)
-    ]
-
-
 @dataclass(frozen=True, slots=True)
 class SiloParts:
     """The components a silo is made of: ``orleanspy.hosting.builder`` builds them, in
@@ -133,31 +107,6 @@ class SiloParts:
     reminders: Any = None
     gateway: Any = None
     operations: Any = None
-
-
-def register_grain_class(registry: dict[str, GrainClassInfo], policy: TypePolicy,
-                         cls: type) -> None:
-    """Add a grain class to a silo's registry and allow its types on the wire."""
-    if not (isinstance(cls, type) and issubclass(cls, Grain)):
-        raise ConfigurationError(f"{cls!r} is not a Grain subclass")
-    info = class_info(cls)
-    if info.type_name.startswith(RUNTIME_TYPE_PREFIX) and not info.runtime:
-        raise ConfigurationError(
-            f"grain class {cls.__module__}.{cls.__qualname__} is named "
-            f"{info.type_name!r}: type names starting with {RUNTIME_TYPE_PREFIX!r} are "
-            "reserved for the runtime; give it another @grain_type('...')"
-        )
-    other = registry.get(info.type_name)
-    if other is not None and other.cls is not cls:
-        raise ConfigurationError(
-            f"two grain classes share the type name {info.type_name!r} "
-            f"({other.cls.__module__} and {cls.__module__}); give one @grain_type('...')"
-        )
-    registry[info.type_name] = info
-    policy.allow_grain_class(
-        cls, info.methods, [spec.factory for spec in info.states.values()
-                            if isinstance(spec.factory, type)]
-    )
 
 
 class Silo:
