@@ -296,6 +296,11 @@ def build_silo(
             "reminder_sync": reminders.sync,  # a reminder of a grain this silo owns changed
         })
         cluster.add_view_listener(reminders.membership_changed)
+    for name, provider in providers.items():  # each learns its name, host and parts
+        provider.bind(
+            name, silo, clock=clock, diagnostics=diagnostics, silo_name=identity.name,
+            cluster=cluster,
+        )
     manager: SparkSessionManager | None = None
     if spark is not None:
         manager = (spark if isinstance(spark, SparkSessionManager)

@@ -159,8 +159,6 @@ class Silo:
         #: How late the event loop last ran a timer, in seconds (sampled every LAG_INTERVAL)
         self.loop_lag = 0.0
         self._lag_timer: asyncio.TimerHandle | None = None
-        for name, provider in self.stream_providers.items():
-            provider.bind(name, self)  # each provider learns its name and silo
 
     @property
     def address(self) -> SiloAddress:

@@ -37,6 +37,7 @@ from orleanspy.streams.stream import IMPLICIT_ATTR, AsyncStream
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
+    from orleanspy.cluster.runtime import ClusterRuntime
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["PersistentStreamProvider", "implicit_namespaces", "implicit_subscription"]
@@ -107,17 +108,24 @@ class PersistentStreamProvider:
         self.publish_latency = Histogram()
         self.delivery_latency = Histogram()
         self.log: Any = None
+        self.cluster: ClusterRuntime | None = None  # from bind, on a cluster silo
 
     # -- lifecycle (the silo calls these) -------------------------------------------------------
-    def bind(self, name: str, silo: Silo) -> None:
+    def bind(self, name: str, silo: Silo, *, clock: Clock, diagnostics: Diagnostics,
+             silo_name: str, cluster: ClusterRuntime | None = None) -> None:
+        """Join a silo (the silo builder calls this once): its name, the silo that hosts the
+        provider's system targets and agents (read on use), its clock and diagnostics hub,
+        and on a cluster silo its cluster runtime (this silo's address and the membership
+        view once joined, and the queue lease store kept with the membership table)."""
         self.name = name
         self.silo = silo
-        self.clock = silo.clock
-        self.diagnostics = silo.diagnostics
+        self.clock = clock
+        self.diagnostics = diagnostics
+        self.cluster = cluster
         self.mapper = HashRingQueueMapper(self.options.total_queues, name)
         self.adapter = self.adapter_factory.create_adapter(name)
-        self.adapter.use_clock(silo.clock)
-        self.log = get_logger(__name__, provider=name, silo=silo.name)
+        self.adapter.use_clock(clock)
+        self.log = get_logger(__name__, provider=name, silo=silo_name)
 
     async def start(self) -> None:
         """Open the adapter and start an agent for every queue the balancer gives us (on a
@@ -126,8 +134,8 @@ class PersistentStreamProvider:
         self.log = get_logger(__name__, provider=self.name, silo=self.silo.name)  # final name
         self.silo.add_system_target(StreamPublisher(self), self.name)
         self.manager = manager = PullingManager(self, self.log)
-        cluster = self.silo.cluster
         balancer = self.balancer
+        cluster = self.cluster
         if cluster is not None and (self._default_balancer
                                     or isinstance(balancer, LeaseQueueBalancer)):
             if not isinstance(balancer, LeaseQueueBalancer):

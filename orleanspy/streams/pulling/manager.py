@@ -25,6 +25,7 @@ from orleanspy.streams.pulling.agent import AgentHost, PullingAgent
 
 if TYPE_CHECKING:
     from orleanspy.cluster.membership.snapshot import MembershipSnapshot
+    from orleanspy.cluster.runtime import ClusterRuntime
     from orleanspy.runtime.silo import Silo
 
 __all__ = ["ManagedProvider", "PullingManager"]
@@ -38,6 +39,9 @@ class ManagedProvider(AgentHost, Protocol):
 
     @property
     def mapper(self) -> HashRingQueueMapper: ...
+
+    @property
+    def cluster(self) -> ClusterRuntime | None: ...
 
 
 class PullingManager:
@@ -66,7 +70,7 @@ class PullingManager:
 
     async def start_balancing(self, leases: LeaseQueueBalancer) -> None:
         """Take this silo's share of the queues and follow membership from now on."""
-        cluster = self.provider.silo.cluster
+        cluster = self.provider.cluster
         assert cluster is not None
         self._leases = leases
         self._me = str(cluster.me)
@@ -200,7 +204,7 @@ class PullingManager:
         """One round: compute the target, give up what is no longer ours (stop the agent,
         then release), acquire and start what is ours and free."""
         leases = self._leases
-        cluster = self.provider.silo.cluster
+        cluster = self.provider.cluster
         assert leases is not None and cluster is not None
         async with self._balance_lock:
             if self._stopping:

@@ -172,7 +172,7 @@ class _StartsForever:
         self.starting = asyncio.Event()
         self.stopped = False
 
-    def bind(self, name: str, silo: Silo) -> None:
+    def bind(self, name: str, silo: Silo, **parts: object) -> None:
         pass
 
     async def start(self) -> None:
