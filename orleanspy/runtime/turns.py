@@ -41,11 +41,6 @@ from orleanspy.messaging.message import (
     FLAG_SUPPRESS_KEEP_ALIVE,
     Message,
 )
-from orleanspy.runtime.call_stats import LAST as STATS_LAST
-from orleanspy.runtime.call_stats import ROLL_MASK as STATS_ROLL_MASK
-from orleanspy.runtime.call_stats import SAMPLE_MASK as STATS_SAMPLE_MASK
-from orleanspy.runtime.call_stats import SCALE as STATS_SCALE
-from orleanspy.runtime.call_stats import TIME_ALL as STATS_TIME_ALL
 from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
 from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.host import SiloHost
@@ -142,14 +137,7 @@ class Turns(Mailbox):
             stats = calls.get(msg.method)
             if stats is None:
                 stats = self._method_stats(msg.method)
-            n = stats.seen  # Histogram.due, inlined
-            stats.seen = n + 1
-            if n < STATS_TIME_ALL or not n & STATS_SAMPLE_MASK:
-                if n >= STATS_TIME_ALL and not n & STATS_ROLL_MASK:
-                    stats.roll()
-                msg.started = perf_counter()
-            else:
-                msg.started = 0.0
+            msg.started = perf_counter() if stats.due() else 0.0
         blocking = self.blocking
         if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
             blocking is None
@@ -294,11 +282,8 @@ class Turns(Mailbox):
         calls = self.calls
         if calls is not None and msg.invoke is None and (msg.started or exc is not None):
             stats = calls.get(msg.method) or calls[STATS_UNKNOWN]
-            if msg.started:  # Histogram.record, inlined: this runs per timed call
-                took = perf_counter() - msg.started
-                stats.seconds += took
-                i = int(took * STATS_SCALE).bit_length()
-                stats.buckets[i if i < STATS_LAST else STATS_LAST] += 1
+            if msg.started:
+                stats.record(perf_counter() - msg.started)
             if exc is not None:
                 stats.errors += 1
         if exc is None:
