@@ -4,10 +4,14 @@ Usage::
 
     .venv/bin/python benchmarks/grain_calls.py            # table for humans
     .venv/bin/python benchmarks/grain_calls.py --json     # one JSON list on stdout
+    .venv/bin/python benchmarks/grain_calls.py --runs 3   # three whole runs: ratio per run
     .venv/bin/python benchmarks/grain_calls.py --profile remote   # pyinstrument, our side
 
 Figures (each: best of ``--trials`` for orleanspy and for its baseline, trials interleaved
-so that machine noise hits both sides alike; see docs/benchmarks.md):
+so that machine noise hits both sides alike; see docs/benchmarks.md). With the figures the
+script prints how to reproduce them: the command, the Python, the tree, the load average
+when the run started and the trial settings (on stderr with ``--json``). The targets are
+for three runs (``--runs 3``) on an otherwise idle machine:
 
 1. ``local_sequential``: one caller awaiting ``ref.increment()`` on one grain of an
    in-process silo, vs one ``BareActor`` (asyncio.Queue + worker task).
@@ -34,6 +38,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import os
+import shlex
+import statistics
 import subprocess
 import sys
 import threading
@@ -104,13 +112,19 @@ async def calibrate(trial: Trial, ncalls_per_count: int, seconds: float) -> int:
 async def compare(
     ours: Trial, base: Trial, *, ncallers: int, seconds: float, trials: int
 ) -> tuple[float, float]:
-    """Best rate of each side over ``trials`` interleaved trials (after warm-up)."""
+    """Best rate of each side over ``trials`` interleaved trials (after warm-up). The side
+    that goes first alternates (ours, base, base, ours, ours, base, ...): neither side
+    always runs right after the warm-up, a collection or the other's trial."""
     n_ours = await calibrate(ours, ncallers, seconds)
     n_base = await calibrate(base, ncallers, seconds)
     best_ours = best_base = 0.0
-    for _ in range(trials):
-        best_ours = max(best_ours, await ours(n_ours))
-        best_base = max(best_base, await base(n_base))
+    for i in range(trials):
+        if i % 2 == 0:
+            best_ours = max(best_ours, await ours(n_ours))
+            best_base = max(best_base, await base(n_base))
+        else:
+            best_base = max(best_base, await base(n_base))
+            best_ours = max(best_ours, await ours(n_ours))
     return best_ours, best_base
 
 
@@ -407,12 +421,91 @@ async def run(args: argparse.Namespace) -> list[Figure]:
     return figures
 
 
+def setup(args: argparse.Namespace, load: tuple[float, float, float]) -> list[str]:
+    """How to reproduce the figures: the command, the Python, the tree, the machine's load
+    when the run started and the trial settings."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        commit = ""
+    lines = [
+        "reproduce: " + shlex.join([sys.executable, *sys.argv]) + f"   (in {os.getcwd()})",
+        f"python {sys.version.split()[0]} ({sys.executable}); orleanspy "
+        f"{commit or 'not a git checkout'} ({root}); {os.cpu_count()} CPUs; load average at "
+        f"start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min)",
+        f"each figure: the best of {args.trials} trial(s) of about {args.seconds:g} s per side, "
+        "the sides interleaved, after a warm-up",
+    ]
+    if load[0] > 1.5:
+        lines.append(f"the machine was busy (load {load[0]:.1f}): ratios move with other "
+                     "processes; the targets are for an otherwise idle machine (load about 1) "
+                     "and three runs (--runs 3)")
+    return lines
+
+
+def runs(args: argparse.Namespace) -> None:
+    """``--runs N``: N whole runs one after another, each a fresh process of this script with
+    the same options; every figure's ratio in each run, their median and range."""
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--runs") if "--runs" in argv else -1
+    if i >= 0:
+        del argv[i:i + 2]
+    argv = [a for a in argv if not a.startswith("--runs=") and a != "--json"]
+    load = os.getloadavg()
+    results: list[list[dict[str, Any]]] = []
+    loads: list[float] = []
+    for n in range(args.runs):
+        loads.append(os.getloadavg()[0])
+        progress(f"run {n + 1} of {args.runs} (load {loads[-1]:.2f}) ...")
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), *argv, "--json", "--in-runs"],
+            stdout=subprocess.PIPE, text=True, check=True)
+        results.append(json.loads(done.stdout))
+    lines = [*setup(args, load), "load average (1 min) at the start of each run: "
+             + ", ".join(f"{x:.2f}" for x in loads)]
+    if args.json:
+        json.dump(results, sys.stdout)
+        sys.stdout.write("\n")
+        for line in lines:
+            progress(line)
+        return
+    names = [f["name"] for f in results[0]]
+    w = max(len(n) for n in names)
+    print(f"{'figure':<{w}}  " + "  ".join(f"run {n + 1:<3}" for n in range(args.runs))
+          + "   median  (min-max)   target")
+    for name in names:
+        ratios = [f["ratio"] for run in results for f in run if f["name"] == name]
+        target = TARGETS.get(name)
+        met = "" if target is None else (
+            f">= {target:g}x " + ("ok" if min(ratios) >= target else "MISSED"))
+        print(f"{name:<{w}}  " + "  ".join(f"{r:>6.2f}x " for r in ratios)
+              + f"  {statistics.median(ratios):>6.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+              + f"  {met}")
+    for line in lines:
+        print(line)
+
+
+#: each figure's target ratio, for the summary of ``--runs``
+TARGETS: dict[str, float] = {
+    "local_sequential": 1.0, "local_concurrent_100x100": 1.0, "suspending_1": 1.0,
+    f"suspending_{CALLERS}": 1.0, "suspending_10000": 0.8, "get_grain_per_call": 0.25,
+    "local_sequential_vs_lock": 0.25, "activation_rate": 0.3, "client_to_silo": 0.5,
+    "client_to_silo_vs_coalescing_echo": 0.9,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON list, nothing else")
     parser.add_argument("--seconds", type=float, default=2.0,
                         help="target duration of one trial (default 2.0)")
     parser.add_argument("--trials", type=int, default=3, help="trials per side (best is kept)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="whole runs, one after another, each in a fresh process: every "
+                        "figure's ratio per run, median and range (default 1; the targets "
+                        "hold for 3)")
     parser.add_argument("--activation-callers", type=int, default=1,
                         help="concurrent callers for the activation figure (default 1)")
     parser.add_argument("--only", action="append",
@@ -423,6 +516,7 @@ def main() -> None:
                         help="profile orleanspy's side of one figure instead (stderr)")
     parser.add_argument("--serve", choices=["silo", "echo", "tuned"], help=argparse.SUPPRESS)
     parser.add_argument("--profile-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--in-runs", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(serve(args.serve, args.profile_server))
@@ -431,10 +525,17 @@ def main() -> None:
     if args.profile:
         asyncio.run(profile(args.profile, args.seconds, args.activation_callers))
         return
+    if args.runs > 1:
+        runs(args)
+        return
+    load = os.getloadavg()
     t0 = time.perf_counter()
     figures = asyncio.run(run(args))
     progress(f"done in {time.perf_counter() - t0:.0f} s")
     report(figures, args.json)
+    if not args.in_runs:  # (``--runs`` says it once for all its runs)
+        for line in setup(args, load):
+            (progress if args.json else print)(line)
 
 
 if __name__ == "__main__":

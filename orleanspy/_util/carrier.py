@@ -302,24 +302,31 @@ def carry(
                 raise raised if raised is not None else failed
             finally:  # no cycle through this frame and the exception's traceback
                 raised = failed = thrown = None
-        # _release(stand_in, arg), inlined: this runs once per carried turn
-        stand_in._carrier = stand_in._carrying = None
-        arg.runner = None
-        if (_refcount(stand_in) <= 2 and not _weakrefs(stand_in)
-                and stand_in._callbacks is None and len(stand_in_spare) < _SPARE_MAX):
-            stand_in._state = PENDING  # nobody kept it: the next turn's first step may
-            stand_in._cancels = 0
-            stand_in._must_cancel = False
-            stand_in._cancel_msg = None
-            stand_in_spare.append(stand_in)
-        else:
-            stand_in.ended()
+        _recycle(stand_in, arg)
         host.turn_ended(arg, None, carrier is not None)
         return value
 
 
 #: the code of ``carry``: what tells a carried turn's awaitable from other generators
 CARRY_CODE: Final = carry.__code__
+
+
+def _recycle(stand_in: StandIn, arg: Any) -> None:
+    """The turn has ended in its caller's task: its stand-in goes to ``stand_in_spare`` for
+    the next first step, unless someone kept it (then it ends as a task does)."""
+    stand_in._carrier = stand_in._carrying = None
+    arg.runner = None
+    # References: the ``carry`` frame, this one and the call's argument. One more, a weak
+    # one or a done callback: the turn kept its current task.
+    if (_refcount(stand_in) <= 3 and not _weakrefs(stand_in)
+            and stand_in._callbacks is None and len(stand_in_spare) < _SPARE_MAX):
+        stand_in._state = PENDING
+        stand_in._cancels = 0
+        stand_in._must_cancel = False
+        stand_in._cancel_msg = None
+        stand_in_spare.append(stand_in)
+    else:
+        stand_in.ended()
 
 
 def _release(stand_in: StandIn, arg: Any) -> None:

@@ -48,8 +48,7 @@ class Histogram:
         return self.base + self.seen
 
     def due(self) -> bool:
-        """Count one observation; True if it is to be measured (see the module). Hot paths
-        inline this (and call ``roll`` as it does)."""
+        """Count one observation; True if it is to be measured (see the module)."""
         n = self.seen
         self.seen = n + 1
         if n < TIME_ALL:

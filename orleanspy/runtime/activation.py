@@ -1,60 +1,33 @@
-"""Activation: one live instance of a grain — its life (activate, deactivate) and its turns.
+"""Activation: one live instance of a grain — its life (activate, deactivate, timers), what
+it receives, and its statistics.
 
-What may start when is decided by ``admission``; where messages wait, and what happens
-when there is no room, by ``mailbox`` (both are bases of ``Activation``).
-
-A turn starts *eagerly*: the grain method runs in the frame that admitted it until its first
-suspension (``_util.eager``). A method that never suspends costs no task and no loop
-iteration; one that does continues in a Task that owns the rest of the turn.
-The host protocols sit here because they name ``Activation`` itself; a turn's start, its
-ends (in its frame, carried by its caller, in a Task) and its accounting share private state,
-which is why the module stays one (about 660 lines).
+The rest is in its bases, one concern each: ``admission`` decides what may start when,
+``mailbox`` holds what must wait (and applies the overflow policy), ``turns`` runs a turn
+and ends it (eagerly, ``_util.eager``). The host protocols sit here because they name
+``Activation`` itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import Context, copy_context
-from functools import partial
-from time import perf_counter
-from types import GeneratorType
+from contextvars import copy_context
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
-from orleanspy._util.futures import reply_to
-from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated, CallFailed
-from orleanspy.errors import (
-    ActivationFailedError,
-    GrainCallTimeoutError,
-    InconsistentStateError,
-    InternalError,
-    MessageRejectedError,
-)
+from orleanspy.diagnostics import ActivationCreated, ActivationDeactivated
+from orleanspy.errors import ActivationFailedError, InternalError
 from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId
-from orleanspy.messaging.message import (
-    FLAG_ALWAYS_INTERLEAVE,
-    FLAG_READ_ONLY,
-    FLAG_SUPPRESS_KEEP_ALIVE,
-    Direction,
-    Message,
-)
+from orleanspy.messaging.message import Direction, Message
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState, ActivationStatistics
-from orleanspy.runtime.call_stats import LAST as STATS_LAST
-from orleanspy.runtime.call_stats import ROLL_MASK as STATS_ROLL_MASK
-from orleanspy.runtime.call_stats import SAMPLE_MASK as STATS_SAMPLE_MASK
-from orleanspy.runtime.call_stats import SCALE as STATS_SCALE
-from orleanspy.runtime.call_stats import TIME_ALL as STATS_TIME_ALL
-from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
-from orleanspy.runtime.call_stats import CallStatistics, MethodStats
-from orleanspy.runtime.host import SiloHost
+from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.locator import GrainLocator
-from orleanspy.runtime.mailbox import Mailbox
 from orleanspy.runtime.timers import GrainTimer
+from orleanspy.runtime.turns import TurnHost, Turns
 
 if TYPE_CHECKING:
     from orleanspy._util.carrier import Carrier
@@ -69,10 +42,6 @@ __all__ = [
 ]
 
 
-_Generator = GeneratorType
-_Future = asyncio.Future
-
-
 class _Catalog(Protocol):
     def remove(self, act: Activation) -> None: ...
 
@@ -85,10 +54,11 @@ class _Redispatcher(Protocol):
     def unwatch(self, msg: Message) -> None: ...
 
 
-class ActivationHost(SiloHost, Protocol):
+class ActivationHost(TurnHost, Protocol):
     """What an activation needs from the silo hosting it (the silo implements it; grains
-    see it as ``Grain.silo``). The catalog, dispatcher and locator are read on use: an
-    activation reaches them only when it registers, fails or goes away."""
+    see it as ``Grain.silo``): what its turns need, and more. The catalog, dispatcher and
+    locator are read on use: an activation reaches them only when it registers, fails or
+    goes away."""
 
     @property
     def locator(self) -> GrainLocator: ...
@@ -106,34 +76,22 @@ class ActivationHost(SiloHost, Protocol):
         """The persistent state ``spec`` of a grain, bound to its storage."""
         ...
 
-    def log_grain_error(self, event: str, **fields: Any) -> None:
-        """Log an exception a grain method raised (at the silo's configured level)."""
-        ...
-
-
-class Activation(Mailbox):
+class Activation(Turns):
     """One live instance of a grain class for one grain id."""
 
     __slots__ = (
         "_deactivated",
-        "_now",
         "_teardown_started",
-        "calls",
-        "completed",
         "error",
-        "failed",
         "grain",
         "grain_id",
         "info",
         "keep_alive_until",
-        "last_active",
         "name",
         "reason",
-        "received",
         "silo",
         "state",
         "states",
-        "tasks",
         "timers",
     )
 
@@ -144,24 +102,19 @@ class Activation(Mailbox):
         self.grain_id = grain_id
         self.name = str(grain_id)
         cap = info.mailbox_capacity
-        super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow)
+        now = silo.clock.monotonic
+        super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow,
+                         now, silo.call_statistics.table(grain_id.type_name))
         self.info = info
         self.grain: Any = None
         self.state = ActivationState.ACTIVATING
-        self._now = silo.clock.monotonic
-        self.last_active = self._now()
         self.keep_alive_until = 0.0
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
-        #: the Tasks of this activation's suspended turns that run in a Task of their own,
-        #: by message id (a carried turn's current task is its message's ``runner``)
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
-        self.received = self.completed = self.failed = 0
-        self.calls = silo.call_statistics.table(grain_id.type_name)
 
     def __repr__(self) -> str:
         return f"<Activation {self.name} {self.state.name}>"
@@ -374,222 +327,7 @@ class Activation(Mailbox):
             self._report_queued(msg, False)
         return None
 
-    # -- turns ----------------------------------------------------------------------------
-    def _start(self, msg: Message, inline: bool) -> Any:
-        """Run a turn in its own task, started eagerly (``_util.eager``).
-
-        ``inline``: a local request that runs in the caller's frame if it may start now
-        (the dispatcher's local calls) — return the result, raise the error, return the
-        carrying awaitable (or a future, resolved through ``msg.reply``) if the turn
-        suspended, or ``NOT_NOW``.
-        Otherwise the turn was admitted and its outcome goes to ``msg.reply``.
-        """
-        if inline:
-            if (
-                self.running or self.waiting or self.state is not ActivationState.VALID
-            ) and not self._admissible_now(msg):
-                return NOT_NOW
-            self.received += 1
-        deadline = msg.deadline
-        if deadline and deadline < self._now():
-            self._expire(msg)
-            return None
-        self.running[msg.id] = msg
-        calls = self.calls
-        if calls is not None and msg.invoke is None:
-            # Count every call; time them as runtime.call_stats samples.
-            stats = calls.get(msg.method)
-            if stats is None:
-                stats = self._method_stats(msg.method)
-            n = stats.seen  # Histogram.due, inlined
-            stats.seen = n + 1
-            if n < STATS_TIME_ALL or not n & STATS_SAMPLE_MASK:
-                if n >= STATS_TIME_ALL and not n & STATS_ROLL_MASK:
-                    stats.roll()
-                msg.started = perf_counter()
-            else:
-                msg.started = 0.0
-        blocking = self.blocking
-        if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
-            blocking is None
-            or (blocking.flags & FLAG_READ_ONLY and not msg.flags & FLAG_READ_ONLY)
-        ):
-            self.blocking = msg  # a write that got in (reentrancy) blocks read-only calls
-        try:
-            if msg.invoke is not None:
-                coro = msg.invoke()
-            elif msg.kwargs:
-                coro = getattr(self.grain, msg.method)(*msg.args, **msg.kwargs)
-            else:
-                coro = getattr(self.grain, msg.method)(*msg.args)
-        except Exception as exc:  # e.g. wrong arguments: the caller's error
-            self._finish(msg, exc)
-            if inline:
-                raise
-            self._deliver(msg, False, exc)
-            return None
-        # The turn's own context: the caller's, with this turn current and no reentrancy
-        # scope (set with C calls only: this runs for every call).
-        msg.activation = self
-        context = copy_context()
-        context.run(_set_turn, msg)
-        if reentrancy_scope.get():
-            context.run(reentrancy_scope.set, False)
-        try:
-            task, result = eager_start(self.silo.loop, coro, context, None, None, msg, self,
-                                       inline)
-        except BaseException as error:
-            failure = _cancelled(self, msg) if isinstance(error, asyncio.CancelledError) else error
-            self._finish(msg, failure)
-            if inline:
-                if failure is error:
-                    raise
-                raise failure from None
-            self._deliver(msg, False, failure)
-            if isinstance(failure, (KeyboardInterrupt, SystemExit)):
-                raise  # the process's, wherever it surfaces; any other went to the reply
-            return None
-        if task is None:
-            self._finish(msg, None)
-            if inline:
-                return result
-            self._deliver(msg, True, result)
-            return None
-        if type(task) is _Generator:
-            return task  # ``carry``: the caller's task runs the rest of the turn
-        self.tasks[msg.id] = task
-        if inline:
-            fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
-            msg.reply = partial(reply_to, fut)
-            return fut
-        return None
-
-    def _expire(self, msg: Message) -> None:
-        """Drop a queued request whose caller's deadline passed before it could start."""
-        self.expired += 1
-        self.silo.log.debug("request_expired", grain=self.name, method=msg.method)
-        self._deliver(msg, False, GrainCallTimeoutError(
-            f"{self.name}.{msg.method} was dropped unstarted: its caller's deadline had passed"
-        ))
-
-    def _turn_done(self, msg: Message, ok: bool, value: Any) -> None:
-        """A turn that suspended has ended (``eager.Continuation`` calls this in its Task's
-        last step): finish it, reply, and start what waits, in a context of its own (not
-        the ended turn's)."""
-        self.tasks.pop(msg.id, None)
-        if ok:
-            exc: BaseException | None = None
-        elif isinstance(value, asyncio.CancelledError):
-            exc = _cancelled(self, msg)
-        else:
-            exc = value
-        if self.waiting or self.state is not ActivationState.VALID:
-            # What starts now (a waiting turn, the teardown) must not inherit its context.
-            Context().run(self._reply, msg, exc, value)
-        else:
-            self._reply(msg, exc, value)
-
-    def turn_ended(self, msg: Message, exc: BaseException | None, watched: bool
-                   ) -> BaseException | None:
-        """A turn its caller carried has ended (``_util.carrier``): finish it and start what
-        waits, in a context of its own. Returns the error its caller raises."""
-        if watched:
-            self.silo.dispatcher.unwatch(msg)
-        if exc is not None and isinstance(exc, asyncio.CancelledError):
-            exc = _cancelled(self, msg)
-        if self.waiting or self.state is not ActivationState.VALID:
-            Context().run(self._finish, msg, exc)
-        else:
-            self._finish(msg, exc)
-        return exc
-
-    def turn_suspended(self, msg: Message, carrier: Carrier) -> None:
-        """A carried turn may take a while: the dispatcher watches its caller's deadline."""
-        self.silo.dispatcher.watch(msg, carrier)
-
-    def turn_detached(self, msg: Message, task: asyncio.Task[Any]) -> None:
-        """The caller of a carried turn gave up on it (cancelled, or its deadline passed):
-        ``task`` runs the rest of the turn, and its outcome has nobody to go to."""
-        self.tasks[msg.id] = task
-        msg.reply = _nobody_waits
-        self.silo.dispatcher.unwatch(msg)
-
-    def turn_waits(self) -> list[asyncio.Future[Any]]:
-        """Futures that resolve as this activation's suspended turns that run in a Task of
-        their own end (a carried turn ends in its caller's task: the silo looks again)."""
-        return list(self.tasks.values())
-
-    def cancel_turns(self) -> None:
-        """Cancel every suspended turn (the silo's shutdown ran out of time)."""
-        for task in list(self.tasks.values()):
-            task.cancel()
-        for msg in list(self.running.values()):
-            stand_in = getattr(msg, "runner", None)  # a carried turn's current task
-            if stand_in is not None:
-                stand_in.cancel()
-
-    turn_done = _turn_done
-
-    def _reply(self, msg: Message, exc: BaseException | None, value: Any) -> None:
-        self._finish(msg, exc)
-        try:
-            if exc is None:
-                self._deliver(msg, True, value)
-            else:
-                self._deliver(msg, False, exc)
-        except Exception as err:  # the reply itself failed (e.g. unencodable result)
-            self.silo.log.error("grain_reply_failed", grain=self.name, method=msg.method,
-                                error=repr(err))
-            if msg.reply is not None:
-                msg.reply(False, InternalError(f"the reply of {msg.method} failed: {err!r}"))
-
-    def _finish(self, msg: Message, exc: BaseException | None) -> None:
-        running = self.running
-        del running[msg.id]
-        if self.blocking is msg:
-            self.blocking = None
-            if running:
-                self._recompute_blocking()
-        calls = self.calls
-        if calls is not None and msg.invoke is None and (msg.started or exc is not None):
-            stats = calls.get(msg.method) or calls[STATS_UNKNOWN]
-            if msg.started:  # Histogram.record, inlined: this runs per timed call
-                took = perf_counter() - msg.started
-                stats.seconds += took
-                i = int(took * STATS_SCALE).bit_length()
-                stats.buckets[i if i < STATS_LAST else STATS_LAST] += 1
-            if exc is not None:
-                stats.errors += 1
-        if exc is None:
-            self.completed += 1
-        else:
-            self.failed += 1
-            self.silo.log_grain_error("grain_call_failed", grain=self.name, method=msg.method,
-                                      error=repr(exc))
-            diag = self.silo.diagnostics
-            if diag.listening:
-                diag.emit(CallFailed(silo=self.silo.name, grain_id=self.grain_id,
-                                     method=msg.method, error=repr(exc)))
-            if isinstance(exc, InconsistentStateError):
-                self.deactivate(DeactivationReason.INCONSISTENT_STATE)
-        if not msg.flags & FLAG_SUPPRESS_KEEP_ALIVE:
-            self.last_active = self._now()
-        if self.waiting:
-            self._pump()
-        if self.state is ActivationState.DEACTIVATING and not running:
-            self._maybe_teardown()
-
-    def _method_stats(self, method: str) -> MethodStats:
-        """A method's statistics entry; names that are not the grain's methods (a local
-        caller's typo, which fails as the call does) share one entry, so that no caller
-        can grow the table."""
-        assert self.calls is not None
-        name = method if method in self.info.methods else STATS_UNKNOWN
-        stats = self.calls.get(name)
-        if stats is None:
-            stats = self.calls[name] = MethodStats()
-        return stats
-
+    # -- runtime turns ------------------------------------------------------------------
     def _run_internal(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a runtime coroutine (activation) eagerly under this activation's context."""
         try:
@@ -635,27 +373,12 @@ class Activation(Mailbox):
         )
 
 
-_set_turn = current_turn.set
-
-
 def _enter_turn(activation: Activation, msg: Message) -> None:
     """Runs inside the turn's fresh context: the turn is this one, no reentrancy scope."""
     msg.activation = activation
     current_turn.set(msg)
     if reentrancy_scope.get():
         reentrancy_scope.set(False)
-
-
-def _nobody_waits(ok: bool, value: Any) -> None:
-    """The reply of a turn whose caller gave up on it (the turn logs its own failure)."""
-
-
-def _cancelled(activation: Activation, msg: Message) -> MessageRejectedError:
-    return MessageRejectedError(
-        f"request {msg.method} on {activation.name} was cancelled (the activation is "
-        "shutting down or the grain cancelled its own task)",
-        "cancelled",
-    )
 
 
 def _marker(name: str, activation: Activation) -> Message:

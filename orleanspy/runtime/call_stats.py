@@ -39,8 +39,8 @@ UNKNOWN: Final = "<unknown>"  # the entry of names that are not the grain's meth
 
 class MethodStats(Histogram):
     """One method's figures: ``calls`` (every call, as ``offered``) and ``errors`` count
-    every call; the buckets and ``seconds`` hold the timed turns. The activation updates the
-    fields itself, inlining ``Histogram.due`` and ``record``."""
+    every call; the buckets and ``seconds`` hold the timed turns (``due`` when a turn
+    starts, ``record`` when it ends: ``runtime.turns``)."""
 
     __slots__ = ("errors",)
 

@@ -178,15 +178,8 @@ class Dispatcher:
             result = await result
         elif kind is _Future and msg.reply is not None:  # (a returned value has no reply)
             if not result.done():
-                # _wait, inlined: one coroutine fewer per suspended call
-                waiting, key = self._waiting, msg.id
-                waiting[key] = result
-                self._deadlines.add(timeout or self._default_timeout, key, grain_id, method,
-                                    waiting)
-                try:
-                    result = await result
-                finally:
-                    waiting.pop(key, None)
+                result = await self._wait(result, msg.id, timeout or self._default_timeout,
+                                          grain_id, method)
             else:
                 result = result.result()
         kind = type(result)
@@ -226,10 +219,15 @@ class Dispatcher:
         self._locator.route(msg, local_origin=True)
         if fut.done():
             return fut.result()
-        # _wait, inlined: one coroutine fewer per call
-        waiting, key = self._waiting, msg.id
+        return await self._wait(fut, msg.id, t, grain_id, method)
+
+    async def _wait(self, fut: asyncio.Future[Any], key: int, timeout: float,
+                    grain_id: GrainId, method: str) -> Any:
+        """The outcome of a call that waits for its reply: ``fut``, failed with
+        ``GrainCallTimeoutError`` past ``timeout`` (``Deadlines``)."""
+        waiting = self._waiting
         waiting[key] = fut
-        self._deadlines.add(t, key, grain_id, method, waiting)
+        self._deadlines.add(timeout, key, grain_id, method, waiting)
         try:
             return await fut
         finally:
