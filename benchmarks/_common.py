@@ -14,9 +14,10 @@ ratio ``ours / baseline`` says how much the runtime costs (or saves) over the ob
   one read per chunk and the frames of one loop pass written with one write.
 * ``CoalescingRelay``: the hop in the middle of a two-hop echo (client -> relay -> echo):
   it splits each chunk into frames, decodes each frame with msgpack to read its ``[kind,
-  id]`` (the work a router does to know what it forwards; the echo's frames are small) and forwards the frames as bytes, the
-  frames of one loop pass with one write, on one upstream connection per client connection
-  (so ids need no rewriting); responses come back the same way.
+  id]`` (the work a router does to know what it forwards; the echo's frames are small) and
+  forwards the frames as bytes, the frames of one loop pass with one write, on one upstream
+  connection per client connection (so ids need no rewriting); responses come back the same
+  way.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ __all__ = [
     "BareActor",
     "CoalescingEchoClient",
     "CoalescingEchoServer",
-    "EchoClient",
     "CoalescingRelay",
+    "EchoClient",
     "EchoServer",
     "Figure",
     "LockedActor",

@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-import msgpack
-
 from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import GOAWAY, RESPONSE, raw_header, undecodable
-from orleanspy.messaging.wire import decode_error
+from orleanspy.messaging.frames import (
+    GOAWAY,
+    GOAWAY_FRAME,
+    RESPONSE,
+    Response,
+    raw_header,
+    read_value,
+    undecodable,
+)
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
-
 
 class ConnectionOwner(Protocol):
     """What a gateway connection tells the client that owns it."""
@@ -31,7 +35,6 @@ class ConnectionOwner(Protocol):
     def going_away(self, conn: GatewayConnection) -> None:
         """``conn``'s silo is stopping: send new calls elsewhere; its pending calls will
         still be answered on it."""
-
 
 class GatewayConnection(FramedConnection):
     """One client connection to gateway ``address`` (number ``index`` in the owner's list).
@@ -66,19 +69,21 @@ class GatewayConnection(FramedConnection):
                 self.mark_ready()  # responses may be as large as max_frame_size
             self.handshake.set_result(obj)
             return
-        if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:
+        if type(obj) is not list or not obj or obj[0] != RESPONSE:
             if obj == [GOAWAY]:  # the silo is stopping: no new calls here
                 self.owner.going_away(self)
-                self.send_now(msgpack.packb([GOAWAY]))
+                self.send_now(GOAWAY_FRAME)
                 return
-            raise ProtocolError("a response frame must be [2, id, ok, value]")
-        fut = self.pending.pop(obj[1], None)
+            raise ProtocolError("a gateway may only send response frames (and [6])")
+        response = Response.decode(obj)
+        fut = self.pending.pop(response.id, None)
         if fut is None or fut.done():
             return
-        if obj[2]:
-            fut.set_result(obj[3])
+        ok, value = read_value(self.codec, response.ok, response.body)
+        if ok:
+            fut.set_result(value)
         else:
-            fut.set_exception(decode_error(obj[3], self.codec.policy))
+            fut.set_exception(value)
 
     def _fail_one(self, payload: bytes | bytearray, exc: SerializationError) -> None:
         header = raw_header(payload)

@@ -77,6 +77,7 @@ class Silo:
 
 _STEADY = """
 import asyncio, json, sys, threading
+from orleanspy.messaging.frames import PROTOCOL_VERSION
 from orleanspy import ClusterClient
 
 stop = threading.Event()
@@ -193,12 +194,12 @@ def frame(payload: bytes, length: int | None = None) -> bytes:
 
 
 def client_hello() -> bytes:
-    return frame(msgpack.packb({"v": 1, "cluster": CLUSTER, "secret": SECRET,
+    return frame(msgpack.packb({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET,
                                 "client": "fuzz"}))
 
 
 def tool_hello() -> bytes:
-    return frame(msgpack.packb({"v": 1, "cluster": CLUSTER, "secret": SECRET, "silo": None,
+    return frame(msgpack.packb({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET, "silo": None,
                                 "to": None}))
 
 
