@@ -232,8 +232,8 @@ class ClusterClient:
         corr = next(self._ids)
         t = timeout or self.options.response_timeout
         codec = self.codec
-        payload = Request(False, corr, grain_id.type_name, grain_id.key, method, t, [], 0, True,
-                          encode_body(codec, args, kwargs)).encode(codec)
+        payload = Request.pack(codec, False, corr, grain_id.type_name, grain_id.key, method, t,
+                               [], 0, True, encode_body(codec, args, kwargs))
         fut = conn.loop.create_future()
         pending = conn.pending
         pending[corr] = fut
@@ -259,6 +259,6 @@ class ClusterClient:
         if conn.closed:
             raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
         codec = self.codec
-        payload = Request(True, next(self._ids), grain_id.type_name, grain_id.key, method,
-                          None, [], 0, True, encode_body(codec, args, kwargs)).encode(codec)
+        payload = Request.pack(codec, True, next(self._ids), grain_id.type_name, grain_id.key,
+                               method, None, [], 0, True, encode_body(codec, args, kwargs))
         conn.send(payload)

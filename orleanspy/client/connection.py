@@ -75,11 +75,11 @@ class GatewayConnection(FramedConnection):
                 self.send_now(GOAWAY_FRAME)
                 return
             raise ProtocolError("a gateway may only send response frames (and [6])")
-        response = Response.decode(obj)
-        fut = self.pending.pop(response.id, None)
+        Response.check(obj)
+        fut = self.pending.pop(obj[1], None)
         if fut is None or fut.done():
             return
-        ok, value = read_value(self.codec, response.ok, response.body)
+        ok, value = read_value(self.codec, obj[2], obj[3])
         if ok:
             fut.set_result(value)
         else:

@@ -84,6 +84,8 @@ SWEEP_GRACE: Final = 1.0
 
 Reply = Callable[[bool, Any], None]
 
+_TRUE: Final = 0xC3  # msgpack's true
+
 
 class ConnectionHub(Protocol):
     """What a silo connection needs from the transport that owns it."""
@@ -101,6 +103,8 @@ class ConnectionHub(Protocol):
     default_timeout: float
     requests_sent: int
     retired_count: int
+    #: True while the hub waits for every call to end (then call ``settled``)
+    waiting_quiet: bool
     log: Any
 
     def next_id(self) -> int:
@@ -114,6 +118,9 @@ class ConnectionHub(Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run ``coro`` in the transport's task set."""
+
+    def settled(self) -> None:
+        """A connection's last pending or served call ended."""
 
     def register(self, conn: SiloConnection) -> None:
         """``conn`` finished its handshake with a silo (keep one connection per peer)."""
@@ -170,6 +177,20 @@ class SiloConnection(FramedConnection):
 
     # -- receiving ------------------------------------------------------------------------
     def frame_received(self, payload: bytes | bytearray) -> None:
+        if self.ready:
+            head = Response.split(payload)
+            if head is not None:
+                pending = self.pending
+                corr, offset = head
+                entry = pending.get(corr)
+                if entry is not None and entry[2]:
+                    # A call this silo only routed: its caller's connection sends the bytes
+                    # on (``ok`` and ``body``, undecoded).
+                    del pending[corr]
+                    entry[0](payload[offset] == _TRUE, Encoded(bytes(payload[offset:])))
+                    if not pending:
+                        self._no_pending()
+                    return
         obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
@@ -180,28 +201,25 @@ class SiloConnection(FramedConnection):
             raise ProtocolError("a frame must be a non-empty msgpack array")
         kind = obj[0]
         if kind == RESPONSE:
-            response = Response.decode(obj)
-            entry = self.pending.pop(response.id, None)
+            Response.check(obj)
+            entry = self.pending.pop(obj[1], None)
             if entry is not None:
-                if entry[2]:  # forwarded: its caller's connection sends the bytes on
-                    entry[0](response.ok, Encoded(response.body))
-                else:
-                    entry[0](*read_value(self.codec, response.ok, response.body))
-                if self.retired and not self.pending:
-                    self._maybe_drained()
+                entry[0](*read_value(self.codec, obj[2], obj[3]))
+                if not self.pending:
+                    self._no_pending()
         elif kind in (REQUEST, ONE_WAY):
             if self.tool:
                 raise ProtocolError("a tool connection may only send control requests")
-            request = Request.decode(obj)
+            Request.check(obj)
             try:
-                msg = request.message()
+                msg = Request.to_message(obj)
             except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
                 if kind == REQUEST:
-                    self.reply(request.id, False, bad.error)
+                    self.reply(obj[1], False, bad.error)
                 return
             if kind == REQUEST:
                 self.serving += 1
-                msg.reply = partial(self.reply, request.id)
+                msg.reply = partial(self.reply, obj[1])
                 if msg.timeout:  # the time the caller has left, on this silo's clock
                     msg.deadline = self.clock.monotonic() + msg.timeout
             self.hub.deliver(msg, self.peer_silo)
@@ -262,10 +280,13 @@ class SiloConnection(FramedConnection):
 
     def reply(self, corr: int, ok: bool, value: Any) -> None:
         """Send the response to request ``corr`` (dropped if the connection is closed)."""
-        if self.serving > 0:
-            self.serving -= 1
+        serving = self.serving
+        if serving > 0:
+            self.serving = serving - 1
         if not self.closed:
             self.send(reply_frame(self.codec, corr, ok, value))
+        if serving == 1 and self.hub.waiting_quiet and not self.pending:
+            self.hub.settled()
 
     def send_message(self, msg: Message) -> None:
         """Send a request or one-way message; its outcome goes to ``msg.reply``. Its
@@ -280,8 +301,8 @@ class SiloConnection(FramedConnection):
             try:
                 if body is None:
                     body = encode_body(codec, msg.args, msg.kwargs)
-                payload = Request(True, 0, target.type_name, target.key, msg.method, None, [],
-                                  msg.hops, from_client, body).encode(codec)
+                payload = Request.pack(codec, True, 0, target.type_name, target.key,
+                                       msg.method, None, [], msg.hops, from_client, body)
             except SerializationError as exc:
                 self.log.warning("one_way_call_failed", grain=str(target), method=msg.method,
                                  error=repr(exc))
@@ -299,9 +320,9 @@ class SiloConnection(FramedConnection):
             if body is None:
                 body = encode_body(codec, msg.args, msg.kwargs)
             chain = msg.chain
-            payload = Request(False, corr, target.type_name, target.key, msg.method, timeout,
-                              [list(e) for e in chain] if chain else [], msg.hops,
-                              from_client, body).encode(codec)
+            payload = Request.pack(codec, False, corr, target.type_name, target.key,
+                                   msg.method, timeout, [list(e) for e in chain] if chain else [],
+                                   msg.hops, from_client, body)
         except SerializationError as exc:
             reply(False, exc)
             return
@@ -329,8 +350,8 @@ class SiloConnection(FramedConnection):
             reply(False, GrainCallTimeoutError(
                 f"no response from silo {self.peer_silo} in time"
             ))
-        if expired and self.retired and not pending:
-            self._maybe_drained()
+        if expired and not pending:
+            self._no_pending()
         return len(expired)
 
     # -- retiring a duplicate connection ----------------------------------------------------
@@ -342,6 +363,13 @@ class SiloConnection(FramedConnection):
         self.hub.retired_count += 1
         if not self.pending:
             self._maybe_drained()
+
+    def _no_pending(self) -> None:
+        """The last call sent on this connection ended."""
+        if self.retired:
+            self._maybe_drained()
+        if not self.serving and self.hub.waiting_quiet:
+            self.hub.settled()
 
     def _maybe_drained(self) -> None:
         if not self._sent_drained and not self.closed:

@@ -32,7 +32,7 @@ challenge-response is described in ``cluster/handshake.py``.
 Reading: ``read_frame`` for a stream reader; ``FramedConnection`` splits a protocol's buffer
 with the same ``check_size``; ``decode`` / ``decode_or_reject`` turn a payload into a value:
 ``SerializationError`` when the msgpack is sound but a value cannot be rebuilt here (answer
-that one call), ``ProtocolError`` otherwise (close this connection only). ``Request.decode``
+that one call), ``ProtocolError`` otherwise (close this connection only). ``Request.to_message``
 raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it,
 keep the connection).
 """
@@ -95,7 +95,7 @@ GOAWAY: Final = 6
 
 _REQUEST: Final = Direction.REQUEST
 _ONE_WAY: Final = Direction.ONE_WAY
-_plain_packb: Final = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_plain_packb: Final[Callable[[Any], bytes]] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
 class BadRequest(Exception):
@@ -107,16 +107,19 @@ class BadRequest(Exception):
 
 
 class Encoded:
-    """A reply value still in its msgpack bytes (a ``Response`` body), forwarded untouched by
-    a silo that only routes the call."""
+    """A reply still in its bytes as another silo sent it (a response frame's ``ok`` and
+    ``body``, ``Response.split``), forwarded untouched by a silo that only routes the call."""
 
-    __slots__ = ("body",)
+    __slots__ = ("tail",)
 
-    def __init__(self, body: bytes) -> None:
-        self.body = body
+    def __init__(self, tail: bytes) -> None:
+        self.tail = tail
 
 
 # -- the records -----------------------------------------------------------------------------
+# Each record is the declaration of its kind. The hot paths (a call through a connection) use
+# its static ``pack`` / ``check`` / ``to_message`` on plain lists, which are what ``encode``
+# and ``decode`` run too: no record object is built per call.
 class Request(NamedTuple):
     """``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client, body]``.
 
@@ -137,75 +140,119 @@ class Request(NamedTuple):
     from_client: bool
     body: bytes
 
-    def encode(self, codec: Codec) -> bytes:
-        return codec.packb([
-            ONE_WAY if self.one_way else REQUEST, self.id, self.type_name, self.key,
-            self.method, self.timeout, self.chain, self.hops, self.from_client, self.body,
-        ])
+    @staticmethod
+    def pack(codec: Codec, one_way: bool, corr: int, type_name: str, key: Any, method: str,
+             timeout: float | None, chain: list[Any], hops: int, from_client: bool,
+             body: bytes) -> bytes:
+        """The frame of these fields."""
+        return codec.packb([ONE_WAY if one_way else REQUEST, corr, type_name, key, method,
+                            timeout, chain, hops, from_client, body])
 
-    @classmethod
-    def decode(cls, obj: list[Any]) -> Request:
-        """The request of a decoded frame whose kind is 0 or 1.
-
-        Raises:
-            ProtocolError: the frame's shape or field types are wrong (close).
-        """
+    @staticmethod
+    def check(obj: list[Any]) -> None:
+        """Raise ProtocolError unless ``obj`` (a decoded frame of kind 0 or 1) has this
+        record's shape and field types."""
         if len(obj) != 10:
             raise ProtocolError("a request frame must be a 10-element msgpack array "
                                 "[kind, id, type, key, method, timeout, chain, hops, "
                                 "from_client, body]")
-        _, corr, type_name, key, method, timeout, chain, hops, from_client, body = obj
+        timeout = obj[5]
         if (
-            type(corr) is not int
-            or type(type_name) is not str
-            or type(method) is not str
+            type(obj[1]) is not int
+            or type(obj[2]) is not str
+            or type(obj[4]) is not str
             or not (timeout is None or type(timeout) is float or type(timeout) is int)
-            or type(chain) is not list
-            or type(hops) is not int
-            or type(from_client) is not bool
-            or type(body) is not bytes
+            or type(obj[6]) is not list
+            or type(obj[7]) is not int
+            or type(obj[8]) is not bool
+            or type(obj[9]) is not bytes
         ):
             raise ProtocolError("a request frame has fields of the wrong types")
-        return cls(obj[0] == ONE_WAY, corr, type_name, key, method, timeout, chain, hops,
-                   from_client, body)
 
-    def message(self) -> Message:
-        """The message of this request, its body still encoded (``open_body`` decodes it).
+    @staticmethod
+    def to_message(obj: list[Any]) -> Message:
+        """The message of a checked request frame (``check``), its body still encoded
+        (``open_body`` decodes it).
 
         Raises:
             BadRequest: the key or the call chain is invalid (answer it, keep serving).
         """
         try:
-            gid = grain_id(self.type_name, self.key)
-            chain = self.chain
+            gid = grain_id(obj[2], obj[3])
+            chain = obj[6]
             entries = tuple(chain_entry(e) for e in chain) if chain else ()
         except Exception as exc:
             raise BadRequest(exc) from exc
-        msg = Message(_ONE_WAY if self.one_way else _REQUEST, gid, self.method, (), None,
-                      entries, FLAG_FROM_CLIENT if self.from_client else 0,
-                      self.timeout or None)
-        msg.body = self.body
-        if self.hops:
-            msg.hops = self.hops
+        msg = Message(_ONE_WAY if obj[0] == ONE_WAY else _REQUEST, gid, obj[4], (), None,
+                      entries, FLAG_FROM_CLIENT if obj[8] else 0, obj[5] or None)
+        msg.body = obj[9]
+        if obj[7]:
+            msg.hops = obj[7]
         return msg
+
+    def encode(self, codec: Codec) -> bytes:
+        return Request.pack(codec, *self)
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Request:
+        """The record of a decoded frame of kind 0 or 1 (ProtocolError if malformed)."""
+        Request.check(obj)
+        return cls(obj[0] == ONE_WAY, *obj[1:])
+
+    def message(self) -> Message:
+        """``to_message`` of this request."""
+        return Request.to_message([ONE_WAY if self.one_way else REQUEST, *self[1:]])
 
 
 class Response(NamedTuple):
-    """``[2, id, ok, body]``: the outcome of request ``id`` (``value_body``)."""
+    """``[2, id, ok, body]``: the outcome of request ``id`` (``value_body``).
+
+    A silo that only routes the call forwards the bytes after the id (``ok`` and ``body``,
+    as received) under its own caller's id: ``split`` reads the id of a response frame
+    without decoding it, ``pack_tail`` writes a frame around forwarded bytes."""
 
     id: int
     ok: bool
     body: bytes
 
-    def encode(self) -> bytes:
-        return _plain_packb([RESPONSE, self.id, self.ok, self.body])  # type: ignore[no-any-return]
+    @staticmethod
+    def pack(corr: int, ok: bool, body: bytes) -> bytes:
+        return _plain_packb([RESPONSE, corr, ok, body])
 
-    @classmethod
-    def decode(cls, obj: list[Any]) -> Response:
-        """Raises ProtocolError unless ``obj`` is ``[2, id, ok, body]``."""
+    @staticmethod
+    def pack_tail(corr: int, tail: bytes) -> bytes:
+        """A response frame for ``corr`` whose ``ok`` and ``body`` are ``tail`` as
+        ``split`` cut them from another response frame."""
+        return _RESPONSE_HEAD + _plain_packb(corr) + tail
+
+    @staticmethod
+    def split(payload: bytes | bytearray) -> tuple[int, int] | None:
+        """``(id, offset of ok)`` of a response frame read in place, or None if ``payload``
+        does not start like one (then decode it in full)."""
+        if len(payload) < 5 or payload[0] != 0x94 or payload[1] != RESPONSE:
+            return None
+        tag = payload[2]
+        if tag < 0x80:
+            return tag, 3
+        size = _UINT_SIZES.get(tag)
+        if size is None or len(payload) < 4 + size:
+            return None
+        return int.from_bytes(payload[3:3 + size], "big"), 3 + size
+
+    @staticmethod
+    def check(obj: list[Any]) -> None:
+        """Raise ProtocolError unless ``obj`` is ``[2, id, ok, body]``."""
         if (len(obj) != 4 or obj[0] != RESPONSE or type(obj[1]) is not int
                 or type(obj[2]) is not bool or type(obj[3]) is not bytes):
             raise ProtocolError("a response frame must be [2, id, ok, body]")
+
+    def encode(self) -> bytes:
+        return Response.pack(*self)
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Response:
+        """The record of a decoded response frame (ProtocolError if malformed)."""
+        Response.check(obj)
         return cls(obj[1], obj[2], obj[3])
 
 
@@ -230,6 +277,11 @@ class Control(NamedTuple):
             raise ProtocolError("a control frame must be [3|4, id, op, args]")
         return cls(obj[0] == CONTROL, obj[1], obj[2], obj[3])
 
+
+#: A response frame's first two bytes: a 4-element array, kind 2.
+_RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
+#: msgpack's unsigned int tags and their sizes (a correlation id is never negative).
+_UINT_SIZES: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 
 #: The frames of a kind that has no field, as sent.
 DRAINED_FRAME: Final = _plain_packb([DRAINED])
@@ -298,9 +350,9 @@ def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
     """The ``Response`` frame answering ``corr`` with ``value`` (an ``Encoded`` value is
     forwarded as it is)."""
     if type(value) is Encoded:
-        return Response(corr, ok, value.body).encode()
+        return Response.pack_tail(corr, value.tail)
     ok, body = value_body(codec, ok, value)
-    return Response(corr, ok, body).encode()
+    return _plain_packb([RESPONSE, corr, ok, body])
 
 
 def read_value(codec: Codec, ok: bool, body: bytes) -> tuple[bool, Any]:

@@ -140,11 +140,11 @@ class GatewayConnection(FramedConnection):
                     self.close()
                 return
             raise ProtocolError("a client may only send request frames (and [6])")
-        request = Request.decode(obj)
-        one_way = request.one_way
-        corr = request.id
+        Request.check(obj)
+        one_way = obj[0] == ONE_WAY
+        corr = obj[1]
         try:
-            msg = request.message()
+            msg = Request.to_message(obj)
         except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
             if not one_way:
                 self._reply(corr, False, bad.error)

@@ -22,13 +22,13 @@ from typing import Any
 import msgpack
 import pytest
 
-from orleanspy.messaging.frames import PROTOCOL_VERSION
 from orleanspy import ClusterClient, MessageRejectedError
 from orleanspy.cluster.connection import silo_key
 from orleanspy.cluster.membership import SiloStatus, SqliteMembershipTable
 from orleanspy.cluster.query import query_silo
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_EXCEPTION
+from orleanspy.messaging.frames import PROTOCOL_VERSION
 
 from .silo_process import SiloLauncher, SiloProcess, free_port, poll_until
 
@@ -219,7 +219,8 @@ async def test_unauthenticated_peers_cost_bounded_time_and_memory(
             for host, port in ((gw_host, gw_port), (silo_host, silo_port)):
                 # idle sockets and a peer that trickles its handshake: closed at the deadline
                 await idle_connections(host, port, 20)
-                hello = frame({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET, "client": "slow"})
+                hello = frame({"v": PROTOCOL_VERSION,
+                               "cluster": CLUSTER, "secret": SECRET, "client": "slow"})
                 took = await slowloris(host, port, hello)
                 assert took < HANDSHAKE_TIMEOUT + 1.0
                 # huge announced frames before any handshake: closed at the length prefix
@@ -302,7 +303,8 @@ async def test_the_silo_port_refuses_impostors_and_tools_that_write(
             assert await closed_by_peer(reader) == b""
             writer.close()
             reader, writer = await asyncio.open_connection(host, port)
-            writer.write(frame({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET, "silo": None,
+            writer.write(frame({"v": PROTOCOL_VERSION,
+                                "cluster": CLUSTER, "secret": SECRET, "silo": None,
                                 "to": None}))
             control = msgpack.packb([3, 1, "status", [msgpack.ExtType(1, nested)]])
             writer.write(len(control).to_bytes(4, "big") + control)

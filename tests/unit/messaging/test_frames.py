@@ -196,8 +196,13 @@ def test_frames_reply_values_and_errors_round_trip_and_encoded_ones_pass_untouch
     failed = Response.decode(roundtrip(reply_frame(CODEC, 4, False, KeyError("gone"))))
     ok, error = read_value(CODEC, failed.ok, failed.body)
     assert not ok and isinstance(error, KeyError)
-    forwarded = Response.decode(roundtrip(reply_frame(CODEC, 5, True, Encoded(frame.body))))
-    assert forwarded == Response(5, True, frame.body)
+    for corr in (3, 300, 70_000, 2**40):
+        data = reply_frame(CODEC, corr, True, {"n": (1, 2)})
+        head = Response.split(data)
+        assert head is not None and head[0] == corr
+        relayed = reply_frame(CODEC, 5, True, Encoded(data[head[1]:]))
+        assert Response.decode(roundtrip(relayed)) == Response(5, True, frame.body)
+    assert Response.split(Control(True, 1, "x", []).encode(CODEC)) is None
     unencodable = Response.decode(roundtrip(reply_frame(CODEC, 6, True, object())))
     ok, error = read_value(CODEC, unencodable.ok, unencodable.body)
     assert not ok and isinstance(error, SerializationError)

@@ -14,10 +14,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from orleanspy.messaging.frames import PROTOCOL_VERSION
 from orleanspy import (
     SerializationError,
 )
+from orleanspy.messaging.frames import PROTOCOL_VERSION
 from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
@@ -60,7 +60,8 @@ async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
     try:
         async with asyncio.timeout(WAIT):
             writer.write(frame(msgpack.packb(
-                {"v": PROTOCOL_VERSION, "cluster": silo.options.cluster_id, "secret": None, "client": "raw"}
+                {"v": PROTOCOL_VERSION,
+                 "cluster": silo.options.cluster_id, "secret": None, "client": "raw"}
             )))
             assert (await read_frame(reader))["ok"] is True
             body = msgpack.packb([[], None])
