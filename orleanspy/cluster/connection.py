@@ -53,6 +53,7 @@ from orleanspy.messaging.frames import (
     REJECTED,
     REQUEST,
     RESPONSE,
+    RESPONSE_HEAD,
     BadRequest,
     Control,
     Encoded,
@@ -63,6 +64,7 @@ from orleanspy.messaging.frames import (
     raw_header,
     read_value,
     reply_frame,
+    unpack_plain,
 )
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
@@ -83,8 +85,6 @@ __all__ = [
 SWEEP_GRACE: Final = 1.0
 
 Reply = Callable[[bool, Any], None]
-
-_TRUE: Final = 0xC3  # msgpack's true
 
 
 class ConnectionHub(Protocol):
@@ -177,20 +177,19 @@ class SiloConnection(FramedConnection):
 
     # -- receiving ------------------------------------------------------------------------
     def frame_received(self, payload: bytes | bytearray) -> None:
-        if self.ready:
-            head = Response.split(payload)
-            if head is not None:
-                pending = self.pending
-                corr, offset = head
-                entry = pending.get(corr)
-                if entry is not None and entry[2]:
-                    # A call this silo only routed: its caller's connection sends the bytes
-                    # on (``ok`` and ``body``, undecoded).
-                    del pending[corr]
-                    entry[0](payload[offset] == _TRUE, Encoded(bytes(payload[offset:])))
-                    if not pending:
-                        self._no_pending()
-                    return
+        if self.ready and payload.startswith(RESPONSE_HEAD):
+            obj = unpack_plain(payload)  # the body stays bytes: no codec needed
+            Response.check(obj)
+            pending = self.pending
+            entry = pending.pop(obj[1], None)
+            if entry is not None:
+                if entry[2]:  # a call this silo only routed: its caller's connection
+                    entry[0](obj[2], Encoded((obj[3],)))  # sends the body on undecoded
+                else:
+                    entry[0](*read_value(self.codec, obj[2], obj[3]))
+                if not pending:
+                    self._no_pending()
+            return
         obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
@@ -201,13 +200,8 @@ class SiloConnection(FramedConnection):
             raise ProtocolError("a frame must be a non-empty msgpack array")
         kind = obj[0]
         if kind == RESPONSE:
-            Response.check(obj)
-            entry = self.pending.pop(obj[1], None)
-            if entry is not None:
-                entry[0](*read_value(self.codec, obj[2], obj[3]))
-                if not self.pending:
-                    self._no_pending()
-        elif kind in (REQUEST, ONE_WAY):
+            raise ProtocolError("a response frame must be [2, id, ok, body]")
+        if kind in (REQUEST, ONE_WAY):
             if self.tool:
                 raise ProtocolError("a tool connection may only send control requests")
             Request.check(obj)

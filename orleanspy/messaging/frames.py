@@ -63,6 +63,7 @@ __all__ = [
     "REJECTED",
     "REQUEST",
     "RESPONSE",
+    "RESPONSE_HEAD",
     "BadRequest",
     "Control",
     "Encoded",
@@ -79,6 +80,7 @@ __all__ = [
     "read_value",
     "reply_frame",
     "undecodable",
+    "unpack_plain",
     "value_body",
 ]
 
@@ -98,6 +100,18 @@ _ONE_WAY: Final = Direction.ONE_WAY
 _plain_packb: Final[Callable[[Any], bytes]] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
+def unpack_plain(payload: bytes | bytearray) -> Any:
+    """A frame decoded as plain msgpack, no ext value resolved (a response's header).
+
+    Raises:
+        ProtocolError: not decodable.
+    """
+    try:
+        return msgpack.unpackb(payload, raw=False)
+    except Exception as exc:
+        raise undecodable(exc) from exc
+
+
 class BadRequest(Exception):
     """A well-formed request whose key or call chain is invalid; ``error`` is the answer."""
 
@@ -106,14 +120,16 @@ class BadRequest(Exception):
         self.error = error
 
 
-class Encoded:
-    """A reply still in its bytes as another silo sent it (a response frame's ``ok`` and
-    ``body``, ``Response.split``), forwarded untouched by a silo that only routes the call."""
+class Encoded(tuple[bytes]):
+    """``(body,)``: a reply value still in the bytes another silo sent (a ``Response``
+    body), forwarded untouched by a silo that only routes the call. (A tuple: made without
+    a Python call, ``Encoded((body,))``.)"""
 
-    __slots__ = ("tail",)
+    __slots__ = ()
 
-    def __init__(self, tail: bytes) -> None:
-        self.tail = tail
+    @property
+    def body(self) -> bytes:
+        return self[0]
 
 
 # -- the records -----------------------------------------------------------------------------
@@ -207,9 +223,9 @@ class Request(NamedTuple):
 class Response(NamedTuple):
     """``[2, id, ok, body]``: the outcome of request ``id`` (``value_body``).
 
-    A silo that only routes the call forwards the bytes after the id (``ok`` and ``body``,
-    as received) under its own caller's id: ``split`` reads the id of a response frame
-    without decoding it, ``pack_tail`` writes a frame around forwarded bytes."""
+    Its header holds no ext value, so plain msgpack reads it (``unpack``) without the
+    codec; a silo that only routes the call sends ``ok`` and ``body`` on as they came, under
+    its own caller's id (``Encoded``)."""
 
     id: int
     ok: bool
@@ -218,26 +234,6 @@ class Response(NamedTuple):
     @staticmethod
     def pack(corr: int, ok: bool, body: bytes) -> bytes:
         return _plain_packb([RESPONSE, corr, ok, body])
-
-    @staticmethod
-    def pack_tail(corr: int, tail: bytes) -> bytes:
-        """A response frame for ``corr`` whose ``ok`` and ``body`` are ``tail`` as
-        ``split`` cut them from another response frame."""
-        return _RESPONSE_HEAD + _plain_packb(corr) + tail
-
-    @staticmethod
-    def split(payload: bytes | bytearray) -> tuple[int, int] | None:
-        """``(id, offset of ok)`` of a response frame read in place, or None if ``payload``
-        does not start like one (then decode it in full)."""
-        if len(payload) < 5 or payload[0] != 0x94 or payload[1] != RESPONSE:
-            return None
-        tag = payload[2]
-        if tag < 0x80:
-            return tag, 3
-        size = _UINT_SIZES.get(tag)
-        if size is None or len(payload) < 4 + size:
-            return None
-        return int.from_bytes(payload[3:3 + size], "big"), 3 + size
 
     @staticmethod
     def check(obj: list[Any]) -> None:
@@ -279,9 +275,7 @@ class Control(NamedTuple):
 
 
 #: A response frame's first two bytes: a 4-element array, kind 2.
-_RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
-#: msgpack's unsigned int tags and their sizes (a correlation id is never negative).
-_UINT_SIZES: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
 
 #: The frames of a kind that has no field, as sent.
 DRAINED_FRAME: Final = _plain_packb([DRAINED])
@@ -350,7 +344,7 @@ def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
     """The ``Response`` frame answering ``corr`` with ``value`` (an ``Encoded`` value is
     forwarded as it is)."""
     if type(value) is Encoded:
-        return Response.pack_tail(corr, value.tail)
+        return _plain_packb([RESPONSE, corr, ok, value[0]])
     ok, body = value_body(codec, ok, value)
     return _plain_packb([RESPONSE, corr, ok, body])
 

@@ -20,6 +20,8 @@ from orleanspy.messaging.frames import (
     KINDS,
     ONE_WAY,
     PROTOCOL_VERSION,
+    RESPONSE,
+    RESPONSE_HEAD,
     BadRequest,
     Control,
     Encoded,
@@ -35,6 +37,7 @@ from orleanspy.messaging.frames import (
     read_frame,
     read_value,
     reply_frame,
+    unpack_plain,
 )
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction
 from orleanspy.messaging.types import TypePolicy
@@ -198,11 +201,14 @@ def test_frames_reply_values_and_errors_round_trip_and_encoded_ones_pass_untouch
     assert not ok and isinstance(error, KeyError)
     for corr in (3, 300, 70_000, 2**40):
         data = reply_frame(CODEC, corr, True, {"n": (1, 2)})
-        head = Response.split(data)
-        assert head is not None and head[0] == corr
-        relayed = reply_frame(CODEC, 5, True, Encoded(data[head[1]:]))
+        assert data.startswith(RESPONSE_HEAD)
+        head = unpack_plain(data)  # no codec: the body stays bytes
+        assert head == [RESPONSE, corr, True, frame.body]
+        relayed = reply_frame(CODEC, 5, head[2], Encoded((head[3],)))
         assert Response.decode(roundtrip(relayed)) == Response(5, True, frame.body)
-    assert Response.split(Control(True, 1, "x", []).encode(CODEC)) is None
+    assert not Control(True, 1, "x", []).encode(CODEC).startswith(RESPONSE_HEAD)
+    with pytest.raises(ProtocolError, match="undecodable"):
+        unpack_plain(RESPONSE_HEAD + b"\xc1")
     unencodable = Response.decode(roundtrip(reply_frame(CODEC, 6, True, object())))
     ok, error = read_value(CODEC, unencodable.ok, unencodable.body)
     assert not ok and isinstance(error, SerializationError)
