@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
+from orleanspy.errors import ProtocolError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
@@ -19,9 +19,8 @@ from orleanspy.messaging.frames import (
     GOAWAY_FRAME,
     RESPONSE,
     Response,
-    raw_header,
     read_value,
-    undecodable,
+    unpack_plain,
 )
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
@@ -55,15 +54,9 @@ class GatewayConnection(FramedConnection):
         self.silent = True
 
     def frame_received(self, payload: bytes | bytearray) -> None:
-        try:
-            obj = self.codec.unpackb(payload)
-        except SerializationError as exc:
-            # The frame is well-formed but a value in it is not importable here (e.g. a
-            # dataclass whose module this process lacks): fail that one call only.
-            self._fail_one(payload, exc)
-            return
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        # No frame from a gateway holds an ext value outside a response's body: plain msgpack
+        # reads it, and only the body is decoded with the codec (and its type policy).
+        obj = unpack_plain(payload)
         if not self.handshake.done():
             if isinstance(obj, dict) and obj.get("ok"):
                 self.mark_ready()  # responses may be as large as max_frame_size
@@ -79,21 +72,15 @@ class GatewayConnection(FramedConnection):
         fut = self.pending.pop(obj[1], None)
         if fut is None or fut.done():
             return
-        ok, value = read_value(self.codec, obj[2], obj[3])
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-    def _fail_one(self, payload: bytes | bytearray, exc: SerializationError) -> None:
-        header = raw_header(payload)
-        if header is None:
-            raise ProtocolError(f"undecodable frame from the gateway ({exc!r})") from exc
-        fut = self.pending.pop(header[1], None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
-                SerializationError(f"the result of this call cannot be decoded here: {exc}")
-            )
+        if obj[2]:
+            try:
+                value = self.codec.unpackb(obj[3])
+            except Exception:
+                pass  # read_value says why: that one call fails (SerializationError, ...)
+            else:
+                fut.set_result(value)
+                return
+        fut.set_exception(read_value(self.codec, obj[2], obj[3])[1])
 
     def close(self) -> None:
         was_closed = self.closed

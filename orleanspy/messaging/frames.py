@@ -56,6 +56,7 @@ __all__ = [
     "CONTROL",
     "CONTROL_ONE_WAY",
     "DRAINED",
+    "EMPTY_BODY",
     "GOAWAY",
     "KINDS",
     "ONE_WAY",
@@ -160,9 +161,16 @@ class Request(NamedTuple):
     def pack(codec: Codec, one_way: bool, corr: int, type_name: str, key: Any, method: str,
              timeout: float | None, chain: list[Any], hops: int, from_client: bool,
              body: bytes) -> bytes:
-        """The frame of these fields."""
-        return codec.packb([ONE_WAY if one_way else REQUEST, corr, type_name, key, method,
-                            timeout, chain, hops, from_client, body])
+        """The frame of these fields. With a str or int key the header holds no ext value
+        (the body is bytes already), so plain msgpack writes it without the codec."""
+        frame = [ONE_WAY if one_way else REQUEST, corr, type_name, key, method, timeout, chain,
+                 hops, from_client, body]
+        if type(key) is str or type(key) is int:
+            try:
+                return _plain_packb(frame)
+            except (OverflowError, TypeError, ValueError):
+                pass  # an int beyond 64 bits, say: the codec says why it cannot be sent
+        return codec.packb(frame)
 
     @staticmethod
     def check(obj: list[Any]) -> None:
@@ -277,6 +285,9 @@ class Control(NamedTuple):
 #: A response frame's first two bytes: a 4-element array, kind 2.
 RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
 
+#: The body of a call without arguments: ``[[], None]``.
+EMPTY_BODY: Final = _plain_packb([[], None])
+
 #: The frames of a kind that has no field, as sent.
 DRAINED_FRAME: Final = _plain_packb([DRAINED])
 GOAWAY_FRAME: Final = _plain_packb([GOAWAY])
@@ -296,6 +307,8 @@ def encode_body(codec: Codec, args: tuple[Any, ...] | list[Any], kwargs: dict[st
     Raises:
         SerializationError: an argument cannot be encoded.
     """
+    if not args and not kwargs:
+        return EMPTY_BODY
     return codec.packb([list(args), kwargs])
 
 
@@ -310,6 +323,10 @@ def open_body(codec: Codec, msg: Message) -> None:
     body = msg.body
     assert body is not None
     msg.body = None
+    if body == EMPTY_BODY:
+        msg.args = []
+        msg.kwargs = None
+        return
     try:
         value = codec.unpackb(body)
     except SerializationError as exc:
@@ -345,6 +362,11 @@ def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
     forwarded as it is)."""
     if type(value) is Encoded:
         return _plain_packb([RESPONSE, corr, ok, value[0]])
+    if ok:
+        try:
+            return _plain_packb([RESPONSE, corr, True, codec.packb(value)])
+        except SerializationError:
+            pass  # value_body answers the error
     ok, body = value_body(codec, ok, value)
     return _plain_packb([RESPONSE, corr, ok, body])
 

@@ -133,6 +133,11 @@ def test_frames_request_message_keeps_the_body_encoded_until_it_is_opened() -> N
     assert msg.args == () and msg.body is not None
     open_body(CODEC, msg)
     assert (msg.args, msg.kwargs, msg.body) == ([1], {"by": 2}, None)
+    assert encode_body(CODEC, (), None) == msgpack.packb([[], None])
+    bare = Request(False, 6, "Counter", "k", "get", 1.0, [], 0, False,
+                   encode_body(CODEC, (), {})).message()
+    open_body(CODEC, bare)
+    assert (bare.args, bare.kwargs) == ([], None)
     one_way = request(one_way=True).message()
     assert one_way.direction is Direction.ONE_WAY
     assert not one_way.flags & FLAG_FROM_CLIENT
