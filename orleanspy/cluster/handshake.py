@@ -22,23 +22,25 @@ address is inside what is signed. ``SiloHandshake`` runs these steps for one
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
 import os
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Final, Protocol
 
 import msgpack
 
 from orleanspy.errors import ProtocolError
 from orleanspy.ids import SiloAddress
 from orleanspy.messaging.frames import PROTOCOL_VERSION, check_handshake
-
-if TYPE_CHECKING:
-    from orleanspy.cluster.connection import SiloConnection
+from orleanspy.messaging.guard import HandshakeGuard
 
 __all__ = [
     "TOOL_OPERATIONS",
+    "HandshakeConnection",
+    "HandshakeHub",
     "SiloHandshake",
     "decode_silo",
     "encode_silo",
@@ -97,6 +99,55 @@ def decode_silo(value: Any) -> SiloAddress:
     return SiloAddress(host, port, generation)
 
 
+class HandshakeHub(Protocol):
+    """What the handshake needs of the transport that owns the connection."""
+
+    @property
+    def silo(self) -> SiloAddress: ...
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def secret(self) -> str | None: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def guard(self) -> HandshakeGuard | None: ...
+
+    def accepting(self, obj: dict[str, Any]) -> str | None: ...
+
+    def verify_peer(self, silo: SiloAddress) -> Awaitable[str | None]: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Any: ...
+
+    def register(self, conn: Any) -> None: ...
+
+
+class HandshakeConnection(Protocol):
+    """What the handshake needs of its connection (``cluster/connection.py``)."""
+
+    outbound: bool
+    peer_silo: SiloAddress | None
+    opener: SiloAddress | None
+    tool: bool
+    closed: bool
+    peer: str
+    log: Any
+    handshake: asyncio.Future[Any] | None
+
+    @property
+    def hub(self) -> HandshakeHub: ...
+    @property
+    def peer_host(self) -> str: ...
+
+    def send(self, payload: bytes) -> None: ...
+
+    def send_now(self, payload: bytes) -> None: ...
+
+    def mark_ready(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def _as_bytes(value: Any) -> bytes:
     return value if type(value) is bytes else b""
 
@@ -106,7 +157,7 @@ class SiloHandshake:
 
     __slots__ = ("_proved", "_stage", "_transcript", "conn")
 
-    def __init__(self, conn: SiloConnection) -> None:
+    def __init__(self, conn: HandshakeConnection) -> None:
         self.conn = conn
         #: the handshake frames so far (both ends sign the same transcript)
         self._transcript = hashlib.sha256()
