@@ -10,6 +10,14 @@ ratio ``ours / baseline`` says how much the runtime costs (or saves) over the ob
   gateway's framing (4-byte big-endian length + msgpack); the server decodes the request
   list and answers ``[2, id, True, value]``; the client keeps many requests in flight and
   matches responses by id.
+* ``CoalescingEchoServer`` / ``CoalescingEchoClient``: the same echo on ``asyncio.Protocol``,
+  one read per chunk and the frames of one loop pass written with one write.
+* ``CoalescingRelay``: the hop in the middle of a two-hop echo (client -> relay -> echo):
+  it splits each chunk into frames, decodes each frame with msgpack to read its ``[kind,
+  id]`` (the work a router does to know what it forwards; the echo's frames are small) and
+  forwards the frames as bytes, the frames of one loop pass with one write, on one upstream
+  connection per client connection (so ids need no rewriting); responses come back the same
+  way.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ __all__ = [
     "BareActor",
     "CoalescingEchoClient",
     "CoalescingEchoServer",
+    "CoalescingRelay",
     "EchoClient",
     "EchoServer",
     "Figure",
@@ -375,3 +384,98 @@ class CoalescingEchoClient(_Coalescing):
     async def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+# -- baseline 4: a coalescing relay (the middle of a two-hop echo) -----------------------------
+class _RelayHalf(asyncio.Protocol):
+    """One side of a relayed connection: frames read here are written to ``peer`` as bytes,
+    the frames of one loop pass with one write."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _RelayHalf | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._flushing = False
+        self._early: list[bytes] = []
+        self.frames = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buffer
+        buf += data
+        start, end = 0, len(buf)
+        peer = self.peer
+        while end - start >= 4:
+            size = int.from_bytes(buf[start:start + 4], "big")
+            if end - start - 4 < size:
+                break
+            frame = bytes(buf[start:start + 4 + size])
+            header = msgpack.unpackb(memoryview(frame)[4:])  # what the frame is: kind, id
+            self.frames += header[0] >= 0
+            if peer is None:
+                self._early.append(frame)
+            else:
+                peer.forward(frame)
+            start += 4 + size
+        del buf[:start]
+
+    def attach(self, peer: _RelayHalf) -> None:
+        self.peer = peer
+        for frame in self._early:
+            peer.forward(frame)
+        self._early.clear()
+
+    def forward(self, frame: bytes) -> None:
+        self._out.append(frame)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None:
+            peer.transport.close()
+
+
+class CoalescingRelay:
+    """A relay in front of an echo server at ``upstream_port`` (see the module doc)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, port: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        relay = self
+
+        def accepted() -> _RelayHalf:
+            down = _RelayHalf()
+            task = loop.create_task(relay._connect_upstream(down))
+            relay._tasks.add(task)
+            task.add_done_callback(relay._tasks.discard)
+            return down
+
+        self._server = await loop.create_server(accepted, "127.0.0.1", port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _connect_upstream(self, down: _RelayHalf) -> None:
+        loop = asyncio.get_running_loop()
+        _, up = await loop.create_connection(_RelayHalf, "127.0.0.1", self.upstream_port)
+        up.attach(down)
+        down.attach(up)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

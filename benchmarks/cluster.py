@@ -21,6 +21,21 @@ caller i calling grain i) against the echo with 100 requests in flight. Targets:
 at least 0.5x the echo and at least 20,000 calls/s. ``..._vs_coalescing_echo`` compares the
 same 100 callers with a tuned echo (``_common.CoalescingEchoServer``: one read per chunk,
 the frames of one loop pass written together), target 0.8x.
+
+``client_to_remote_grain_100_in_flight``: a third process runs a ``ClusterClient`` whose only
+gateway is silo A's, with 100 calls in flight to the grains that live on silo B (activated
+there before A joins the calls: A hosts none of them, checked at the end), so every call is
+forwarded by A. Baseline in the same run, through the same processes: a two-hop coalescing
+echo, client -> ``_common.CoalescingRelay`` in silo A's process -> the coalescing echo in
+silo B's. Target 0.8x. With it, the CPU time silo A's process spends per forwarded call
+(``/proc/<pid>/stat`` utime + stime around ``FORWARDED_CALLS`` calls, the least of
+``--trials``) and the relay's per
+relayed call, printed after the table (``--json``: in the row's note).
+
+Reproduce a figure on an idle machine (load about 1), rows interleaved within the run::
+
+    for i in 1 2 3; do .venv/bin/python benchmarks/cluster.py; done
+    .venv/bin/python benchmarks/cluster.py --only forwarded   # the forwarded-call row alone
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,6 +57,7 @@ from typing import Any
 from _common import (
     CoalescingEchoClient,
     CoalescingEchoServer,
+    CoalescingRelay,
     EchoClient,
     EchoServer,
     Figure,
@@ -50,9 +67,11 @@ from _common import (
     run_callers,
 )
 
-from orleanspy import Grain, Silo, SiloOptions, grain_type
+from orleanspy import ClusterClient, Grain, Silo, SiloOptions, grain_type
 
 CALLERS = 100
+#: Calls measured for the gateway silo's CPU time per forwarded call.
+FORWARDED_CALLS = 20_000
 MIN_RATE = 20_000.0
 
 
@@ -66,9 +85,10 @@ class Target(Grain):
         return self.count
 
 
-def _options(membership: str) -> SiloOptions:
+def _options(membership: str, gateway: bool = False) -> SiloOptions:
     return SiloOptions(
-        membership=membership, port=0, gateway_port=None, cluster_id="bench",
+        membership=membership, port=0, gateway_port=0 if gateway else None,
+        cluster_id="bench",
         collection_quantum=3600.0, probe_period=2.0, i_am_alive_period=2.0,
         table_refresh_period=1.0,
     )
@@ -132,11 +152,14 @@ async def _best(ours: Any, base: Any, ncallers: int, seconds: float,
     return best_ours, best_base
 
 
-async def drive_a(membership: str, seconds: float, trials: int, profile: bool) -> None:
-    """Silo A: join, read B's echo port from stdin (B is ready), measure, print JSON."""
+async def drive_a(membership: str, seconds: float, trials: int, profile: bool,
+                  only: str | None) -> None:
+    """Silo A: join, read B's echo ports from stdin (B is ready), measure the cross-silo rows
+    (unless ``only`` is "forwarded"), print JSON; then serve as the gateway silo of the
+    forwarded-call row (its gateway, and a relay to B's coalescing echo) until stdin closes."""
     quiet_logging()
-    async with Silo(_options(membership), grains=[Target]) as silo:
-        assert silo.cluster is not None
+    async with Silo(_options(membership, gateway=True), grains=[Target]) as silo:
+        assert silo.cluster is not None and silo.gateway is not None
         await silo.cluster.wait_for_view(lambda s: len(s.active_silos) == 2, 30)
         line = await asyncio.to_thread(sys.stdin.readline)
         ports = json.loads(line)
@@ -146,37 +169,97 @@ async def drive_a(membership: str, seconds: float, trials: int, profile: bool) -
             await r.increment()  # warm the directory cache
         b_address = silo.cluster.directory.cache.get(refs[0].grain_id)
         assert b_address is not None and b_address != silo.address, "targets must be on B"
-        echo = EchoClient()
-        await echo.connect(echo_port)
-        tuned = CoalescingEchoClient()
-        await tuned.connect(tuned_port)
         results: dict[str, Any] = {}
+        if only != "forwarded":
+            results = await _cross_silo_rows(refs, echo_port, tuned_port, seconds, trials,
+                                             profile)
+        relay = CoalescingRelay(tuned_port)
+        await relay.start()
+        print(json.dumps(results), flush=True)
+        print(json.dumps({"gateway": silo.gateway.address, "relay_port": relay.port,
+                          "pid": os.getpid()}), flush=True)
+        profiler = _profiler() if profile else None
+        if profiler is not None:
+            profiler.start()
+        await asyncio.to_thread(sys.stdin.read)
+        if profiler is not None:
+            profiler.stop()
+            sys.stderr.write("\n=== silo A (gateway) ===\n")
+            sys.stderr.write(profiler.output_text(unicode=False, color=False))
+        hosted = sum(1 for g in silo.catalog.activations if g.type_name == "BenchTarget")
+        print(json.dumps({"targets_on_gateway_silo": hosted}), flush=True)
+        await relay.close()
+
+
+async def _cross_silo_rows(refs: list[Any], echo_port: int, tuned_port: int, seconds: float,
+                           trials: int, profile: bool) -> dict[str, Any]:
+    echo = EchoClient()
+    await echo.connect(echo_port)
+    tuned = CoalescingEchoClient()
+    await tuned.connect(tuned_port)
+    results: dict[str, Any] = {}
+    try:
+        profiler = _profiler() if profile else None
+        if profiler is not None:
+            profiler.start()
+        for name, n in (("sequential", 1), ("in_flight", CALLERS)):
+            ours_calls = [r.increment for r in refs[:n]]
+            base_calls = [partial(echo.call, "BenchTarget", i, "increment")
+                          for i in range(n)]
+            results[name] = await _best(
+                partial(run_callers, ours_calls), partial(run_callers, base_calls),
+                n, seconds, trials,
+            )
+        tuned_calls = [partial(tuned.call, "BenchTarget", i, "increment")
+                       for i in range(CALLERS)]
+        results["in_flight_tuned"] = await _best(
+            partial(run_callers, [r.increment for r in refs]),
+            partial(run_callers, tuned_calls), CALLERS, seconds, trials,
+        )
+        if profiler is not None:
+            profiler.stop()
+            sys.stderr.write("\n=== silo A (caller) ===\n")
+            sys.stderr.write(profiler.output_text(unicode=False, color=False))
+    finally:
+        await echo.close()
+        await tuned.close()
+    return results
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` in seconds (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def drive_client(gateway: str, relay_port: int, pid: int, seconds: float,
+                       trials: int) -> None:
+    """The client of the forwarded-call row: 100 calls in flight through silo A (``pid``)
+    to B's grains, against the two-hop echo through A's relay; print JSON."""
+    quiet_logging()
+    async with ClusterClient(gateways=[gateway], cluster_id="bench") as client:
+        refs = [client.get_grain(Target, i) for i in range(CALLERS)]
+        for r in refs:
+            await r.increment()
+        tuned = CoalescingEchoClient()
+        await tuned.connect(relay_port)
         try:
-            profiler = _profiler() if profile else None
-            if profiler is not None:
-                profiler.start()
-            for name, n in (("sequential", 1), ("in_flight", CALLERS)):
-                ours_calls = [r.increment for r in refs[:n]]
-                base_calls = [partial(echo.call, "BenchTarget", i, "increment")
-                              for i in range(n)]
-                results[name] = await _best(
-                    partial(run_callers, ours_calls), partial(run_callers, base_calls),
-                    n, seconds, trials,
-                )
             tuned_calls = [partial(tuned.call, "BenchTarget", i, "increment")
                            for i in range(CALLERS)]
-            results["in_flight_tuned"] = await _best(
-                partial(run_callers, [r.increment for r in refs]),
-                partial(run_callers, tuned_calls), CALLERS, seconds, trials,
-            )
-            if profiler is not None:
-                profiler.stop()
-                sys.stderr.write("\n=== silo A (caller) ===\n")
-                sys.stderr.write(profiler.output_text(unicode=False, color=False))
+            ours = partial(run_callers, [r.increment for r in refs])
+            base = partial(run_callers, tuned_calls)
+            rates = await _best(ours, base, CALLERS, seconds, trials)
+            per_caller = FORWARDED_CALLS // CALLERS
+            cpu = {"ours": float("inf"), "relay": float("inf")}
+            for _ in range(trials):  # the least of the trials: the others ran beside noise
+                for name, fn in (("ours", ours), ("relay", base)):
+                    before = _cpu_seconds(pid)
+                    await fn(per_caller)
+                    used = (_cpu_seconds(pid) - before) / (per_caller * CALLERS)
+                    cpu[name] = min(cpu[name], used)
         finally:
-            await echo.close()
             await tuned.close()
-        print(json.dumps(results), flush=True)
+    print(json.dumps({"forwarded": rates, "cpu": cpu}), flush=True)
 
 
 # -- the benchmark process ------------------------------------------------------------------
@@ -187,53 +270,85 @@ def _child(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def _json_line(proc: subprocess.Popen[str], who: str) -> Any:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{who} ended early (exit {proc.poll()})")
+        if line.startswith("{"):
+            return json.loads(line)
+
+
+def _stop(proc: subprocess.Popen[str] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    assert proc.stdin is not None
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def run(args: argparse.Namespace) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
         membership = f"sqlite:{Path(tmp) / 'membership.db'}"
         extra = ["--profile"] if args.profile else []
-        progress("starting silo B (targets + echo server) ...")
+        timing = ["--seconds", str(args.seconds), "--trials", str(args.trials)]
+        progress("starting silo B (targets + echo servers) ...")
         b = _child("--serve", "b", "--membership", membership, *extra)
         a: subprocess.Popen[str] | None = None
+        c: subprocess.Popen[str] | None = None
         try:
-            assert b.stdout is not None
-            line = b.stdout.readline()
-            if not line.startswith("{"):
-                raise RuntimeError(f"silo B did not start (said {line!r})")
-            progress("starting silo A; A calls B's grains and B's echo server ...")
-            a = _child("--serve", "a", "--membership", membership, "--seconds",
-                       str(args.seconds), "--trials", str(args.trials), *extra)
-            line = b.stdout.readline()  # B saw A join and activated its grains
-            if not line.startswith("{"):
-                raise RuntimeError(f"silo B failed (said {line!r})")
-            out, _ = a.communicate(line, timeout=600)
-            lines = [x for x in out.splitlines() if x.startswith("{")]
-            if a.returncode != 0 or not lines:
-                raise RuntimeError(f"silo A failed (exit {a.returncode}): {out!r}")
-            results = json.loads(lines[-1])
+            _json_line(b, "silo B")
+            progress("starting silo A; A calls B's grains and B's echo servers ...")
+            a = _child("--serve", "a", "--membership", membership, *timing,
+                       *(["--only", args.only] if args.only else []), *extra)
+            ports = _json_line(b, "silo B")  # B saw A join and activated its grains
+            assert a.stdin is not None
+            a.stdin.write(json.dumps(ports) + "\n")
+            a.stdin.flush()
+            results = _json_line(a, "silo A")
+            serving = _json_line(a, "silo A")
+            progress("a client calls B's grains through A's gateway, and the relay ...")
+            c = _child("--serve", "client", "--gateway", serving["gateway"], "--relay-port",
+                       str(serving["relay_port"]), "--pid", str(serving["pid"]), *timing)
+            forwarded = _json_line(c, "the client")
+            c.wait(timeout=60)
+            assert a.stdin is not None
+            a.stdin.close()
+            hosted = _json_line(a, "silo A")["targets_on_gateway_silo"]
+            if hosted:
+                raise RuntimeError(f"{hosted} target grains were activated on the gateway "
+                                   "silo: the forwarded-call row measured local calls")
         finally:
-            if a is not None and a.poll() is None:
-                a.kill()
-            if b.poll() is None:
-                assert b.stdin is not None
-                with contextlib.suppress(OSError):
-                    b.stdin.close()
-                try:
-                    b.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    b.kill()
-    seq, flight = results["sequential"], results["in_flight"]
-    return [
-        Figure("cross_silo_sequential", seq[0], "calls/s", seq[1], 0.5,
-               "one caller in silo A, grain in silo B; baseline: echo, 1 in flight"),
-        Figure("cross_silo_100_in_flight", flight[0], "calls/s", flight[1], 0.5,
-               f"100 callers in A, 100 grains in B; baseline: echo, 100 in flight; "
-               f"absolute target >= {MIN_RATE:,.0f} calls/s: "
-               + ("ok" if flight[0] >= MIN_RATE else "MISSED")),
-        Figure("cross_silo_100_in_flight_vs_coalescing_echo", results["in_flight_tuned"][0],
-               "calls/s", results["in_flight_tuned"][1], 0.8,
-               "as above; baseline: an echo that reads each chunk once and writes the frames "
-               "of one loop pass with one write"),
-    ]
+            for proc in (c, a, b):
+                _stop(proc)
+    figures = []
+    if "sequential" in results:
+        seq, flight = results["sequential"], results["in_flight"]
+        figures += [
+            Figure("cross_silo_sequential", seq[0], "calls/s", seq[1], 0.5,
+                   "one caller in silo A, grain in silo B; baseline: echo, 1 in flight"),
+            Figure("cross_silo_100_in_flight", flight[0], "calls/s", flight[1], 0.5,
+                   f"100 callers in A, 100 grains in B; baseline: echo, 100 in flight; "
+                   f"absolute target >= {MIN_RATE:,.0f} calls/s: "
+                   + ("ok" if flight[0] >= MIN_RATE else "MISSED")),
+            Figure("cross_silo_100_in_flight_vs_coalescing_echo",
+                   results["in_flight_tuned"][0], "calls/s", results["in_flight_tuned"][1],
+                   0.8, "as above; baseline: an echo that reads each chunk once and writes "
+                   "the frames of one loop pass with one write"),
+        ]
+    rates, cpu = forwarded["forwarded"], forwarded["cpu"]
+    figures.append(Figure(
+        "client_to_remote_grain_100_in_flight", rates[0], "calls/s", rates[1], 0.8,
+        "a client, 100 in flight, through gateway silo A to grains on silo B; baseline: "
+        "client -> coalescing relay in A -> coalescing echo in B; CPU of A per call: "
+        f"{cpu['ours'] * 1e6:.1f} us forwarded, {cpu['relay'] * 1e6:.1f} us relayed",
+    ))
+    return figures
 
 
 def main() -> None:
@@ -244,14 +359,24 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="trials per side (best is kept)")
     parser.add_argument("--profile", action="store_true",
                         help="profile both silos with pyinstrument (stderr)")
-    parser.add_argument("--serve", choices=["a", "b"], help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["forwarded"],
+                        help="measure only the forwarded-call row")
+    parser.add_argument("--serve", choices=["a", "b", "client"], help=argparse.SUPPRESS)
     parser.add_argument("--membership", help=argparse.SUPPRESS)
+    parser.add_argument("--gateway", help=argparse.SUPPRESS)
+    parser.add_argument("--relay-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve == "b":
         asyncio.run(serve_b(args.membership, args.profile))
         return
     if args.serve == "a":
-        asyncio.run(drive_a(args.membership, args.seconds, args.trials, args.profile))
+        asyncio.run(drive_a(args.membership, args.seconds, args.trials, args.profile,
+                            args.only))
+        return
+    if args.serve == "client":
+        asyncio.run(drive_client(args.gateway, args.relay_port, args.pid, args.seconds,
+                                 args.trials))
         return
     quiet_logging()
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """ClusterClient: calls grains from another process through the silos' gateways.
 
-Requests are framed as in ``messaging/wire.py``; responses resolve futures by correlation
+Requests are framed as in ``messaging/frames.py``; responses resolve futures by correlation
 id (``client/connection.py``). The client's ``GatewayPool`` keeps a connection to every
 known gateway (or to ``ClientOptions.gateway_count`` of them); each call is routed by its
 grain id's hash, so the calls of one grain go through one gateway (in order) while different
@@ -32,9 +32,9 @@ from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.frames import ONE_WAY, REQUEST
+from orleanspy.messaging.deadlines import Deadlines
+from orleanspy.messaging.frames import Request, encode_body
 from orleanspy.messaging.types import TypePolicy
-from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.streams.publisher import ClientStreamProvider
 
 __all__ = ["ClusterClient"]
@@ -235,9 +235,9 @@ class ClusterClient:
                 raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
         corr = next(self._ids)
         t = timeout or self.options.response_timeout
-        payload = self.codec.packb(
-            [REQUEST, corr, grain_id.type_name, grain_id.key, method, list(args), kwargs, t, []]
-        )
+        codec = self.codec
+        payload = Request.pack(codec, False, corr, grain_id.type_name, grain_id.key, method, t,
+                               [], 0, True, encode_body(codec, args, kwargs))
         fut = conn.loop.create_future()
         pending = conn.pending
         pending[corr] = fut
@@ -262,8 +262,7 @@ class ClusterClient:
         await conn.wait_writable()
         if conn.closed:
             raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
-        payload = self.codec.packb(
-            [ONE_WAY, next(self._ids), grain_id.type_name, grain_id.key, method, list(args),
-             kwargs, None, []]
-        )
+        codec = self.codec
+        payload = Request.pack(codec, True, next(self._ids), grain_id.type_name, grain_id.key,
+                               method, None, [], 0, True, encode_body(codec, args, kwargs))
         conn.send(payload)

@@ -11,16 +11,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-import msgpack
-
-from orleanspy.errors import ProtocolError, SerializationError, SiloUnavailableError
+from orleanspy.errors import ProtocolError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import GOAWAY, RESPONSE, raw_header, undecodable
-from orleanspy.messaging.wire import decode_error
+from orleanspy.messaging.frames import (
+    GOAWAY,
+    GOAWAY_FRAME,
+    RESPONSE,
+    Response,
+    read_value,
+    unpack_plain,
+)
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
-
 
 class ConnectionOwner(Protocol):
     """What a gateway connection tells the client that owns it."""
@@ -31,7 +34,6 @@ class ConnectionOwner(Protocol):
     def going_away(self, conn: GatewayConnection) -> None:
         """``conn``'s silo is stopping: send new calls elsewhere; its pending calls will
         still be answered on it."""
-
 
 class GatewayConnection(FramedConnection):
     """One client connection to gateway ``address`` (number ``index`` in the owner's list).
@@ -52,43 +54,33 @@ class GatewayConnection(FramedConnection):
         self.silent = True
 
     def frame_received(self, payload: bytes | bytearray) -> None:
-        try:
-            obj = self.codec.unpackb(payload)
-        except SerializationError as exc:
-            # The frame is well-formed but a value in it is not importable here (e.g. a
-            # dataclass whose module this process lacks): fail that one call only.
-            self._fail_one(payload, exc)
-            return
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        # No frame from a gateway holds an ext value outside a response's body: plain msgpack
+        # reads it, and only the body is decoded with the codec (and its type policy).
+        obj = unpack_plain(payload)
         if not self.handshake.done():
             if isinstance(obj, dict) and obj.get("ok"):
                 self.mark_ready()  # responses may be as large as max_frame_size
             self.handshake.set_result(obj)
             return
-        if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:
+        if type(obj) is not list or not obj or obj[0] != RESPONSE:
             if obj == [GOAWAY]:  # the silo is stopping: no new calls here
                 self.owner.going_away(self)
-                self.send_now(msgpack.packb([GOAWAY]))
+                self.send_now(GOAWAY_FRAME)
                 return
-            raise ProtocolError("a response frame must be [2, id, ok, value]")
+            raise ProtocolError("a gateway may only send response frames (and [6])")
+        Response.check(obj)
         fut = self.pending.pop(obj[1], None)
         if fut is None or fut.done():
             return
         if obj[2]:
-            fut.set_result(obj[3])
-        else:
-            fut.set_exception(decode_error(obj[3], self.codec.policy))
-
-    def _fail_one(self, payload: bytes | bytearray, exc: SerializationError) -> None:
-        header = raw_header(payload)
-        if header is None:
-            raise ProtocolError(f"undecodable frame from the gateway ({exc!r})") from exc
-        fut = self.pending.pop(header[1], None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
-                SerializationError(f"the result of this call cannot be decoded here: {exc}")
-            )
+            try:
+                value = self.codec.unpackb(obj[3])
+            except Exception:
+                pass  # read_value says why: that one call fails (SerializationError, ...)
+            else:
+                fut.set_result(value)
+                return
+        fut.set_exception(read_value(self.codec, obj[2], obj[3])[1])
 
     def close(self) -> None:
         was_closed = self.closed

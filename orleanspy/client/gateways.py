@@ -29,7 +29,7 @@ from orleanspy.client.discovery import GatewayDiscovery
 from orleanspy.client.options import ClientOptions
 from orleanspy.errors import SiloUnavailableError
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.wire import PROTOCOL_VERSION
+from orleanspy.messaging.frames import PROTOCOL_VERSION
 
 __all__ = ["GatewayPool", "KnownGateway"]
 

@@ -10,12 +10,10 @@ import asyncio
 from typing import Any
 
 from orleanspy._util.clock import Clock, SystemClock
-from orleanspy.cluster.connection import CONTROL
-from orleanspy.errors import SiloUnavailableError
+from orleanspy.errors import ProtocolError, SiloUnavailableError
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.frames import check_response, read_frame
+from orleanspy.messaging.frames import PROTOCOL_VERSION, Control, Response, read_frame, read_value
 from orleanspy.messaging.types import TypePolicy
-from orleanspy.messaging.wire import PROTOCOL_VERSION, decode_error
 
 __all__ = ["query_silo"]
 
@@ -53,12 +51,16 @@ async def query_silo(
             if not isinstance(reply, dict) or not reply.get("ok"):
                 error = reply.get("error") if isinstance(reply, dict) else repr(reply)
                 raise SiloUnavailableError(f"silo {host}:{port} refused: {error}")
-            write_frame([CONTROL, 1, op, args])
-            response = await read_frame(reader, codec, MAX_FRAME_SIZE)
-            check_response(response)
-            if response[2]:
-                return response[3]
-            raise decode_error(response[3], codec.policy)
+            request = Control(True, 1, op, args).encode(codec)
+            writer.write(len(request).to_bytes(4, "big") + request)
+            obj = await read_frame(reader, codec, MAX_FRAME_SIZE)
+            if type(obj) is not list:
+                raise ProtocolError("a response frame must be [2, id, ok, body]")
+            response = Response.decode(obj)
+            ok, value = read_value(codec, response.ok, response.body)
+            if ok:
+                return value
+            raise value
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             raise SiloUnavailableError(f"silo {host}:{port} closed the connection: {exc}") from None
         finally:

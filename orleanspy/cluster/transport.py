@@ -159,6 +159,9 @@ class SiloTransport:
         self._server: asyncio.Server | None = None
         self._closing = False
         self.port = 0
+        #: True while ``quiesce`` waits: connections then report their last call's end
+        self.waiting_quiet = False
+        self._quiet: asyncio.Future[None] | None = None
         self.requests_sent = 0
         self.connects_failed = 0
         self.retired_count = 0
@@ -191,13 +194,31 @@ class SiloTransport:
     async def quiesce(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until no request is in flight on any connection, in
         either direction: a stopping silo answers what it was asked and hears back about
-        what it sent on before it closes its connections."""
-        clock = self.clock
-        deadline = clock.monotonic() + timeout
-        while clock.monotonic() < deadline:
-            if not any(conn.pending or conn.serving for conn in self._all):
-                return
-            await clock.sleep(0.01)
+        what it sent on before it closes its connections. Woken by the connections
+        (``settled``) when their last call ends, not by polling."""
+        if not self._busy():
+            return
+        quiet: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._quiet = quiet
+        self.waiting_quiet = True
+        try:
+            async with self.clock.timeout(timeout):
+                await quiet
+        except TimeoutError:
+            pass
+        finally:
+            self._quiet = None
+            self.waiting_quiet = False
+
+    def _busy(self) -> bool:
+        return any(conn.pending or conn.serving for conn in self._all)
+
+    def settled(self) -> None:
+        """A connection's last call ended (while ``quiesce`` waits): wake it if no
+        connection has one left."""
+        quiet = self._quiet
+        if quiet is not None and not quiet.done() and not self._busy():
+            quiet.set_result(None)
 
     async def close(self) -> None:
         """Close the listener and every connection (pending calls fail), end the tasks."""
@@ -269,6 +290,8 @@ class SiloTransport:
         peer = conn.peer_silo
         if peer is not None and self._conns.get(peer) is conn:
             del self._conns[peer]
+        if self.waiting_quiet:
+            self.settled()
 
     async def _connection(self, silo: SiloAddress) -> SiloConnection:
         conn = self._conns.get(silo)

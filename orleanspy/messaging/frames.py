@@ -1,21 +1,40 @@
-"""Frames: the one parser and validator of the length-prefixed msgpack frames on a socket.
+"""Frames: every kind of frame on a socket, its fields, and the one parser and validator.
 
-Every connection (client -> gateway, silo <-> silo, a tool's query) reads its frames through
-these functions, so the size limit, the decoding and the checks of a handshake, a request and
-a response are written once:
+Frame: 4-byte big-endian length N, then N bytes of msgpack. The first frames of a connection
+are maps (the handshakes, below); every later frame is a compact msgpack array whose first
+item is its kind. Each kind is one record here (``encode`` writes it, ``decode`` checks and
+reads it); client, gateway and silo connections use nothing else:
 
-* ``read_frame`` for a stream reader; ``FramedConnection`` splits a protocol's buffer with the
-  same ``check_size``;
-* ``decode`` turns a payload into a value: ``SerializationError`` when the msgpack is sound but
-  a value cannot be rebuilt here (answer that one call), ``ProtocolError`` otherwise (close);
-  a connection's hot path calls ``codec.unpackb`` itself and maps any other failure with
-  ``undecodable``;
-* ``raw_header`` reads ``(kind, id)`` of a frame whose values cannot be rebuilt;
-* ``check_handshake`` / ``request_message`` / ``check_response`` validate decoded frames;
-  ``request_message`` raises ``BadRequest`` for a well-formed request naming a bad key or
-  call chain (answer it, keep the connection).
+=================  ============================================================================
+kind               array
+=================  ============================================================================
+``Request``        ``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client,
+                   body]`` (1: one-way); ``body`` is the msgpack of ``[args, kwargs]``
+``Response``       ``[2, id, ok, body]``; ``body`` is the msgpack of the value, or of an error
+                   map ``{"type", "args", "message", "tb"}`` (``messaging/wire.py``)
+``Control``        ``[3 | 4, id, op, args]``: a silo's control request (answered with a
+                   ``Response``), or a control one-way (4, id 0)
+``DRAINED``        ``[5]``: "I have nothing pending on this connection" (silo connections)
+``GOAWAY``         ``[6]``, gateway -> client: "I am stopping; send new calls elsewhere" (the
+                   calls already sent are still answered); client -> gateway: "understood"
+=================  ============================================================================
 
-Layouts are documented in ``messaging/wire.py``.
+Arguments and results travel as a ``body`` of bytes inside the frame, so a silo that only
+routes a request or a reply reads the header (target, id, flags, timeout) and forwards the
+body untouched; only the silo that runs the grain decodes the arguments (``open_body``, with
+its type policy), and only the caller decodes the result (``read_value``). A reply still in
+its bytes travels through a silo as ``Encoded``.
+
+Handshakes (maps): client -> gateway ``{"v", "cluster", "secret", "client"}``, answered
+``{"v", "ok": true, "silo"}`` or ``{"v", "ok": false, "error"}``; the silo port's
+challenge-response is described in ``cluster/handshake.py``.
+
+Reading: ``read_frame`` for a stream reader; ``FramedConnection`` splits a protocol's buffer
+with the same ``check_size``; ``decode`` / ``decode_or_reject`` turn a payload into a value:
+``SerializationError`` when the msgpack is sound but a value cannot be rebuilt here (answer
+that one call), ``ProtocolError`` otherwise (close this connection only). ``Request.to_message``
+raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it,
+keep the connection).
 """
 
 from __future__ import annotations
@@ -23,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgpack
 
@@ -31,34 +50,342 @@ from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import grain_id
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION, chain_entry
+from orleanspy.messaging.wire import chain_entry, decode_error, encode_error
 
 __all__ = [
+    "CONTROL",
+    "CONTROL_ONE_WAY",
+    "DRAINED",
+    "EMPTY_BODY",
     "GOAWAY",
+    "KINDS",
     "ONE_WAY",
+    "PROTOCOL_VERSION",
     "REJECTED",
     "REQUEST",
     "RESPONSE",
+    "RESPONSE_HEAD",
     "BadRequest",
+    "Control",
+    "Encoded",
+    "Request",
+    "Response",
     "check_handshake",
-    "check_response",
     "check_size",
     "decode",
     "decode_or_reject",
+    "encode_body",
+    "open_body",
     "raw_header",
     "read_frame",
-    "request_message",
+    "read_value",
+    "reply_frame",
     "undecodable",
+    "unpack_plain",
+    "value_body",
 ]
+
+#: The version a handshake names; a peer naming another is refused.
+PROTOCOL_VERSION: Final = 2
 
 REQUEST: Final = 0
 ONE_WAY: Final = 1
 RESPONSE: Final = 2
-#: ``[6]``, gateway -> client: "I am stopping; send new calls elsewhere" (the calls already
-#: sent are still answered); client -> gateway: "understood, I send nothing more here".
+CONTROL: Final = 3
+CONTROL_ONE_WAY: Final = 4
+DRAINED: Final = 5
 GOAWAY: Final = 6
 
+_REQUEST: Final = Direction.REQUEST
+_ONE_WAY: Final = Direction.ONE_WAY
+_plain_packb: Final[Callable[[Any], bytes]] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
+
+def unpack_plain(payload: bytes | bytearray) -> Any:
+    """A frame decoded as plain msgpack, no ext value resolved (a response's header).
+
+    Raises:
+        ProtocolError: not decodable.
+    """
+    try:
+        return msgpack.unpackb(payload, raw=False)
+    except Exception as exc:
+        raise undecodable(exc) from exc
+
+
+class BadRequest(Exception):
+    """A well-formed request whose key or call chain is invalid; ``error`` is the answer."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Encoded(tuple[bytes]):
+    """``(body,)``: a reply value still in the bytes another silo sent (a ``Response``
+    body), forwarded untouched by a silo that only routes the call. (A tuple: made without
+    a Python call, ``Encoded((body,))``.)"""
+
+    __slots__ = ()
+
+    @property
+    def body(self) -> bytes:
+        return self[0]
+
+
+# -- the records -----------------------------------------------------------------------------
+# Each record is the declaration of its kind. The hot paths (a call through a connection) use
+# its static ``pack`` / ``check`` / ``to_message`` on plain lists, which are what ``encode``
+# and ``decode`` run too: no record object is built per call.
+class Request(NamedTuple):
+    """``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client, body]``.
+
+    ``timeout``: the seconds the caller has left (None for a one-way); ``chain``: the call
+    chain, ``[type name, activation id, reentrant]`` each; ``hops``: times forwarded between
+    silos; ``from_client``: a gateway client sent it (only methods open to clients may run
+    it; a gateway sets it whatever the client says); ``body``: ``encode_body(args, kwargs)``.
+    """
+
+    one_way: bool
+    id: int
+    type_name: str
+    key: Any
+    method: str
+    timeout: float | None
+    chain: list[Any]
+    hops: int
+    from_client: bool
+    body: bytes
+
+    @staticmethod
+    def pack(codec: Codec, one_way: bool, corr: int, type_name: str, key: Any, method: str,
+             timeout: float | None, chain: list[Any], hops: int, from_client: bool,
+             body: bytes) -> bytes:
+        """The frame of these fields. With a str or int key the header holds no ext value
+        (the body is bytes already), so plain msgpack writes it without the codec."""
+        frame = [ONE_WAY if one_way else REQUEST, corr, type_name, key, method, timeout, chain,
+                 hops, from_client, body]
+        if type(key) is str or type(key) is int:
+            try:
+                return _plain_packb(frame)
+            except (OverflowError, TypeError, ValueError):
+                pass  # an int beyond 64 bits, say: the codec says why it cannot be sent
+        return codec.packb(frame)
+
+    @staticmethod
+    def check(obj: list[Any]) -> None:
+        """Raise ProtocolError unless ``obj`` (a decoded frame of kind 0 or 1) has this
+        record's shape and field types."""
+        if len(obj) != 10:
+            raise ProtocolError("a request frame must be a 10-element msgpack array "
+                                "[kind, id, type, key, method, timeout, chain, hops, "
+                                "from_client, body]")
+        timeout = obj[5]
+        if (
+            type(obj[1]) is not int
+            or type(obj[2]) is not str
+            or type(obj[4]) is not str
+            or not (timeout is None or type(timeout) is float or type(timeout) is int)
+            or type(obj[6]) is not list
+            or type(obj[7]) is not int
+            or type(obj[8]) is not bool
+            or type(obj[9]) is not bytes
+        ):
+            raise ProtocolError("a request frame has fields of the wrong types")
+
+    @staticmethod
+    def to_message(obj: list[Any]) -> Message:
+        """The message of a checked request frame (``check``), its body still encoded
+        (``open_body`` decodes it).
+
+        Raises:
+            BadRequest: the key or the call chain is invalid (answer it, keep serving).
+        """
+        try:
+            gid = grain_id(obj[2], obj[3])
+            chain = obj[6]
+            entries = tuple(chain_entry(e) for e in chain) if chain else ()
+        except Exception as exc:
+            raise BadRequest(exc) from exc
+        msg = Message(_ONE_WAY if obj[0] == ONE_WAY else _REQUEST, gid, obj[4], (), None,
+                      entries, FLAG_FROM_CLIENT if obj[8] else 0, obj[5] or None)
+        msg.body = obj[9]
+        if obj[7]:
+            msg.hops = obj[7]
+        return msg
+
+    def encode(self, codec: Codec) -> bytes:
+        return Request.pack(codec, *self)
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Request:
+        """The record of a decoded frame of kind 0 or 1 (ProtocolError if malformed)."""
+        Request.check(obj)
+        return cls(obj[0] == ONE_WAY, *obj[1:])
+
+    def message(self) -> Message:
+        """``to_message`` of this request."""
+        return Request.to_message([ONE_WAY if self.one_way else REQUEST, *self[1:]])
+
+
+class Response(NamedTuple):
+    """``[2, id, ok, body]``: the outcome of request ``id`` (``value_body``).
+
+    Its header holds no ext value, so plain msgpack reads it (``unpack``) without the
+    codec; a silo that only routes the call sends ``ok`` and ``body`` on as they came, under
+    its own caller's id (``Encoded``)."""
+
+    id: int
+    ok: bool
+    body: bytes
+
+    @staticmethod
+    def pack(corr: int, ok: bool, body: bytes) -> bytes:
+        return _plain_packb([RESPONSE, corr, ok, body])
+
+    @staticmethod
+    def check(obj: list[Any]) -> None:
+        """Raise ProtocolError unless ``obj`` is ``[2, id, ok, body]``."""
+        if (len(obj) != 4 or obj[0] != RESPONSE or type(obj[1]) is not int
+                or type(obj[2]) is not bool or type(obj[3]) is not bytes):
+            raise ProtocolError("a response frame must be [2, id, ok, body]")
+
+    def encode(self) -> bytes:
+        return Response.pack(*self)
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Response:
+        """The record of a decoded response frame (ProtocolError if malformed)."""
+        Response.check(obj)
+        return cls(obj[1], obj[2], obj[3])
+
+
+class Control(NamedTuple):
+    """``[3 | 4, id, op, args]``: control request ``op`` (``answer``: reply with a
+    ``Response``), or a control one-way (id 0)."""
+
+    answer: bool
+    id: int
+    op: str
+    args: list[Any]
+
+    def encode(self, codec: Codec) -> bytes:
+        return codec.packb([CONTROL if self.answer else CONTROL_ONE_WAY, self.id, self.op,
+                            self.args])
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Control:
+        """Raises ProtocolError unless ``obj`` is ``[3|4, id, op, args]``."""
+        if (len(obj) != 4 or type(obj[1]) is not int or type(obj[2]) is not str
+                or type(obj[3]) is not list):
+            raise ProtocolError("a control frame must be [3|4, id, op, args]")
+        return cls(obj[0] == CONTROL, obj[1], obj[2], obj[3])
+
+
+#: A response frame's first two bytes: a 4-element array, kind 2.
+RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
+
+#: The body of a call without arguments: ``[[], None]``.
+EMPTY_BODY: Final = _plain_packb([[], None])
+
+#: The frames of a kind that has no field, as sent.
+DRAINED_FRAME: Final = _plain_packb([DRAINED])
+GOAWAY_FRAME: Final = _plain_packb([GOAWAY])
+
+#: Every kind: its number, and the record that encodes and decodes it (None: no field).
+KINDS: Final[dict[int, type[Any] | None]] = {
+    REQUEST: Request, ONE_WAY: Request, RESPONSE: Response, CONTROL: Control,
+    CONTROL_ONE_WAY: Control, DRAINED: None, GOAWAY: None,
+}
+
+
+# -- bodies ----------------------------------------------------------------------------------
+def encode_body(codec: Codec, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None
+                ) -> bytes:
+    """The body of a request: the msgpack of ``[args, kwargs]``.
+
+    Raises:
+        SerializationError: an argument cannot be encoded.
+    """
+    if not args and not kwargs:
+        return EMPTY_BODY
+    return codec.packb([list(args), kwargs])
+
+
+def open_body(codec: Codec, msg: Message) -> None:
+    """Decode the body of ``msg`` into its arguments, with ``codec``'s type policy (the silo
+    that runs the grain calls this, once).
+
+    Raises:
+        SerializationError: a value cannot be rebuilt here (answer that one call).
+        ProtocolError: the body is not ``[list, map | None]`` msgpack.
+    """
+    body = msg.body
+    assert body is not None
+    msg.body = None
+    if body == EMPTY_BODY:
+        msg.args = []
+        msg.kwargs = None
+        return
+    try:
+        value = codec.unpackb(body)
+    except SerializationError as exc:
+        raise SerializationError(f"the silo cannot decode this request's arguments: {exc}") \
+            from exc
+    except Exception as exc:
+        raise undecodable(exc) from exc
+    if (type(value) is not list or len(value) != 2 or type(value[0]) is not list
+            or not (value[1] is None or type(value[1]) is dict)):
+        raise ProtocolError("a request body must be [args, kwargs | None]")
+    msg.args = value[0]
+    msg.kwargs = value[1]
+
+
+def value_body(codec: Codec, ok: bool, value: Any) -> tuple[bool, bytes]:
+    """``(ok, body)`` of a reply: an unencodable result becomes an encoded error."""
+    try:
+        if ok:
+            try:
+                return True, codec.packb(value)
+            except SerializationError as exc:
+                return False, codec.packb(encode_error(codec, exc))
+        return False, codec.packb(encode_error(codec, value))
+    except Exception as exc:  # even the error does not encode: say so plainly
+        return False, codec.packb({
+            "type": "orleanspy.errors:InternalError", "args": None,
+            "message": f"the reply could not be encoded: {exc!r}", "tb": "",
+        })
+
+
+def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
+    """The ``Response`` frame answering ``corr`` with ``value`` (an ``Encoded`` value is
+    forwarded as it is)."""
+    if type(value) is Encoded:
+        return _plain_packb([RESPONSE, corr, ok, value[0]])
+    if ok:
+        try:
+            return _plain_packb([RESPONSE, corr, True, codec.packb(value)])
+        except SerializationError:
+            pass  # value_body answers the error
+    ok, body = value_body(codec, ok, value)
+    return _plain_packb([RESPONSE, corr, ok, body])
+
+
+def read_value(codec: Codec, ok: bool, body: bytes) -> tuple[bool, Any]:
+    """``(ok, value)`` of a reply body; a body that cannot be decoded here fails that call
+    only (``(False, SerializationError | ProtocolError)``)."""
+    try:
+        value = codec.unpackb(body)
+    except SerializationError as exc:
+        return False, SerializationError(f"the result cannot be decoded here: {exc}")
+    except Exception as exc:
+        return False, undecodable(exc)
+    if ok:
+        return True, value
+    return False, decode_error(value, codec.policy)
+
+
+# -- reading ---------------------------------------------------------------------------------
 def check_size(size: int, limit: int) -> None:
     """Raise ProtocolError for a frame longer than ``limit`` bytes."""
     if size > limit:
@@ -77,14 +404,6 @@ async def read_frame(reader: asyncio.StreamReader, codec: Codec, limit: int) -> 
     size = int.from_bytes(await reader.readexactly(4), "big")
     check_size(size, limit)
     return decode(codec, await reader.readexactly(size))
-
-
-class BadRequest(Exception):
-    """A well-formed request whose key or call chain is invalid; ``error`` is the answer."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def undecodable(exc: Exception) -> ProtocolError:
@@ -118,9 +437,9 @@ def decode_or_reject(
 ) -> Any:
     """The value of one frame on a connection that may answer a single bad request.
 
-    Well-formed msgpack whose values this process cannot rebuild (an unknown dataclass, say)
-    on a ready connection goes to ``reject_one(payload, error)``: if it answers that one
-    request, the result is ``REJECTED`` and the connection stays open.
+    Well-formed msgpack whose values this process cannot rebuild (an unknown dataclass in a
+    key, say) on a ready connection goes to ``reject_one(payload, error)``: if it answers
+    that one request, the result is ``REJECTED`` and the connection stays open.
 
     Before the handshake (``ready`` false) nothing beyond plain msgpack is decoded: ext values
     (tuples, dataclasses, references, ...) come out as None, so an unauthenticated peer cannot
@@ -176,58 +495,3 @@ def check_handshake(obj: Any, cluster_id: str, secret: str | None) -> str | None
     ):
         return "wrong or missing secret"
     return None
-
-
-_REQUEST: Final = Direction.REQUEST
-_ONE_WAY: Final = Direction.ONE_WAY
-
-
-def request_message(obj: list[Any], size: int) -> Message:
-    """Validate a request / one-way frame of ``size`` fields (9 from a client, 11 between
-    silos: then the hop count and whether a gateway client sent it) and build its message
-    (its id is ``obj[1]``).
-
-    Raises:
-        ProtocolError: the frame's shape or field types are wrong (close the connection).
-        BadRequest: a well-formed frame naming a bad key or call chain (answer the request
-            with ``BadRequest.error``, keep the connection).
-    """
-    if len(obj) != size:
-        raise ProtocolError(f"a request frame must be a {size}-element msgpack array")
-    type_name = obj[2]
-    method = obj[4]
-    args = obj[5]
-    kwargs = obj[6]
-    chain = obj[8]
-    if (
-        type(obj[1]) is not int
-        or type(type_name) is not str
-        or type(method) is not str
-        or type(args) is not list
-        or not (kwargs is None or type(kwargs) is dict)
-        or type(chain) is not list
-        or (size == 11 and (type(obj[9]) is not int or type(obj[10]) is not bool))
-    ):
-        raise ProtocolError("a request frame has fields of the wrong types")
-    try:
-        gid = grain_id(type_name, obj[3])
-        entries = tuple(chain_entry(e) for e in chain) if chain else ()
-    except Exception as exc:
-        raise BadRequest(exc) from exc
-    timeout = obj[7]
-    if type(timeout) is not float and not isinstance(timeout, (int, float)):
-        timeout = None
-    msg = Message(_ONE_WAY if obj[0] == ONE_WAY else _REQUEST, gid, method, args, kwargs,
-                  entries, 0, timeout)
-    if size == 11:
-        if obj[9]:
-            msg.hops = obj[9]
-        if obj[10]:
-            msg.flags = FLAG_FROM_CLIENT
-    return msg
-
-
-def check_response(obj: Any) -> None:
-    """Raise ProtocolError unless ``obj`` is a response frame ``[2, id, ok, value]``."""
-    if type(obj) is not list or len(obj) != 4 or obj[0] != RESPONSE:
-        raise ProtocolError("a response frame must be [2, id, ok, value]")

@@ -60,6 +60,7 @@ class Message:
     __slots__ = (
         "activation",
         "args",
+        "body",
         "chain",
         "deadline",
         "direction",
@@ -106,6 +107,10 @@ class Message:
         self.invoke: Callable[[], Any] | None = None
         # Times forwarded between silos.
         self.hops = 0
+        # The arguments still encoded (``messaging.frames.encode_body``), as a connection
+        # received them: a silo that only routes the message forwards these bytes; the one
+        # that runs it decodes them into ``args`` and ``kwargs`` (``frames.open_body``).
+        self.body: bytes | None = None
         # ``started`` (perf_counter at the turn's start) is set by the activation that runs
         # it, for its call statistics.
 

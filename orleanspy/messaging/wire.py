@@ -1,39 +1,20 @@
-"""The wire format: length-prefixed msgpack frames, the handshake, requests and responses.
+"""Values on the wire: errors as msgpack maps and call-chain entries.
 
-Frame: 4-byte big-endian length N, then N bytes of msgpack. Frames on a connection:
-
-* handshake (client → silo): ``{"v": 1, "cluster": str, "secret": str|None, "client": str}``
-* handshake reply: ``{"v": 1, "ok": true, "silo": str}`` or ``{"ok": false, "error": str}``
-* request: ``[0 | 1, id, type_name, key, method, args, kwargs|None, timeout|None, chain]``
-  (0 = request, 1 = one-way)
-* response: ``[2, id, ok, value]``; an error value is ``{"type", "args", "message", "tb"}``
+The frames that carry them (their kinds and fields) are declared in ``messaging/frames.py``.
+An error travels as ``{"type", "args", "message", "tb"}`` and is rebuilt as the same type
+where the receiver's type policy allows it, else as ``RemoteGrainError``.
 """
 
 from __future__ import annotations
 
 import traceback
-from typing import Any, Final
+from typing import Any
 
 from orleanspy.errors import RemoteGrainError, SerializationError
 from orleanspy.messaging.codec import Codec, qualified_name
 from orleanspy.messaging.types import TypePolicy
 
-__all__ = [
-    "HEADER",
-    "PROTOCOL_VERSION",
-    "chain_entry",
-    "decode_error",
-    "encode_error",
-    "frame",
-    "response_payload",
-]
-
-PROTOCOL_VERSION: Final = 1
-HEADER: Final = 4
-
-
-def frame(payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + payload
+__all__ = ["chain_entry", "decode_error", "encode_error"]
 
 
 def encode_error(codec: Codec, exc: BaseException) -> dict[str, Any]:
@@ -80,19 +61,3 @@ def chain_entry(entry: Any) -> tuple[str, int, bool]:
     ):
         raise ValueError(f"bad call-chain entry {entry!r}: expected [str, int, bool]")
     return (entry[0], entry[1], entry[2])
-
-
-def response_payload(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
-    """``[2, corr, ok, value]``; an unencodable result becomes an encoded error."""
-    try:
-        if ok:
-            try:
-                return codec.packb([2, corr, True, value])
-            except SerializationError as exc:
-                return codec.packb([2, corr, False, encode_error(codec, exc)])
-        return codec.packb([2, corr, False, encode_error(codec, value)])
-    except Exception as exc:  # even the error does not encode: say so plainly
-        return codec.packb([2, corr, False, {
-            "type": "orleanspy.errors:InternalError", "args": None,
-            "message": f"the reply could not be encoded: {exc!r}", "tb": "",
-        }])

@@ -27,10 +27,11 @@ from orleanspy.grains.context import current_turn, turn_chain
 from orleanspy.grains.interface import GrainClassInfo, MethodInfo
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
+from orleanspy.messaging.deadlines import Deadlines
+from orleanspy.messaging.frames import open_body
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation
 from orleanspy.runtime.catalog import Catalog
-from orleanspy.runtime.deadlines import Deadlines
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
 
@@ -277,6 +278,8 @@ class Dispatcher:
                     raise SiloUnavailableError(f"silo {self.silo.name} is shutting down")
                 self._locator.route(msg, forwarded=True)
                 return
+            if msg.body is not None:  # from a connection: its arguments are decoded here
+                open_body(self._codec, msg)
             act = self._locate(msg.target, msg.method, msg)
             act.enqueue(msg)
         except Exception as exc:

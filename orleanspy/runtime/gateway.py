@@ -35,18 +35,20 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     GOAWAY,
+    GOAWAY_FRAME,
     ONE_WAY,
+    PROTOCOL_VERSION,
     REJECTED,
     REQUEST,
     BadRequest,
+    Request,
     check_handshake,
     decode_or_reject,
     raw_header,
-    request_message,
+    reply_frame,
 )
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
-from orleanspy.messaging.wire import PROTOCOL_VERSION, response_payload
 from orleanspy.runtime.locator import fenced_error
 
 __all__ = ["CLIENT_CONSUMER_TYPE", "Gateway", "GatewayConnection", "GatewayHost"]
@@ -137,16 +139,21 @@ class GatewayConnection(FramedConnection):
                 if self.draining and self.in_flight == 0:
                     self.close()
                 return
-            raise ProtocolError("a request frame must be a 9-element msgpack array")
+            raise ProtocolError("a client may only send request frames (and [6])")
+        Request.check(obj)
         one_way = obj[0] == ONE_WAY
+        corr = obj[1]
         try:
-            msg = request_message(obj, 9)
+            msg = Request.to_message(obj)
         except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
             if not one_way:
-                self._reply(obj[1], False, bad.error)
+                self._reply(corr, False, bad.error)
             return
-        corr = obj[1]
-        msg.flags = FLAG_FROM_CLIENT  # only methods open to clients may run it
+        # Only methods open to clients may run it, whatever the client says; the hop count
+        # is the silos' business. The arguments stay encoded: the silo that runs the grain
+        # decodes them with its type policy.
+        msg.flags = FLAG_FROM_CLIENT
+        msg.hops = 0
         if msg.target.type_name == CLIENT_CONSUMER_TYPE and msg.target.key != self.client:
             if not one_way:
                 self._reply(corr, False, MessageRejectedError(
@@ -212,12 +219,14 @@ class GatewayConnection(FramedConnection):
         if not self.ready:
             self.close()
             return
-        self.send_now(msgpack.packb([GOAWAY]))
+        self.send_now(GOAWAY_FRAME)
 
     def _reply(self, corr: int, ok: bool, value: Any) -> None:
+        """Answer ``corr``: ``value`` encoded, or its bytes as received (``Encoded``) when
+        another silo ran the call."""
         if self.closed:
             return
-        self.send(response_payload(self.codec, corr, ok, value))
+        self.send(reply_frame(self.codec, corr, ok, value))
 
 
 class Gateway:

@@ -1,8 +1,9 @@
 """Property-based fuzzing of a real two-silo cluster's gateway and silo ports.
 
 Hypothesis generates frames — random bytes, lying length prefixes, truncated frames, deep
-nesting of every ext type the codec knows, valid-looking frames of every kind with wrong
-fields — and throws each at a port on a fresh connection, before and after a valid
+nesting of every ext type the codec knows, valid-looking frames of every kind of
+``messaging/frames.py`` (``FIELDS``, checked against ``KINDS``) with wrong fields and
+bodies — and throws each at a port on a fresh connection, before and after a valid
 handshake, while a well-behaved client keeps calling grains spread over both silos (so the
 silo port carries real traffic too). Every test then asserts that both silo processes live,
 that their memory grew by less than ``RSS_BOUND`` over the run, and that the well-behaved
@@ -29,6 +30,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from integration.silo_process import REPO_ROOT, child_env, free_port
+
+from orleanspy.messaging.frames import (
+    CONTROL,
+    CONTROL_ONE_WAY,
+    DRAINED,
+    GOAWAY,
+    KINDS,
+    ONE_WAY,
+    PROTOCOL_VERSION,
+    REQUEST,
+    RESPONSE,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -193,13 +206,13 @@ def frame(payload: bytes, length: int | None = None) -> bytes:
 
 
 def client_hello() -> bytes:
-    return frame(msgpack.packb({"v": 1, "cluster": CLUSTER, "secret": SECRET,
+    return frame(msgpack.packb({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET,
                                 "client": "fuzz"}))
 
 
 def tool_hello() -> bytes:
-    return frame(msgpack.packb({"v": 1, "cluster": CLUSTER, "secret": SECRET, "silo": None,
-                                "to": None}))
+    return frame(msgpack.packb({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET,
+                                "silo": None, "to": None}))
 
 
 # -- strategies --------------------------------------------------------------------------------
@@ -241,26 +254,60 @@ def deep_nesting(draw: st.DrawFn) -> bytes:
     return data
 
 
+def _or_junk(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly the right type, sometimes any value."""
+    return st.one_of(strategy, strategy, values)
+
+
+_type_names = _or_junk(st.sampled_from([
+    "SpreadSpot", "Spot", "Relay", "orleanspy.PubSubRendezvous", "orleanspy.PullingAgent",
+    "orleanspy.StreamPublisher", "orleanspy.ClientStreamConsumer", ""]))
+_methods = _or_junk(st.sampled_from([
+    "hit", "info", "explode", "__orleanspy_stream_deliver__", "receive_reminder", "status",
+    "dir", "gossip", "probe"]))
+_ids = st.one_of(st.integers(0, 2**64 - 1), values)
+_bodies = st.one_of(
+    st.tuples(st.lists(values, max_size=4), st.none() | st.dictionaries(
+        st.text(max_size=6), values, max_size=3)).map(lambda v: msgpack.packb(list(v))),
+    deep_nesting(), st.binary(max_size=64), values,
+)
+
+#: The fields after the kind of every frame kind (``orleanspy.messaging.frames.KINDS``).
+FIELDS: dict[int, list[st.SearchStrategy[Any]]] = {
+    REQUEST: [_ids, _type_names, _or_junk(st.sampled_from(["k", "steady-1"])), _methods,
+              _or_junk(st.none() | st.floats(0, 30)),
+              _or_junk(st.lists(st.lists(values, max_size=3), max_size=3)),
+              _or_junk(st.integers(0, 5)), _or_junk(st.booleans()), _bodies],
+    RESPONSE: [_ids, _or_junk(st.booleans()), _bodies],
+    CONTROL: [_ids, _methods, _or_junk(st.lists(values, max_size=4))],
+    DRAINED: [],
+    GOAWAY: [],
+}
+FIELDS[ONE_WAY] = FIELDS[REQUEST]
+FIELDS[CONTROL_ONE_WAY] = FIELDS[CONTROL]
+
+
+def test_the_fuzzer_knows_every_frame_kind() -> None:
+    """A kind added to the protocol is fuzzed too (its fields listed in ``FIELDS``)."""
+    assert set(FIELDS) == set(KINDS)
+    # Request and Control carry their kind as their first field (one_way, answer).
+    for kind, record in KINDS.items():
+        fields = record._fields if record is not None else ()
+        after_kind = len(fields) - (fields[:1] in (("one_way",), ("answer",)))
+        assert len(FIELDS[kind]) == after_kind, (kind, fields)
+
+
 @st.composite
 def message_frames(draw: st.DrawFn) -> list[Any]:
-    """A frame of each kind, with fields of the right and wrong types."""
-    kind = draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, -1]))
-    size = draw(st.sampled_from([1, 2, 4, 8, 9, 10, 11, 12]))
-    fields: list[Any] = [kind, draw(st.one_of(st.integers(0, 2**40), values))]
-    templates = [
-        st.sampled_from(["SpreadSpot", "Spot", "Relay", "orleanspy.PubSubRendezvous",
-                         "orleanspy.PullingAgent", "orleanspy.StreamPublisher", ""]) | values,
-        st.sampled_from(["k", "steady-1"]) | values,
-        st.sampled_from(["hit", "info", "explode", "__orleanspy_stream_deliver__",
-                         "receive_reminder", "status", "dir", "gossip", "probe"]) | values,
-        st.lists(values, max_size=4) | values,
-        st.none() | st.dictionaries(st.text(max_size=6), values, max_size=3) | values,
-        st.floats(0, 30) | values,
-        st.lists(st.lists(values, max_size=3), max_size=3) | values,
-        st.integers(0, 5) | values,
-        st.booleans() | values,
-    ]
-    fields.extend(draw(template) for template in templates[: max(0, size - 2)])
+    """A frame of each kind (and of no kind), with fields of the right and wrong types, and
+    sometimes a field too few or too many."""
+    kind = draw(st.sampled_from([*sorted(FIELDS), -1, 7]))
+    fields: list[Any] = [kind] + [draw(f) for f in FIELDS.get(kind, [])]
+    change = draw(st.sampled_from([None, None, None, "cut", "extra"]))
+    if change == "cut" and len(fields) > 1:
+        fields = fields[: draw(st.integers(1, len(fields) - 1))]
+    elif change == "extra":
+        fields.append(draw(values))
     return fields
 
 

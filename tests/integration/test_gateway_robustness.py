@@ -10,6 +10,9 @@ from typing import Any
 import msgpack
 import pytest
 
+from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.frames import PROTOCOL_VERSION, Request
+
 from .silo_process import SiloLauncher, SiloProcess
 
 pytestmark = pytest.mark.integration
@@ -22,7 +25,8 @@ def frame(payload: bytes) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def handshake(secret: str | None, cluster: str = "dev", version: int = 1) -> bytes:
+def handshake(secret: str | None, cluster: str = "dev",
+              version: int = PROTOCOL_VERSION) -> bytes:
     return frame(msgpack.packb({"v": version, "cluster": cluster, "secret": secret,
                                 "client": "raw-test"}))
 
@@ -75,7 +79,8 @@ async def test_bad_connections_are_closed_alone(silo_launcher: SiloLauncher) -> 
         # bad handshakes: not a map, a wrong protocol version, a request before the handshake
         assert await send_and_read_until_closed(silo, frame(msgpack.packb([1, 2, 3]))) == b""
         assert await send_and_read_until_closed(silo, handshake(SECRET, version=99)) == b""
-        request = msgpack.packb([0, 1, "Counter", "steady", "get", [], None, 5.0, []])
+        request = Request.pack(Codec(), False, 1, "Counter", "steady", "get", 5.0, [], 0, True,
+                               msgpack.packb([[], None]))
         assert await send_and_read_until_closed(silo, frame(request)) == b""
         # wrong and missing secret, wrong cluster: refused with a reason, then closed
         for bad in (handshake("nope"), handshake(None), handshake(SECRET, cluster="other")):

@@ -20,6 +20,7 @@ from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.ids import SiloAddress
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.frames import PROTOCOL_VERSION, REQUEST
 from orleanspy.messaging.message import Message
 from orleanspy.testing import FakeClock
 
@@ -124,10 +125,11 @@ async def test_a_claim_membership_does_not_list_is_refused(cluster: Cluster) -> 
 async def test_a_claim_of_another_silo_without_the_key_is_refused(cluster: Cluster) -> None:
     a, b = await cluster.transport(), await cluster.transport(generation=2)
     # The attacker knows the client secret and b's address, not the cluster key.
-    hello = {"v": 1, "cluster": "t", "secret": "client-secret", "silo": encode_silo(b.silo),
+    hello = {"v": PROTOCOL_VERSION,
+             "cluster": "t", "secret": "client-secret", "silo": encode_silo(b.silo),
              "to": encode_silo(a.silo), "nonce": os.urandom(32)}
     challenge, verdict = await raw_exchange(
-        a.port, hello, {"v": 1, "proof": os.urandom(32)}, read=2
+        a.port, hello, {"v": PROTOCOL_VERSION, "proof": os.urandom(32)}, read=2
     )
     assert isinstance(challenge["challenge"], bytes)
     assert verdict["ok"] is False
@@ -139,7 +141,8 @@ async def test_a_claim_of_another_silo_without_the_key_is_refused(cluster: Clust
 
 async def test_a_hello_without_a_nonce_is_refused(cluster: Cluster) -> None:
     a, b = await cluster.transport(), await cluster.transport(generation=2)
-    hello = {"v": 1, "cluster": "t", "silo": encode_silo(b.silo), "to": encode_silo(a.silo)}
+    hello = {"v": PROTOCOL_VERSION,
+             "cluster": "t", "silo": encode_silo(b.silo), "to": encode_silo(a.silo)}
     (verdict,) = await raw_exchange(a.port, hello)
     assert verdict["ok"] is False
     assert "nonce" in verdict["error"]
@@ -163,8 +166,10 @@ async def test_a_tool_may_ask_status_and_nothing_else(cluster: Cluster) -> None:
 
 async def test_a_tool_may_not_send_grain_requests(cluster: Cluster) -> None:
     a = await cluster.transport()
-    hello = {"v": 1, "cluster": "t", "secret": "client-secret", "silo": None, "to": None}
-    request = [0, 1, "Counter", "k", "add", [1], None, 5.0, [], 0]
+    hello = {"v": PROTOCOL_VERSION,
+             "cluster": "t", "secret": "client-secret", "silo": None, "to": None}
+    request = [REQUEST, 1, "Counter", "k", "add", 5.0, [], 0, False,
+               msgpack.packb([[1], None])]
     replies = await raw_exchange(a.port, hello, request, read=2)
     assert replies[0]["ok"] is True
     assert len(replies) == 1  # the connection was closed instead of answering

@@ -130,3 +130,31 @@ async def test_transport_writes_a_lone_request_at_once_and_coalesces_calls_in_fl
             await pair.arrived.wait()
     assert len(writes) == 3
     assert [m.target.key for m in pair.held] == ["first", "second", "third", "fourth"]
+
+
+async def test_transport_quiesce_wakes_when_the_last_call_is_answered(pair: Pair) -> None:
+    """A stopping silo waits for its calls in flight, both ways; the last answer wakes it at
+    once (the clock stands still here: a waiting loop on it would never end)."""
+    answered: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+    msg = Message(Direction.REQUEST, GrainId("T", "k"), "m", [], None, timeout=30.0)
+    msg.reply = lambda ok, value: answered.set_result((ok, value))
+    pair.a.send_message(pair.b.silo, msg)
+    async with asyncio.timeout(WAIT):
+        await pair.arrived.wait()
+    waiting = [asyncio.create_task(t.quiesce(60.0)) for t in (pair.a, pair.b)]
+    for _ in range(20):  # loop passes go by, the clock stands still: nothing ends them
+        await asyncio.sleep(0)
+    assert not any(task.done() for task in waiting)
+
+    held = pair.held[0]
+    assert held.reply is not None and held.body is not None  # the arguments still encoded
+    held.reply(True, "done")
+    async with asyncio.timeout(WAIT):
+        assert await answered == (True, "done")
+        await asyncio.gather(*waiting)
+    assert pair.a.statistics().pending == 0
+
+
+async def test_transport_quiesce_returns_at_once_with_nothing_in_flight(pair: Pair) -> None:
+    async with asyncio.timeout(WAIT):
+        await pair.a.quiesce(60.0)

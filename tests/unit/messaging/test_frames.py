@@ -1,4 +1,4 @@
-"""messaging/frames.py: the one frame reader and validator."""
+"""messaging/frames.py: every frame kind round-trips; the one reader refuses bad frames."""
 
 from __future__ import annotations
 
@@ -11,19 +11,36 @@ from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_TUPLE, Codec
 from orleanspy.messaging.frames import (
+    CONTROL,
+    CONTROL_ONE_WAY,
+    DRAINED,
+    DRAINED_FRAME,
+    GOAWAY,
+    GOAWAY_FRAME,
+    KINDS,
+    ONE_WAY,
+    PROTOCOL_VERSION,
+    RESPONSE,
+    RESPONSE_HEAD,
     BadRequest,
+    Control,
+    Encoded,
+    Request,
+    Response,
     check_handshake,
-    check_response,
     check_size,
     decode,
     decode_or_reject,
+    encode_body,
+    open_body,
     raw_header,
     read_frame,
-    request_message,
+    read_value,
+    reply_frame,
+    unpack_plain,
 )
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction
 from orleanspy.messaging.types import TypePolicy
-from orleanspy.messaging.wire import PROTOCOL_VERSION
 
 CODEC = Codec()
 
@@ -70,60 +87,137 @@ def test_frames_check_handshake() -> None:
         check_handshake([1, 2], "c", None)
 
 
-def request(*, kind: int = 0, key: object = "k", chain: object = (), hops: int | None = None,
-            from_client: object = False) -> list[object]:
-    frame: list[object] = [kind, 5, "Counter", key, "add", [1], None, 2.5, list(chain)]
-    if hops is not None:
-        frame += [hops, from_client]
-    return frame
+def request(*, one_way: bool = False, key: object = "k", chain: object = (), hops: int = 0,
+            from_client: bool = False) -> Request:
+    return Request(one_way, 5, "Counter", key, "add", None if one_way else 2.5, list(chain),
+                   hops, from_client, encode_body(CODEC, (1,), {"by": 2}))
 
 
-def test_frames_request_message_builds_the_message() -> None:
-    msg = request_message(request(), 9)
-    assert (msg.direction, msg.target.type_name, msg.method, msg.args) == (
-        Direction.REQUEST, "Counter", "add", [1]
+def roundtrip(data: bytes) -> list[object]:
+    obj = decode(CODEC, data)
+    assert type(obj) is list
+    return obj
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_frames_every_kind_round_trips(kind: int) -> None:
+    """Each kind encodes to a compact msgpack array (no field names on the wire) and decodes
+    to the record it was made from."""
+    record = KINDS[kind]
+    if record is Request:
+        sent: object = request(one_way=kind == ONE_WAY, key=("a", 1), chain=[["T/k", 3, True]],
+                               hops=2, from_client=True)
+        data = sent.encode(CODEC)  # type: ignore[attr-defined]
+    elif record is Response:
+        sent = Response(9, True, CODEC.packb({"x": (1, 2)}))
+        data = sent.encode()  # type: ignore[attr-defined]
+    elif record is Control:
+        sent = Control(kind == CONTROL, 0 if kind == CONTROL_ONE_WAY else 4, "dir", [1, "a"])
+        data = sent.encode(CODEC)  # type: ignore[attr-defined]
+    else:
+        data = {DRAINED: DRAINED_FRAME, GOAWAY: GOAWAY_FRAME}[kind]
+        assert roundtrip(data) == [kind]
+        return
+    obj = roundtrip(data)
+    assert obj[0] == kind
+    assert b"one_way" not in data and b"body" not in data
+    assert record.decode(obj) == sent
+
+
+def test_frames_request_message_keeps_the_body_encoded_until_it_is_opened() -> None:
+    msg = request(from_client=True, hops=3).message()
+    assert (msg.direction, msg.target.type_name, msg.method, msg.timeout, msg.hops) == (
+        Direction.REQUEST, "Counter", "add", 2.5, 3
     )
-    assert msg.timeout == 2.5
-    one_way = request_message(request(kind=1, hops=2), 11)
+    assert msg.flags & FLAG_FROM_CLIENT
+    assert msg.args == () and msg.body is not None
+    open_body(CODEC, msg)
+    assert (msg.args, msg.kwargs, msg.body) == ([1], {"by": 2}, None)
+    assert encode_body(CODEC, (), None) == msgpack.packb([[], None])
+    bare = Request(False, 6, "Counter", "k", "get", 1.0, [], 0, False,
+                   encode_body(CODEC, (), {})).message()
+    open_body(CODEC, bare)
+    assert (bare.args, bare.kwargs) == ([], None)
+    one_way = request(one_way=True).message()
     assert one_way.direction is Direction.ONE_WAY
-    assert one_way.hops == 2
     assert not one_way.flags & FLAG_FROM_CLIENT
-    forwarded = request_message(request(hops=1, from_client=True), 11)
-    assert forwarded.flags & FLAG_FROM_CLIENT
 
 
 @pytest.mark.parametrize("frame", [
-    request()[:8],
-    [0, "5", "Counter", "k", "add", [1], None, 2.5, []],
-    [0, 5, "Counter", "k", 3, [1], None, 2.5, []],
-    [0, 5, "Counter", "k", "add", (1,), None, 2.5, []],
-    [0, 5, "Counter", "k", "add", [1], [], 2.5, []],
+    [0, 5, "Counter", "k", "add", 2.5, [], 0, False],
+    [0, "5", "Counter", "k", "add", 2.5, [], 0, False, b""],
+    [0, 5, "Counter", "k", 3, 2.5, [], 0, False, b""],
+    [0, 5, "Counter", "k", "add", "soon", [], 0, False, b""],
+    [0, 5, "Counter", "k", "add", 2.5, [], "x", False, b""],
+    [0, 5, "Counter", "k", "add", 2.5, [], 0, 1, b""],
+    [0, 5, "Counter", "k", "add", 2.5, [], 0, False, [[1], None]],
 ])
-def test_frames_request_message_refuses_a_malformed_frame(frame: list[object]) -> None:
-    with pytest.raises(ProtocolError):
-        request_message(frame, 9)
+def test_frames_request_decode_refuses_a_malformed_frame(frame: list[object]) -> None:
+    with pytest.raises(ProtocolError, match="request frame"):
+        Request.decode(frame)
 
 
-def test_frames_request_message_refuses_a_non_int_hop_count_or_origin() -> None:
+@pytest.mark.parametrize("body", [b"\xc1", msgpack.packb([1, None]), msgpack.packb([[1]]),
+                                  msgpack.packb([[1], [2]])])
+def test_frames_open_body_refuses_a_malformed_body(body: bytes) -> None:
+    msg = request().message()
+    msg.body = body
     with pytest.raises(ProtocolError):
-        request_message(request(hops="x"), 11)  # type: ignore[arg-type]
-    with pytest.raises(ProtocolError):
-        request_message(request(hops=0, from_client=1), 11)
-    with pytest.raises(ProtocolError):
-        request_message(request(hops=0)[:10], 11)
+        open_body(CODEC, msg)
+
+
+def test_frames_open_body_with_an_unknown_class_is_a_serialization_error() -> None:
+    msg = request().message()
+    missing = msgpack.packb(["no_such_module_here:Thing", {"a": 1}])
+    msg.body = msgpack.packb([[msgpack.ExtType(EXT_DATACLASS, missing)], None])
+    assert open_body(Codec(policy=TypePolicy()), msg) is None
+    assert msg.args == [{"a": 1}]  # not an allowed class: a plain map
+    nested = msgpack.packb([1])
+    for _ in range(100):
+        nested = msgpack.packb(msgpack.ExtType(EXT_TUPLE, nested))
+    msg.body = msgpack.packb([[msgpack.ExtType(EXT_TUPLE, nested)], None])
+    with pytest.raises(SerializationError, match="arguments"):
+        open_body(CODEC, msg)
 
 
 def test_frames_request_message_reports_a_bad_chain_as_bad_request() -> None:
     with pytest.raises(BadRequest) as info:
-        request_message(request(chain=[["T", "not an id", True]]), 9)
+        request(chain=[["T", "not an id", True]]).message()
     assert isinstance(info.value.error, ValueError)
 
 
-def test_frames_check_response() -> None:
-    check_response([2, 1, True, "x"])
-    for bad in ([2, 1, True], [0, 1, True, "x"], {"ok": True}):
-        with pytest.raises(ProtocolError):
-            check_response(bad)
+def test_frames_response_decode_refuses_a_malformed_frame() -> None:
+    for bad in ([2, 1, True], [2, 1, True, "x"], [2, "1", True, b""], [2, 1, 1, b""]):
+        with pytest.raises(ProtocolError, match="response frame"):
+            Response.decode(bad)
+
+
+def test_frames_control_decode_refuses_a_malformed_frame() -> None:
+    for bad in ([3, 1, "op"], [3, 1, 2, []], [3, 1, "op", {}]):
+        with pytest.raises(ProtocolError, match="control frame"):
+            Control.decode(bad)
+
+
+def test_frames_reply_values_and_errors_round_trip_and_encoded_ones_pass_untouched() -> None:
+    frame = Response.decode(roundtrip(reply_frame(CODEC, 3, True, {"n": (1, 2)})))
+    assert read_value(CODEC, frame.ok, frame.body) == (True, {"n": (1, 2)})
+    failed = Response.decode(roundtrip(reply_frame(CODEC, 4, False, KeyError("gone"))))
+    ok, error = read_value(CODEC, failed.ok, failed.body)
+    assert not ok and isinstance(error, KeyError)
+    for corr in (3, 300, 70_000, 2**40):
+        data = reply_frame(CODEC, corr, True, {"n": (1, 2)})
+        assert data.startswith(RESPONSE_HEAD)
+        head = unpack_plain(data)  # no codec: the body stays bytes
+        assert head == [RESPONSE, corr, True, frame.body]
+        relayed = reply_frame(CODEC, 5, head[2], Encoded((head[3],)))
+        assert Response.decode(roundtrip(relayed)) == Response(5, True, frame.body)
+    assert not Control(True, 1, "x", []).encode(CODEC).startswith(RESPONSE_HEAD)
+    with pytest.raises(ProtocolError, match="undecodable"):
+        unpack_plain(RESPONSE_HEAD + b"\xc1")
+    unencodable = Response.decode(roundtrip(reply_frame(CODEC, 6, True, object())))
+    ok, error = read_value(CODEC, unencodable.ok, unencodable.body)
+    assert not ok and isinstance(error, SerializationError)
+    assert read_value(CODEC, True, b"\xc1")[0] is False
 
 
 async def test_frames_read_frame_reads_one_frame_and_refuses_an_oversized_one() -> None:
@@ -154,19 +248,18 @@ def test_decode_or_reject_before_the_handshake_decodes_no_ext_value():
 
 def test_frames_request_message_shares_one_grain_id_per_plain_key() -> None:
     """Requests for one grain name the very GrainId object the activation table holds."""
-    first = request_message(request(), 9).target
-    again = request_message(request(), 9).target
+    first = request().message().target
+    again = request().message().target
     assert first is again
     assert first == GrainId("Counter", "k")
-    as_int = request_message([0, 6, "Counter", 7, "add", [], None, 2.5, []], 9).target
-    as_text = request_message([0, 7, "Counter", "7", "add", [], None, 2.5, []], 9).target
+    as_int = request(key=7).message().target
+    as_text = request(key="7").message().target
     assert as_int != as_text and as_int.key == 7 and as_text.key == "7"
 
 
 def test_frames_request_message_reports_a_bad_key_as_bad_request() -> None:
     for key in (True, 1.5, {"a": 1}, [1, None]):
         with pytest.raises(BadRequest):
-            request_message([0, 5, "Counter", key, "add", [], None, 2.5, []], 9)
-    tuple_key = request_message([0, 5, "Counter", ["a", 1], "add", [], None, 2.5, []], 9)
+            request(key=key).message()
+    tuple_key = request(key=["a", 1]).message()
     assert tuple_key.target == GrainId("Counter", ("a", 1))
-

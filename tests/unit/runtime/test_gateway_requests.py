@@ -17,6 +17,7 @@ import pytest
 from orleanspy import (
     SerializationError,
 )
+from orleanspy.messaging.frames import PROTOCOL_VERSION
 from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
@@ -59,12 +60,14 @@ async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
     try:
         async with asyncio.timeout(WAIT):
             writer.write(frame(msgpack.packb(
-                {"v": 1, "cluster": silo.options.cluster_id, "secret": None, "client": "raw"}
+                {"v": PROTOCOL_VERSION,
+                 "cluster": silo.options.cluster_id, "secret": None, "client": "raw"}
             )))
             assert (await read_frame(reader))["ok"] is True
+            body = msgpack.packb([[], None])
             writer.write(
-                frame(msgpack.packb([0, 1, "Echo", "k", "ping", [], None, None, [entry]]))
-                + frame(msgpack.packb([0, 2, "Echo", "k", "ping", [], None, None, []]))
+                frame(msgpack.packb([0, 1, "Echo", "k", "ping", None, [entry], 0, True, body]))
+                + frame(msgpack.packb([0, 2, "Echo", "k", "ping", None, [], 0, True, body]))
             )
             answered = set()
             while answered != {1, 2}:

@@ -11,7 +11,7 @@ import pytest
 
 from orleanspy.errors import GrainCallTimeoutError
 from orleanspy.ids import GrainId
-from orleanspy.runtime.deadlines import Deadlines
+from orleanspy.messaging.deadlines import Deadlines
 from orleanspy.testing import FakeClock
 
 GID = GrainId("T", "k")
