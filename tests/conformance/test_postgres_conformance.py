@@ -16,8 +16,11 @@ from orleanspy.reminders.base import ReminderTable
 from orleanspy.reminders.postgres import PostgresReminderTable
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.postgres import PostgresGrainStorage
+from orleanspy.streams.adapters.base import QueueAdapterFactory
+from orleanspy.streams.adapters.postgres import PostgresAdapterFactory
 from orleanspy.testing.conformance import GrainStorageConformance, ReminderTableConformance
 from orleanspy.testing.membership_conformance import MembershipTableConformance
+from orleanspy.testing.stream_conformance import QueueAdapterConformance
 
 
 class TestPostgresGrainStorageConformance(GrainStorageConformance):
@@ -48,3 +51,29 @@ class TestPostgresMembershipTableConformance(MembershipTableConformance):
 
     async def make_table(self, tmp_path: Path) -> MembershipTable:
         return PostgresMembershipTable(self.url, cluster_id="conformance")
+
+
+class TestPostgresAdapterConformance(QueueAdapterConformance):
+    at_least_once = True
+    durable = True
+
+    @pytest.fixture(autouse=True)
+    def _postgres(self, postgres_url: str) -> None:
+        self.url = postgres_url
+
+    async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
+        return PostgresAdapterFactory(self.url)
+
+
+class TestPostgresRetainingAdapterConformance(QueueAdapterConformance):
+    """Acknowledged rows kept for a while: still never read again."""
+
+    at_least_once = True
+    durable = True
+
+    @pytest.fixture(autouse=True)
+    def _postgres(self, postgres_url: str) -> None:
+        self.url = postgres_url
+
+    async def make_factory(self, tmp_path: Path) -> QueueAdapterFactory:
+        return PostgresAdapterFactory(self.url, retention=3600)
