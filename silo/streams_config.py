@@ -4,6 +4,7 @@ Example::
 
     [streams.events]
     adapter = "sqlite:streams.db"     # memory | generator | sqlite:PATH | redis://HOST:PORT/DB
+                                      # | postgresql://HOST:PORT/DB?schema=S
     total_queues = 8
     cache_size = 4096
     flow_control = "min"
@@ -35,6 +36,7 @@ from orleanspy.streams.adapters import (
     SqliteAdapterFactory,
 )
 from orleanspy.streams.adapters.base import QueueAdapterFactory
+from orleanspy.streams.adapters.postgres import PostgresAdapterFactory
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider
 
@@ -46,7 +48,7 @@ _OPTION_FIELDS: Final = tuple(
 )
 _GENERATOR_FIELDS: Final = ("namespace", "streams_per_queue", "events_per_stream")
 _KNOWN: Final = (*_OPTION_FIELDS, "adapter", "namespaces", "generator")
-_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis"})
+_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis", "postgres"})
 _ADAPTER_WORDS: Final = frozenset({"generator"})
 
 
@@ -64,6 +66,8 @@ def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> Queu
         return MemoryAdapterFactory()
     if parsed.scheme == "redis":
         return RedisAdapterFactory(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresAdapterFactory(parsed.text)
     if parsed.scheme == "word":  # generator
         gen = table.get("generator", {})
         if not isinstance(gen, dict):

@@ -99,6 +99,11 @@ class PostgresClient:
         return f"PostgresClient({redact(self.url)!r}, {self.component!r})"
 
     @property
+    def application_name(self) -> str:
+        """What ``pg_stat_activity`` shows for this client's connections."""
+        return f"orleanspy:{self.schema}"
+
+    @property
     def pool(self) -> Any:
         if self._pool is None:
             raise RuntimeError(f"{self!r} is not open")
@@ -130,7 +135,8 @@ class PostgresClient:
         try:
             pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self.max_size,
-                server_settings={"search_path": self.schema, "application_name": "orleanspy"},
+                server_settings={"search_path": self.schema,
+                                 "application_name": self.application_name},
             )
         except Exception as exc:
             raise self.error(

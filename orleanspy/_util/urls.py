@@ -2,8 +2,9 @@
 
 Accepted forms: ``memory``; ``sqlite:PATH`` and ``sqlite://PATH`` (a relative PATH resolves
 against the data directory, an absolute one stands, ``sqlite:///abs/path`` included);
-``redis://[user:password@]host[:port][/db]`` and ``rediss://…``; plus any extra bare words a
-caller allows (``generator`` for stream queues).
+``redis://[user:password@]host[:port][/db]`` and ``rediss://…``;
+``postgresql://[user[:password]@]host[:port]/database[?schema=S]`` (or ``postgres://…``);
+plus any extra bare words a caller allows (``generator`` for stream queues).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from orleanspy.errors import ConfigurationError
 
 __all__ = ["BackendUrl", "anchor_sqlite", "parse_backend_url", "relative_sqlite", "sqlite_file"]
 
-Scheme = Literal["memory", "sqlite", "redis", "word"]
+Scheme = Literal["memory", "sqlite", "redis", "postgres", "word"]
 
 
 def sqlite_file(url: object) -> str | None:
@@ -46,8 +47,8 @@ def anchor_sqlite(url: str, folder: str) -> str:
 class BackendUrl:
     """A parsed back-end URL.
 
-    ``scheme`` is ``memory``, ``sqlite``, ``redis`` or ``word`` (an allowed bare word, kept
-    in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as given.
+    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``postgres`` or ``word`` (an allowed bare
+    word, kept in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as given.
     """
 
     scheme: Scheme
@@ -63,7 +64,7 @@ def parse_backend_url(
     *,
     key: str,
     data_dir: str = ".",
-    allow: frozenset[str] = frozenset({"memory", "sqlite", "redis"}),
+    allow: frozenset[str] = frozenset({"memory", "sqlite", "redis", "postgres"}),
     words: frozenset[str] = frozenset(),
     example: str = "sqlite:orleanspy.db",
 ) -> BackendUrl:
@@ -84,6 +85,7 @@ def parse_backend_url(
         [*(("memory",) if "memory" in allow else ()), *sorted(words)]
         + (["sqlite:PATH"] if "sqlite" in allow else [])
         + (["redis://HOST:PORT/DB"] if "redis" in allow else [])
+        + (["postgresql://HOST:PORT/DB"] if "postgres" in allow else [])
     )
 
     def bad(why: str) -> ConfigurationError:
@@ -110,4 +112,8 @@ def parse_backend_url(
         if not rest:
             raise bad("no host named")
         return BackendUrl("redis", text)
+    if text.startswith(("postgresql://", "postgres://")) and "postgres" in allow:
+        if not text.split("://", 1)[1]:
+            raise bad("no host named")
+        return BackendUrl("postgres", text)
     raise bad("unknown back end")

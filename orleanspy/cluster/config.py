@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.postgres import PostgresMembershipTable
 from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.errors import ConfigurationError
@@ -45,13 +46,16 @@ def membership_options_of(options: SiloOptions) -> MembershipOptions:
 
 def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
     """The table of a ``membership`` URL: ``memory``, ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``; the folder is created) or ``redis://HOST:PORT/DB?prefix=P``."""
+    resolve against ``data_dir``; the folder is created), ``redis://HOST:PORT/DB?prefix=P``
+    or ``postgresql://HOST:PORT/DB?schema=S``."""
     parsed = parse_backend_url(url, key="SiloOptions.membership", data_dir=data_dir,
-                               allow=frozenset({"memory", "sqlite", "redis"}),
+                               allow=frozenset({"memory", "sqlite", "redis", "postgres"}),
                                example="sqlite:membership.db")
     if parsed.scheme == "memory":
         return MemoryMembershipTable()
     if parsed.scheme == "redis":
         return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
+    if parsed.scheme == "postgres":
+        return PostgresMembershipTable(parsed.text, cluster_id=cluster_id)
     os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
     return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)

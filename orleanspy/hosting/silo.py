@@ -26,12 +26,14 @@ from orleanspy._util.lifecycle import SiloStage
 from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.postgres import PostgresMembershipTable
 from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.cluster.runtime import ClusterRuntime
 from orleanspy.reminders.base import ReminderTable
 from orleanspy.reminders.memory import MemoryReminderTable
+from orleanspy.reminders.postgres import PostgresReminderTable
 from orleanspy.reminders.redis import RedisReminderTable
 from orleanspy.reminders.service import ReminderService
 from orleanspy.reminders.sqlite import SqliteReminderTable
@@ -42,10 +44,12 @@ from orleanspy.runtime.silo import GATEWAY, REMINDERS, STREAMS_PREFIX
 from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.storage.postgres import PostgresGrainStorage
 from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
+from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
 from orleanspy.streams.pubsub import PubSubRendezvous
 from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.redis_leases import RedisQueueLeaseStore
@@ -60,13 +64,15 @@ _STATE_BACKENDS = BACKENDS_OF["storage"]
 
 def open_grain_storage(url: str, data_dir: str) -> GrainStorage:
     """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH`` or
-    ``redis://HOST:PORT/DB?prefix=P``)."""
+    ``redis://HOST:PORT/DB?prefix=P`` or ``postgresql://HOST:PORT/DB?schema=S``)."""
     parsed = parse_backend_url(url, key="SiloOptions.storage", data_dir=data_dir,
                                allow=_STATE_BACKENDS, example="sqlite:state.db")
     if parsed.scheme == "memory":
         return MemoryGrainStorage()
     if parsed.scheme == "redis":
         return RedisGrainStorage(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresGrainStorage(parsed.text)
     return SqliteGrainStorage(parsed.path)
 
 
@@ -78,6 +84,8 @@ def open_reminder_table(url: str, data_dir: str) -> ReminderTable:
         return MemoryReminderTable()
     if parsed.scheme == "redis":
         return RedisReminderTable(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresReminderTable(parsed.text)
     return SqliteReminderTable(parsed.path)
 
 
@@ -89,6 +97,8 @@ def queue_lease_store(table: MembershipTable) -> QueueLeaseStore:
         return SqliteQueueLeaseStore(table.path, table.cluster_id)
     if isinstance(table, RedisMembershipTable):
         return RedisQueueLeaseStore(table.url, table.cluster_id)
+    if isinstance(table, PostgresMembershipTable):
+        return PostgresQueueLeaseStore(table.url, table.cluster_id)
     if isinstance(table, MemoryMembershipTable):
         store = table.shared.get("stream_leases")
         if store is None:

@@ -1,4 +1,5 @@
-"""Queue adapters (2): the contract and the memory, generator, SQLite and Redis implementations.
+"""Queue adapters (2): the contract and the memory, generator, SQLite, Redis and PostgreSQL
+implementations.
 
 Data path: producer (1) -> ``QueueAdapter.enqueue`` -> queue -> ``QueueAdapterReceiver``
 -> pulling agent (3). See ``base`` for the guarantees every adapter keeps.
@@ -15,6 +16,7 @@ from orleanspy.streams.adapters.base import (
 )
 from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
 from orleanspy.streams.adapters.memory import MemoryAdapterFactory
+from orleanspy.streams.adapters.postgres import PostgresAdapterFactory
 from orleanspy.streams.adapters.redis import RedisAdapterFactory
 from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory
 
@@ -23,6 +25,7 @@ __all__ = [
     "GeneratorAdapterFactory",
     "GeneratorOptions",
     "MemoryAdapterFactory",
+    "PostgresAdapterFactory",
     "QueueAdapter",
     "QueueAdapterFactory",
     "QueueAdapterReceiver",

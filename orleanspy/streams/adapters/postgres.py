@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Final, final
 
-from orleanspy._util.postgres import PostgresClient, connection_lost
+from orleanspy._util.postgres import PostgresClient
 from orleanspy.errors import LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import (
@@ -321,9 +321,14 @@ class PostgresQueueAdapter(QueueAdapter):
         """Open the listening connection (once more after the server dropped it)."""
         import asyncpg
 
-        conn = await asyncpg.connect(self.client.dsn)
+        conn = await asyncpg.connect(
+            self.client.dsn, server_settings={"application_name": self.client.application_name})
+        try:
+            await conn.add_listener(CHANNEL, self._notified)
+        except BaseException:
+            conn.terminate()
+            raise
         conn.add_termination_listener(self._listener_lost)
-        await conn.add_listener(CHANNEL, self._notified)
         self._listener, self.listening = conn, True
         self._wake_all()  # rows may have arrived while no one listened
 
@@ -346,15 +351,14 @@ class PostgresQueueAdapter(QueueAdapter):
             self._listen_task = asyncio.get_running_loop().create_task(self._relisten())
 
     async def _relisten(self) -> None:
+        """Listen again, backing off while the server refuses (receivers query meanwhile)."""
         try:
             delay = 0.05
             while self._state != "closed":
                 try:
                     await self._listen()
                     return
-                except Exception as exc:
-                    if not connection_lost(exc):
-                        raise
+                except Exception:  # loop boundary: the server is still away, try again
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
         finally:
