@@ -71,13 +71,19 @@ _SELECT_FROM: Final = (f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AN
 _SELECT_STREAM_FROM: Final = (
     f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AND seq >= $2 "
     "AND acked_at IS NULL AND namespace = $4 AND key = $5 ORDER BY seq LIMIT $3")
-_LOCK: Final = ("SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q)) "
-                "FROM unnest($1::text[]) q")
-_INSERT: Final = (
-    "INSERT INTO stream_queue (queue, namespace, key, events, size) "
-    "SELECT q, n, k, e, s FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], "
-    "$5::int[]) WITH ORDINALITY AS r(q, n, k, e, s, i) ORDER BY i")
-_NOTIFY: Final = f"SELECT pg_notify('{CHANNEL}', $2 || '/' || q) FROM unnest($1::text[]) q"
+# One statement (one round trip, its own transaction): the queues' locks (an InitPlan, so
+# taken before any row draws its seq), the rows, and the notifications sent at commit.
+_INSERT: Final = """
+WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
+           FROM unnest($1::text[]) q),
+     i AS (INSERT INTO stream_queue (queue, namespace, key, events, size)
+           SELECT q, n, k, e, s FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
+                                            $6::int[]) WITH ORDINALITY AS r(q, n, k, e, s, o)
+           WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1),
+     n AS (SELECT pg_notify('orleanspy_queues', $7 || '/' || q) FROM unnest($1::text[]) q
+           WHERE (SELECT count(*) FROM i) > 0)
+SELECT count(*) FROM n
+"""
 _FENCE: Final = ("(SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = $1 "
                  "AND owner = $4 FOR SHARE)")
 _ACK: Final = {  # (retention, fenced) -> statement
@@ -384,13 +390,8 @@ class PostgresQueueAdapter(QueueAdapter):
         queues = sorted({row[0] for row in rows})
         columns = [list(column) for column in zip(*rows, strict=True)]
 
-        async def go(conn: Any) -> None:
-            async with conn.transaction():
-                await conn.execute(_LOCK, queues)
-                await conn.execute(_INSERT, *columns)
-                await conn.execute(_NOTIFY, queues, self.client.schema)
-
-        await self.client.run("enqueue", go, idempotent=False)
+        await self.client.run("enqueue", lambda c: c.fetchval(
+            _INSERT, queues, *columns, self.client.schema), idempotent=False)
         for queue in queues:  # this adapter's readers need not wait for the notification
             for receiver in self.receivers.get(queue, ()):
                 receiver.notified()
