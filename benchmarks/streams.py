@@ -30,6 +30,14 @@ docs/benchmarks.md, section "Streams"):
 Every consumer (ours and the baselines') does the same work per event: count it and check
 that each producer's events arrive in order.
 
+PostgreSQL run (``--only postgres``; ``POSTGRES_URL``, default
+``postgresql://postgres@127.0.0.1:5432/test``; a schema of its own, dropped afterwards):
+``postgres_10_producers_vs_handwritten`` is figure 4's work on ``PostgresAdapterFactory``
+against asyncpg by hand (producers awaiting their commit, one ``INSERT ... unnest`` per batch
+of waiting events, an ordered SELECT reader that deletes what it read);
+``grain_state_write_postgres_vs_sqlite`` / ``_vs_redis``: 10 grains writing their state in
+turn (etag-checked, durable when the call returns) through each ``GrainStorage`` provider.
+
 Backpressure run (``--only backpressure``; figures ``backpressure_*``): one stream on one
 queue (``total_queues=1``, ``cache_size=512``, ``pull_period=0.01``, memory adapter), a fast
 consumer (no waiting) and a slow one (``await asyncio.sleep`` paced to ``d = 10 / fast solo
