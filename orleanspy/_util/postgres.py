@@ -69,9 +69,11 @@ def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` means the connection went away (the call may be retried on another)."""
     import asyncpg
 
+    # InternalClientError: asyncpg's protocol state when the server closes the connection in
+    # the middle of an operation ("cannot switch to state ..."); the pool drops it.
     return isinstance(exc, (
         asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError, ConnectionError,
-        asyncpg.exceptions.OperatorInterventionError,
+        asyncpg.exceptions.OperatorInterventionError, asyncpg.exceptions.InternalClientError,
     )) and not isinstance(exc, asyncpg.exceptions.QueryCanceledError)
 
 

@@ -52,7 +52,7 @@ class PostgresReminderTable(ReminderTable):
     """
 
     def __init__(self, url: str) -> None:
-        self.client = PostgresClient(url, "reminders", MIGRATIONS)
+        self.client = PostgresClient(url, "reminders", MIGRATIONS, max_size=4)
         self._codec = Codec()
 
     def __repr__(self) -> str:

@@ -71,7 +71,7 @@ class PostgresQueueLeaseStore(QueueLeaseStore):
 
     def __init__(self, url: str, cluster_id: str = "dev", *,
                  clock: Callable[[], float] = time.time) -> None:
-        self.client = PostgresClient(url, "leases", MIGRATIONS)
+        self.client = PostgresClient(url, "leases", MIGRATIONS, max_size=4)
         self.cluster_id = cluster_id
         self._clock = clock
 

@@ -100,7 +100,8 @@ class PostgresMembershipTable(MembershipTable):
             raise ValueError("PostgresMembershipTable needs a non-empty cluster_id")
         self.url = url
         self.cluster_id = cluster_id
-        self.client = PostgresClient(url, "membership", MIGRATIONS, error=MembershipError)
+        self.client = PostgresClient(url, "membership", MIGRATIONS, error=MembershipError,
+                                     max_size=4)
         self._ensured = False
         self._closed = False
 
