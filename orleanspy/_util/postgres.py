@@ -136,7 +136,7 @@ class PostgresClient:
 
         try:
             pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.max_size,
+                self.dsn, min_size=1, max_size=self.max_size, reset=_keep_session,
                 server_settings={"search_path": self.schema,
                                  "application_name": self.application_name},
             )
@@ -208,6 +208,13 @@ class PostgresClient:
                 await asyncio.wait_for(pool.close(), 5.0)
             except (TimeoutError, Exception):
                 pool.terminate()
+
+
+async def _keep_session(conn: Any) -> None:
+    """A connection going back to the pool keeps its session: the back ends set nothing
+    that outlives a transaction (locks and settings are transaction-scoped, and LISTEN runs
+    on a connection of its own). asyncpg still rolls back an open transaction; its default
+    reset would cost a round trip per call."""
 
 
 def _ours(exc: BaseException) -> bool:

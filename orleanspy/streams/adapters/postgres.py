@@ -84,17 +84,27 @@ WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
            WHERE (SELECT count(*) FROM i) > 0)
 SELECT count(*) FROM n
 """
-_FENCE: Final = ("(SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = $1 "
-                 "AND owner = $4 FOR SHARE)")
-_ACK: Final = {  # (retention, fenced) -> statement
-    (False, False): "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
-    (True, False): ("UPDATE stream_queue SET acked_at = extract(epoch FROM clock_timestamp()) "
-                    "WHERE queue = $1 AND seq = ANY($2::bigint[]) AND acked_at IS NULL"),
+_FENCE: Final = ("SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = $1 "
+                 "AND owner = $4 FOR SHARE")
+_CHANGE: Final = {  # retention -> what an acknowledgement does to the rows
+    False: "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
+    True: ("UPDATE stream_queue SET acked_at = extract(epoch FROM clock_timestamp()) "
+           "WHERE queue = $1 AND seq = ANY($2::bigint[]) AND acked_at IS NULL"),
 }
-_ACK[False, True] = (f"WITH f AS {_FENCE}, d AS ({_ACK[False, False]} AND EXISTS "
-                     "(SELECT 1 FROM f) RETURNING 1) SELECT EXISTS (SELECT 1 FROM f)")
-_ACK[True, True] = (f"WITH f AS {_FENCE}, d AS ({_ACK[True, False]} AND EXISTS "
-                    "(SELECT 1 FROM f) RETURNING 1) SELECT EXISTS (SELECT 1 FROM f)")
+# An acknowledgement commits without waiting for its WAL flush (synchronous_commit off for
+# its own transaction): a crash of the server may undo the last fraction of a second of
+# acknowledgements, and those events are delivered again (at least once); no event is lost.
+# -> whether the lease holds (True when unfenced)
+_ACK: Final = {
+    (retention, fenced): (
+        "WITH a AS (SELECT set_config('synchronous_commit', 'off', true))"
+        + (f", f AS ({_FENCE})" if fenced else "")
+        + f", d AS ({_CHANGE[retention]} AND (SELECT count(*) FROM a) > 0"
+        + (" AND EXISTS (SELECT 1 FROM f)" if fenced else "")
+        + " RETURNING 1) SELECT (SELECT count(*) FROM d) >= 0"
+        + (" AND EXISTS (SELECT 1 FROM f)" if fenced else ""))
+    for retention in (False, True) for fenced in (False, True)
+}
 _PURGE: Final = ("DELETE FROM stream_queue WHERE acked_at IS NOT NULL "
                  "AND acked_at < extract(epoch FROM clock_timestamp()) - $1")
 _COUNT: Final = "SELECT count(*) FROM stream_queue WHERE queue = $1 AND acked_at IS NULL"
@@ -402,14 +412,12 @@ class PostgresQueueAdapter(QueueAdapter):
         args: tuple[Any, ...] = (str(queue), seqs)
         if fence is not None:
             args = (*args, fence.cluster_id, fence.owner)
-            held = await self.client.run("acknowledge", lambda c: c.fetchval(sql, *args))
-            if not held:
-                raise LeaseLostError(
-                    f"{queue}: not acknowledged, the queue's lease is no longer "
-                    f"{fence.owner}'s (another silo owns the queue now and delivers these "
-                    "events)")
-        else:
-            await self.client.run("acknowledge", lambda c: c.execute(sql, *args))
+        held = await self.client.run("acknowledge", lambda c: c.fetchval(sql, *args))
+        if not held:
+            raise LeaseLostError(
+                f"{queue}: not acknowledged, the queue's lease is no longer "
+                f"{fence.owner}'s (another silo owns the queue now and delivers these "
+                "events)")
         if self.retention > 0:
             await self._purge()
 
