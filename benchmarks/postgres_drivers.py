@@ -7,7 +7,8 @@ Usage::
 ``POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``) names the server; the
 run makes and drops a schema of its own. Two workloads, each run by both drivers in
 interleaved trials (best of ``--trials``), with 10 concurrent tasks on a pool of 10
-connections:
+connections (asyncpg's without its reset round trip on release, as orleanspy's pools;
+psycopg's pool sends none):
 
 1. ``conditional_update``: the grain-storage write, one statement that replaces a row only if
    its etag (a version column) matches, ``RETURNING`` the new version; N writes over 100 rows.
@@ -36,7 +37,10 @@ BATCH = 100
 async def _asyncpg(schema: str) -> tuple[Any, Callable[[str, tuple[Any, ...]], Awaitable[Any]]]:
     import asyncpg
 
-    pool = await asyncpg.create_pool(URL, min_size=TASKS, max_size=TASKS,
+    async def keep_session(conn: Any) -> None:  # as orleanspy's pools: no reset round trip
+        pass
+
+    pool = await asyncpg.create_pool(URL, min_size=TASKS, max_size=TASKS, reset=keep_session,
                                      server_settings={"search_path": schema})
 
     async def run(sql: str, args: tuple[Any, ...]) -> Any:
