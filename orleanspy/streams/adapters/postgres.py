@@ -16,7 +16,8 @@ containers come back through ``messages_delivered`` and their rows are deleted (
 * LISTEN/NOTIFY. The flush notifies channel ``orleanspy_queues`` with the queues it wrote
   (``schema/queue``, delivered at commit); each adapter keeps one listening connection and marks the
   receivers of a notified queue. A receiver queries only when told that rows arrived (or
-  after a read that filled ``max_count``), so an idle queue costs no query; a lost listening
+  after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds after its last query),
+  so an idle queue costs a query every few seconds at most; a lost listening
   connection marks every receiver (it reads once) and is opened again. ``on_arrival``, if
   set on a receiver, is called at each notification (to wake its reader).
 * At-least-once: rows stay until acknowledged, so a new receiver reads every unacknowledged
@@ -63,6 +64,9 @@ MIGRATIONS = (
     """,
 )
 CHANNEL: Final = "orleanspy_queues"
+#: Seconds after which a receiver queries even without a notification (a listening
+#: connection lost without the client noticing, such as behind a broken network path).
+CHECK_EVERY: Final = 5.0
 _COLUMNS: Final = "seq, namespace, key, events, size, at"
 _SELECT: Final = (f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AND seq > $2 "
                   "AND acked_at IS NULL ORDER BY seq LIMIT $3")
@@ -86,15 +90,13 @@ SELECT count(*) FROM n
 """
 _FENCE: Final = ("SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = $1 "
                  "AND owner = $4 FOR SHARE")
-_CHANGE: Final = {  # retention -> what an acknowledgement does to the rows
-    False: "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
-    True: ("UPDATE stream_queue SET acked_at = extract(epoch FROM clock_timestamp()) "
-           "WHERE queue = $1 AND seq = ANY($2::bigint[]) AND acked_at IS NULL"),
-}
+_CHANGE: Final = {False: "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
+                  True: ("UPDATE stream_queue SET acked_at = extract(epoch FROM clock_timestamp())"
+                         " WHERE queue = $1 AND seq = ANY($2::bigint[]) AND acked_at IS NULL")}
 # An acknowledgement commits without waiting for its WAL flush (synchronous_commit off for
 # its own transaction): a crash of the server may undo the last fraction of a second of
 # acknowledgements, and those events are delivered again (at least once); no event is lost.
-# -> whether the lease holds (True when unfenced)
+# Each returns whether the lease holds (True when unfenced).
 _ACK: Final = {
     (retention, fenced): (
         "WITH a AS (SELECT set_config('synchronous_commit', 'off', true))"
@@ -194,6 +196,7 @@ class PostgresQueueReceiver(QueueAdapterReceiver):
         self._state = "new"
         self._stream_ids: dict[tuple[str, bytes], StreamId] = {}
         self.arrived = True
+        self._queried_at = 0.0
         self.on_arrival: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
@@ -227,9 +230,14 @@ class PostgresQueueReceiver(QueueAdapterReceiver):
         if max_count == 0:
             return []
         async with self._lock:
-            if self._state != "ready" or not (self.arrived or not self._adapter.listening):
+            if self._state != "ready":
+                return []
+            now = asyncio.get_running_loop().time()
+            if not (self.arrived or not self._adapter.listening
+                    or now - self._queried_at >= CHECK_EVERY):
                 return []  # no notification since the last read that found the queue drained
             self.arrived = False  # a notification during the query sets it again
+            self._queried_at = now
             try:
                 rows = await self._adapter.client.run("read a queue", lambda c: c.fetch(
                     _SELECT, self._queue_text, self._last_seq, max_count))
@@ -350,15 +358,12 @@ class PostgresQueueAdapter(QueueAdapter):
 
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         schema, _, queue = payload.partition("/")
-        if schema != self.client.schema:
-            return
-        for receiver in self.receivers.get(queue, ()):
+        for receiver in self.receivers.get(queue, ()) if schema == self.client.schema else ():
             receiver.notified()
 
     def _wake_all(self) -> None:
-        for receivers in self.receivers.values():
-            for receiver in receivers:
-                receiver.notified()
+        for receiver in [r for receivers in self.receivers.values() for r in receivers]:
+            receiver.notified()
 
     def _listener_lost(self, conn: Any) -> None:
         self.listening = False  # receivers query at each read until listening again
@@ -430,22 +435,19 @@ class PostgresQueueAdapter(QueueAdapter):
 
     async def pending_count(self, queue: QueueId) -> int:
         """Rows of ``queue`` not yet acknowledged (read or not)."""
-        return int(await self.client.run("count a queue",
-                                         lambda c: c.fetchval(_COUNT, str(queue))))
+        return int(await self.client.run("count", lambda c: c.fetchval(_COUNT, str(queue))))
 
     async def enqueue(self, queue: QueueId, stream_id: StreamId, events: Sequence[Any]) -> None:
         self._check_open("enqueue()")
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
-        pack = self._codec.packb
-        payload = pack(list(events))
-        await self._writer.add(
-            [str(queue), stream_id.namespace, pack(stream_id.key), payload, len(payload)],
-            stream_id)
+        payload = self._codec.packb(list(events))  # one row, even of one event
+        await self._writer.add([str(queue), stream_id.namespace,
+                                self._codec.packb(stream_id.key), payload, len(payload)],
+                               stream_id)
 
-    def sender(
-        self, queue: QueueId, stream_id: StreamId
-    ) -> Callable[[Sequence[Any]], Awaitable[None]]:
+    def sender(self, queue: QueueId, stream_id: StreamId
+               ) -> Callable[[Sequence[Any]], Awaitable[None]]:
         return self.submitter(queue, stream_id)
 
     def submitter(
