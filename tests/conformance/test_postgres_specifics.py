@@ -29,6 +29,7 @@ from orleanspy.errors import (
 )
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.storage.postgres import PostgresGrainStorage
+from orleanspy.streams.adapters import postgres as postgres_adapter
 from orleanspy.streams.adapters.postgres import PostgresAdapterFactory, PostgresQueueAdapter
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
@@ -213,6 +214,28 @@ async def test_a_reader_is_woken_by_another_adapters_enqueue_and_idle_reads_quer
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_a_receiver_queries_after_check_every_without_a_notification(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row committed with no notification (as if the listening connection had been lost
+    unnoticed) is read once ``CHECK_EVERY`` has passed since the last query."""
+    adapter = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await adapter.open()
+    try:
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        assert await receiver.get_messages(10) == []
+        await _sql(postgres_url, "INSERT INTO stream_queue (queue, namespace, key, events, size) "
+                   "VALUES ($1, 's', $2, $3, 1)", str(Q0), b"\x01", b"\x91\x07")
+        assert await receiver.get_messages(10) == []  # not told, not yet due
+        monkeypatch.setattr(postgres_adapter, "CHECK_EVERY", 0.0)
+        [container] = await receiver.get_messages(10)
+        assert container.events == (7,)
+        await receiver.shutdown()
+    finally:
+        await adapter.close()
 
 
 # -- membership across processes -----------------------------------------------------------
