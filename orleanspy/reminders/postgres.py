@@ -47,8 +47,8 @@ class PostgresReminderTable(ReminderTable):
     """Reminder rows in the PostgreSQL database of ``url`` (``postgresql://…/db?schema=S``).
 
     The grain key is stored msgpack-encoded (``Codec``), so it decodes to exactly the key
-    written. Every statement commits before the call returns; an upsert is idempotent, so a
-    dropped connection retries it.
+    written. Every statement commits before the call returns; reads and upserts (the same
+    row and etag if sent twice) are retried on a dropped connection, a removal is not.
     """
 
     def __init__(self, url: str) -> None:
@@ -94,10 +94,14 @@ class PostgresReminderTable(ReminderTable):
 
     async def remove(self, grain_id: GrainId, name: str, etag: str | None) -> bool:
         key = grain_id.canonical()
+        # Not sent again on a lost connection: a second delete after a first one committed
+        # would report "nothing removed"; the caller gets the StorageError instead.
         if etag is None:
             status = await self.client.run(
-                "remove a reminder", lambda c: c.execute(_DELETE_ANY, key, name))
+                "remove a reminder", lambda c: c.execute(_DELETE_ANY, key, name),
+                idempotent=False)
         else:
             status = await self.client.run(
-                "remove a reminder", lambda c: c.execute(_DELETE_ETAG, key, name, etag))
+                "remove a reminder", lambda c: c.execute(_DELETE_ETAG, key, name, etag),
+                idempotent=False)
         return bool(int(str(status).rsplit(" ", 1)[-1]))
