@@ -63,7 +63,7 @@ _STATE_BACKENDS = BACKENDS_OF["storage"]
 
 
 def open_grain_storage(url: str, data_dir: str) -> GrainStorage:
-    """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH`` or
+    """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH``,
     ``redis://HOST:PORT/DB?prefix=P`` or ``postgresql://HOST:PORT/DB?schema=S``)."""
     parsed = parse_backend_url(url, key="SiloOptions.storage", data_dir=data_dir,
                                allow=_STATE_BACKENDS, example="sqlite:state.db")
