@@ -36,6 +36,14 @@ docs/benchmarks.md, section "Streams"):
 Every consumer (ours and the baselines') does the same work per event: count it and check
 that each producer's events arrive in order.
 
+PostgreSQL run (``--only postgres``; ``POSTGRES_URL``, default
+``postgresql://postgres@127.0.0.1:5432/test``; a schema of its own, dropped afterwards):
+``postgres_10_producers_vs_handwritten`` is figure 4's work on ``PostgresAdapterFactory``
+against asyncpg by hand (producers awaiting their commit, one ``INSERT ... unnest`` per batch
+of waiting events, an ordered SELECT reader that deletes what it read);
+``grain_state_write_postgres_vs_sqlite`` / ``_vs_redis``: 10 grains writing their state in
+turn (etag-checked, durable when the call returns) through each ``GrainStorage`` provider.
+
 Backpressure run (``--only backpressure``; figures ``backpressure_*``): one stream on one
 queue (``total_queues=1``, ``cache_size=512``, ``pull_period=0.01``, memory adapter), a fast
 consumer (no waiting) and a slow one (``await asyncio.sleep`` paced to ``d = 10 / fast solo
@@ -76,6 +84,7 @@ from _common import Figure, progress, quiet_logging
 from orleanspy import Grain, Silo, SiloOptions, grain_type
 from orleanspy.streams.adapters import (
     MemoryAdapterFactory,
+    PostgresAdapterFactory,
     RedisAdapterFactory,
     SqliteAdapterFactory,
 )
@@ -656,6 +665,173 @@ async def raw_redis(url: str, n: int, batch: int = 1) -> float:
         await client.aclose()
     tally.check("raw Redis baseline")
     return n / elapsed
+
+POSTGRES_URL = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def handwritten_postgres(url: str, n: int, producers: int = 10) -> float:
+    """The same durable per-event work by hand with asyncpg: ``producers`` tasks each
+    ``await`` the commit of their event, a writer inserting every waiting event in one
+    ``INSERT ... SELECT FROM unnest`` (one transaction, one round trip) and resolving the
+    waiters, a reader selecting the rows in order (1000 at a time), counting, and deleting
+    what it read (the acknowledgement). Events/s until the consumer has all ``n`` and the
+    table is empty."""
+    import asyncpg
+
+    per = n // producers
+    n = per * producers
+    table = f"hand_{next(_ids)}"
+    conn = await asyncpg.connect(url.split("?")[0])
+    await conn.execute(f"CREATE TABLE {table} (seq BIGSERIAL PRIMARY KEY, events BYTEA)")
+    reader_conn = await asyncpg.connect(url.split("?")[0])
+    loop = asyncio.get_running_loop()
+    tally = Tally(n)
+    waiting: list[tuple[bytes, asyncio.Future[None]]] = []
+    wake, added = asyncio.Event(), asyncio.Event()
+    pack, unpack = msgpack.packb, msgpack.unpackb
+
+    async def enqueue(event: Any) -> None:
+        fut = loop.create_future()
+        waiting.append((pack([event]), fut))
+        wake.set()
+        await fut
+
+    async def producer(p: int) -> None:
+        for i in range(per):
+            await enqueue([p, i, BODY])
+
+    async def writer() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            batch = waiting[:]
+            waiting.clear()
+            await conn.execute(f"INSERT INTO {table} (events) SELECT * FROM unnest($1::bytea[])",
+                               [payload for payload, _ in batch])
+            for _, fut in batch:
+                fut.set_result(None)
+            added.set()
+
+    async def reader() -> None:
+        last = 0
+        while tally.count < n:
+            await added.wait()
+            added.clear()
+            while True:
+                page = await reader_conn.fetch(
+                    f"SELECT seq, events FROM {table} WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    last, SQLITE_CHUNK)
+                if not page:
+                    break
+                for _seq, events in page:
+                    for event in unpack(events):
+                        tally.add(event)
+                await reader_conn.execute(f"DELETE FROM {table} WHERE seq = ANY($1::bigint[])",
+                                          [row[0] for row in page])
+                last = page[-1][0]
+
+    gc.collect()
+    t0 = time.perf_counter()
+    write_task = loop.create_task(writer())
+    try:
+        await asyncio.gather(reader(), *(producer(p) for p in range(producers)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        write_task.cancel()
+        await asyncio.gather(write_task, return_exceptions=True)
+        await conn.execute(f"DROP TABLE {table}")
+        await conn.close()
+        await reader_conn.close()
+    tally.check("hand-written asyncpg")
+    return n / elapsed
+
+
+async def grain_state_writes(storage: Any, n: int, writers: int = PRODUCERS) -> float:
+    """``writers`` tasks, each writing its own grain's state ``n / writers`` times in turn
+    (each write etag-checked against the last one, as a grain's ``write_state`` does);
+    writes per second."""
+    from orleanspy.ids import GrainId
+
+    per = n // writers
+    payload = msgpack.packb({"balance": 100, "history": list(range(20))})
+
+    async def writer(w: int) -> None:
+        grain_id = GrainId("BenchState", f"{next(_ids)}-{w}")
+        etag = None
+        for _ in range(per):
+            etag = await storage.write(grain_id, "state", payload, etag)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+    return per * writers / (time.perf_counter() - t0)
+
+
+@contextlib.asynccontextmanager
+async def _postgres_schema_dropped(url: str, schema: str) -> AsyncIterator[None]:
+    """Drop the run's schema (queues, leases) afterwards."""
+    try:
+        yield
+    finally:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+async def postgres_figures(s: float, t: int) -> list[Figure]:
+    """The PostgreSQL rows: the adapter against asyncpg by hand, and grain-state writes on
+    PostgreSQL against SQLite and Redis."""
+    from orleanspy.storage.postgres import PostgresGrainStorage
+    from orleanspy.storage.redis import RedisGrainStorage
+    from orleanspy.storage.sqlite import SqliteGrainStorage
+
+    figures: list[Figure] = []
+    schema = f"orleanspy_bench_{os.getpid()}_{next(_ids)}"
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    url = f"{POSTGRES_URL}{sep}schema={schema}"
+    provider = PersistentStreamProvider(PostgresAdapterFactory(url), _provider_options())
+    async with _postgres_schema_dropped(POSTGRES_URL, schema):
+        async with _silo({"pg": provider}) as silo:
+            progress("PostgreSQL adapter, 10 producers awaiting each event vs by hand ...")
+            ours, base, n = await compare(
+                partial(stream_trial, silo, "pg", wait_ack=True),
+                partial(handwritten_postgres, url),
+                deliveries_per_event=1, seconds=s, trials=t,
+            )
+            figures.append(Figure(
+                "postgres_10_producers_vs_handwritten", ours, "events/s", base, 1.0,
+                f"N={n:,}; baseline: asyncpg by hand, producers awaiting their commit, one "
+                "INSERT ... unnest per batch of waiting events, ordered SELECT reader, DELETE",
+            ))
+        progress("grain-state writes: PostgreSQL, SQLite, Redis ...")
+        prefix = f"orleanspy-bench-{os.getpid()}-{next(_ids)}"
+        with tempfile.TemporaryDirectory() as tmp:
+            stores = {"postgres": PostgresGrainStorage(url),
+                      "sqlite": SqliteGrainStorage(os.path.join(tmp, "state.db")),
+                      "redis": RedisGrainStorage(f"{REDIS_URL}?prefix={prefix}")}
+            async with _redis_keys_deleted(prefix):
+                best = dict.fromkeys(stores, 0.0)
+                try:
+                    for store in stores.values():
+                        await store.open()
+                        await grain_state_writes(store, 200)  # warm-up
+                    for _ in range(t):
+                        for name, store in stores.items():
+                            best[name] = max(best[name], await grain_state_writes(store, 2000))
+                finally:
+                    for store in stores.values():
+                        await store.close()
+        figures += [Figure(
+            f"grain_state_write_postgres_vs_{other}", best["postgres"], "writes/s",
+            best[other], 0.0,
+            f"N=2,000; {PRODUCERS} grains writing in turn, each write etag-checked and "
+            f"durable when it returns; baseline: the {other} provider, same work",
+        ) for other in ("sqlite", "redis")]
+    return figures
+
 
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
@@ -1245,12 +1421,14 @@ async def profile(which: str, n: int) -> None:
 
 
 # -- main -----------------------------------------------------------------------------------
-GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "jetstream", "backpressure")
+GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "postgres", "jetstream", "backpressure")
 
 
 async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
     which = set(args.only or GROUPS)
     figures = await throughput(args, which)
+    if "postgres" in which:
+        figures += await postgres_figures(args.seconds, args.trials)
     lines: list[str] = []
     if "backpressure" in which:
         bp_figures, lines = await backpressure(args)

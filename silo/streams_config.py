@@ -5,6 +5,7 @@ Example::
     [streams.events]
     adapter = "sqlite:streams.db"     # memory | generator | sqlite:PATH | redis://HOST:PORT/DB
                                       # | nats://HOST:PORT?prefix=P (JetStream; needs nats-py)
+                                      # | postgresql://HOST:PORT/DB?schema=S
     total_queues = 8
     cache_size = 4096
     flow_control = "min"
@@ -36,6 +37,7 @@ from orleanspy.streams.adapters import (
     SqliteAdapterFactory,
 )
 from orleanspy.streams.adapters.base import QueueAdapterFactory
+from orleanspy.streams.adapters.postgres import PostgresAdapterFactory
 from orleanspy.streams.options import StreamProviderOptions
 from orleanspy.streams.provider import PersistentStreamProvider
 
@@ -47,7 +49,7 @@ _OPTION_FIELDS: Final = tuple(
 )
 _GENERATOR_FIELDS: Final = ("namespace", "streams_per_queue", "events_per_stream")
 _KNOWN: Final = (*_OPTION_FIELDS, "adapter", "namespaces", "generator")
-_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis", "nats"})
+_ADAPTER_BACKENDS: Final = frozenset({"memory", "sqlite", "redis", "nats", "postgres"})
 _ADAPTER_WORDS: Final = frozenset({"generator"})
 
 
@@ -73,6 +75,8 @@ def _adapter(url: Any, where: str, data_dir: str, table: dict[str, Any]) -> Queu
                 f"{where}.adapter = {url!r} needs the NATS client: pip install "
                 f"'orleanspy[nats]' ({exc})") from None
         return NatsAdapterFactory(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresAdapterFactory(parsed.text)
     if parsed.scheme == "word":  # generator
         gen = table.get("generator", {})
         if not isinstance(gen, dict):

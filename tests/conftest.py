@@ -119,3 +119,55 @@ def nats_url(tmp_path: Path) -> Iterator[str]:
     prefix = prefix_for(tmp_path).replace("orleanspy-test-", "t")
     yield f"{NATS_URL}?prefix={prefix}"
     asyncio.run(delete_nats_prefix(NATS_URL, prefix))
+# -- PostgreSQL: POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test), a schema of
+# this test's own, dropped afterwards; unreachable: skipped with the reason, failed under CI.
+
+POSTGRES_URL = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+_pg_reachable: list[bool] = []
+_pg_why: list[str] = []
+
+
+def _pg(sql: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+def require_postgres() -> None:
+    if not _pg_reachable:
+        try:
+            _pg("SELECT 1")
+            _pg_reachable.append(True)
+        except Exception as exc:
+            _pg_reachable.append(False)
+            _pg_why.append(f"PostgreSQL at {POSTGRES_URL} is unreachable ({exc!r}); set "
+                           "POSTGRES_URL")
+    if not _pg_reachable[0]:
+        if os.environ.get("CI"):
+            pytest.fail(_pg_why[0])
+        pytest.skip(_pg_why[0])
+
+
+def schema_for(tmp_path: Path) -> str:
+    """A schema name of this test's own (the same for every call in one test)."""
+    return "orleanspy_test_" + hashlib.blake2b(str(tmp_path).encode(), digest_size=8).hexdigest()
+
+
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    """A PostgreSQL URL with a schema of this test's own; skips (or fails under CI) without
+    the server; drops the schema afterwards."""
+    require_postgres()
+    schema = schema_for(tmp_path)
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    yield f"{POSTGRES_URL}{sep}schema={schema}"
+    _pg(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -2,9 +2,10 @@
 
 Accepted forms: ``memory``; ``sqlite:PATH`` and ``sqlite://PATH`` (a relative PATH resolves
 against the data directory, an absolute one stands, ``sqlite:///abs/path`` included);
-``redis://[user:password@]host[:port][/db]`` and ``rediss://…``; ``nats://host:port`` and
-``tls://…`` (stream queues in NATS JetStream); plus any extra bare words a caller allows
-(``generator`` for stream queues).
+``redis://[user:password@]host[:port][/db]`` and ``rediss://…``;
+``postgresql://[user[:password]@]host[:port]/database[?schema=S]`` (or ``postgres://…``);
+``nats://host:port`` and ``tls://…`` (stream queues in NATS JetStream); plus any extra bare
+words a caller allows (``generator`` for stream queues).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from orleanspy.errors import ConfigurationError
 
 __all__ = ["BackendUrl", "anchor_sqlite", "parse_backend_url", "relative_sqlite", "sqlite_file"]
 
-Scheme = Literal["memory", "sqlite", "redis", "nats", "word"]
+Scheme = Literal["memory", "sqlite", "redis", "postgres", "nats", "word"]
 
 
 def sqlite_file(url: object) -> str | None:
@@ -47,9 +48,9 @@ def anchor_sqlite(url: str, folder: str) -> str:
 class BackendUrl:
     """A parsed back-end URL.
 
-    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``nats`` or ``word`` (an allowed bare
-    word, kept in ``text``); ``path`` is the SQLite file, resolved; ``text`` is the URL as
-    given.
+    ``scheme`` is ``memory``, ``sqlite``, ``redis``, ``postgres``, ``nats`` or ``word`` (an
+    allowed bare word, kept in ``text``); ``path`` is the SQLite file, resolved; ``text`` is
+    the URL as given.
     """
 
     scheme: Scheme
@@ -65,7 +66,7 @@ def parse_backend_url(
     *,
     key: str,
     data_dir: str = ".",
-    allow: frozenset[str] = frozenset({"memory", "sqlite", "redis"}),
+    allow: frozenset[str] = frozenset({"memory", "sqlite", "redis", "postgres"}),
     words: frozenset[str] = frozenset(),
     example: str = "sqlite:orleanspy.db",
 ) -> BackendUrl:
@@ -86,6 +87,7 @@ def parse_backend_url(
         [*(("memory",) if "memory" in allow else ()), *sorted(words)]
         + (["sqlite:PATH"] if "sqlite" in allow else [])
         + (["redis://HOST:PORT/DB"] if "redis" in allow else [])
+        + (["postgresql://HOST:PORT/DB"] if "postgres" in allow else [])
         + (["nats://HOST:PORT"] if "nats" in allow else [])
     )
 
@@ -117,4 +119,8 @@ def parse_backend_url(
         if not text.split("://", 1)[1]:
             raise bad("no host named")
         return BackendUrl("nats", text)
+    if text.startswith(("postgresql://", "postgres://")) and "postgres" in allow:
+        if not text.split("://", 1)[1]:
+            raise bad("no host named")
+        return BackendUrl("postgres", text)
     raise bad("unknown back end")

@@ -12,6 +12,7 @@ from typing import Any, final
 
 from orleanspy._util.urls import parse_backend_url
 from orleanspy.cluster.membership import MembershipTable, SiloStatus, SqliteMembershipTable
+from orleanspy.cluster.membership.postgres import PostgresMembershipTable
 from orleanspy.cluster.membership.redis import RedisMembershipTable
 
 __all__ = ["GatewayDiscovery"]
@@ -23,19 +24,20 @@ class GatewayDiscovery:
 
     Args:
         url: ``sqlite:PATH`` or ``sqlite://PATH`` (relative to the current directory), or
-            ``redis://HOST:PORT/DB?prefix=P``.
+            ``redis://HOST:PORT/DB?prefix=P`` or ``postgresql://HOST:PORT/DB?schema=S``.
         cluster_id: the cluster whose rows are read.
         log: the client's logger (an unreadable table is a warning, not an error).
     """
 
-    __slots__ = ("_cluster_id", "_log", "_path", "_redis", "_url")
+    __slots__ = ("_cluster_id", "_log", "_path", "_postgres", "_redis", "_url")
 
     def __init__(self, url: str, cluster_id: str, log: Any) -> None:
         parsed = parse_backend_url(url, key="ClientOptions.membership",
-                                   allow=frozenset({"sqlite", "redis"}),
+                                   allow=frozenset({"sqlite", "redis", "postgres"}),
                                    example="sqlite:membership.db")
         self._url = url
         self._redis = parsed.scheme == "redis"
+        self._postgres = parsed.scheme == "postgres"
         self._path = parsed.path
         self._cluster_id = cluster_id
         self._log = log
@@ -45,6 +47,8 @@ class GatewayDiscovery:
         table: MembershipTable
         if self._redis:
             table = RedisMembershipTable(self._url, cluster_id=self._cluster_id)
+        elif self._postgres:
+            table = PostgresMembershipTable(self._url, cluster_id=self._cluster_id)
         elif not _is_file(self._path):  # do not create an empty table where none is
             self._log.warning("client_membership_unreadable", membership=self._url,
                               error="no such file")

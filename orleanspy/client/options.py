@@ -24,8 +24,8 @@ class ClientOptions:
     all) and reconnects a lost or unreachable gateway after ``reconnect_delay`` seconds,
     doubling up to ``reconnect_delay_max`` (with ±25% jitter).
 
-    ``membership`` (``sqlite:PATH`` or ``sqlite://PATH``, relative to the current directory,
-    or ``redis://HOST:PORT/DB?prefix=P``)
+    ``membership`` (``sqlite:PATH`` or ``sqlite://PATH``, relative to the current directory;
+    ``redis://HOST:PORT/DB?prefix=P`` or ``postgresql://HOST:PORT/DB?schema=S``)
     lets the client read the cluster's membership table at connect and every
     ``gateway_refresh_period`` seconds and add the gateways of active silos that ``gateways``
     does not list.
@@ -62,7 +62,7 @@ class ClientOptions:
                self.reconnect_delay_max, "must be >= reconnect_delay")
         if self.membership is not None:
             parse_backend_url(self.membership, key=f"{n}.membership",
-                              allow=frozenset({"sqlite", "redis"}),
+                              allow=frozenset({"sqlite", "redis", "postgres"}),
                               example="sqlite:membership.db")
         _check(n, "gateway_refresh_period", self.gateway_refresh_period > 0,
                self.gateway_refresh_period, "must be > 0 seconds")

@@ -47,6 +47,7 @@ from orleanspy.cluster.config import membership_options_of
 from orleanspy.cluster.directory import GrainDirectory
 from orleanspy.cluster.membership.memory import MemoryMembershipTable
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.postgres import PostgresMembershipTable
 from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.cluster.membership.service import MembershipService
 from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
@@ -65,6 +66,7 @@ from orleanspy.messaging.message import Message
 from orleanspy.messaging.types import TypePolicy
 from orleanspy.reminders.base import ReminderTable
 from orleanspy.reminders.memory import MemoryReminderTable
+from orleanspy.reminders.postgres import PostgresReminderTable
 from orleanspy.reminders.redis import RedisReminderTable
 from orleanspy.reminders.service import ReminderService
 from orleanspy.reminders.sqlite import SqliteReminderTable
@@ -89,10 +91,12 @@ from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, bind_spark
 from orleanspy.storage.base import GrainStorage
 from orleanspy.storage.memory import MemoryGrainStorage
+from orleanspy.storage.postgres import PostgresGrainStorage
 from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
 from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
+from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
 from orleanspy.streams.pubsub import PubSubRendezvous
 from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.redis_leases import RedisQueueLeaseStore
@@ -110,14 +114,16 @@ _STATE_BACKENDS = BACKENDS_OF["storage"]
 
 
 def open_grain_storage(url: str, data_dir: str) -> GrainStorage:
-    """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH`` or
-    ``redis://HOST:PORT/DB?prefix=P``)."""
+    """The grain storage of a ``SiloOptions.storage`` URL (``memory``, ``sqlite:PATH``,
+    ``redis://HOST:PORT/DB?prefix=P`` or ``postgresql://HOST:PORT/DB?schema=S``)."""
     parsed = parse_backend_url(url, key="SiloOptions.storage", data_dir=data_dir,
                                allow=_STATE_BACKENDS, example="sqlite:state.db")
     if parsed.scheme == "memory":
         return MemoryGrainStorage()
     if parsed.scheme == "redis":
         return RedisGrainStorage(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresGrainStorage(parsed.text)
     return SqliteGrainStorage(parsed.path)
 
 
@@ -129,19 +135,24 @@ def open_reminder_table(url: str, data_dir: str) -> ReminderTable:
         return MemoryReminderTable()
     if parsed.scheme == "redis":
         return RedisReminderTable(parsed.text)
+    if parsed.scheme == "postgres":
+        return PostgresReminderTable(parsed.text)
     return SqliteReminderTable(parsed.path)
 
 
 def open_membership_table(url: str, cluster_id: str, data_dir: str) -> MembershipTable:
     """The table of a ``membership`` URL: ``memory``, ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``; the folder is created) or ``redis://HOST:PORT/DB?prefix=P``."""
+    resolve against ``data_dir``; the folder is created), ``redis://HOST:PORT/DB?prefix=P``
+    or ``postgresql://HOST:PORT/DB?schema=S``."""
     parsed = parse_backend_url(url, key="SiloOptions.membership", data_dir=data_dir,
-                               allow=frozenset({"memory", "sqlite", "redis"}),
+                               allow=frozenset({"memory", "sqlite", "redis", "postgres"}),
                                example="sqlite:membership.db")
     if parsed.scheme == "memory":
         return MemoryMembershipTable()
     if parsed.scheme == "redis":
         return RedisMembershipTable(parsed.text, cluster_id=cluster_id)
+    if parsed.scheme == "postgres":
+        return PostgresMembershipTable(parsed.text, cluster_id=cluster_id)
     os.makedirs(os.path.dirname(parsed.path) or ".", exist_ok=True)
     return SqliteMembershipTable(parsed.path, cluster_id=cluster_id)
 
@@ -156,6 +167,8 @@ def queue_lease_store(table: MembershipTable,
         return SqliteQueueLeaseStore(table.path, table.cluster_id, clock=clock)
     if isinstance(table, RedisMembershipTable):
         return RedisQueueLeaseStore(table.url, table.cluster_id, clock=clock)
+    if isinstance(table, PostgresMembershipTable):
+        return PostgresQueueLeaseStore(table.url, table.cluster_id, clock=clock)
     if isinstance(table, MemoryMembershipTable):
         store = table.shared.get("stream_leases")
         if store is None:

@@ -13,9 +13,9 @@ __all__ = ["SiloOptions"]
 
 #: the back ends each URL setting accepts
 BACKENDS_OF: Final[dict[str, frozenset[str]]] = {
-    "storage": frozenset({"memory", "sqlite", "redis"}),
-    "reminders": frozenset({"memory", "sqlite", "redis"}),
-    "membership": frozenset({"memory", "sqlite", "redis"}),
+    "storage": frozenset({"memory", "sqlite", "redis", "postgres"}),
+    "reminders": frozenset({"memory", "sqlite", "redis", "postgres"}),
+    "membership": frozenset({"memory", "sqlite", "redis", "postgres"}),
 }
 
 
@@ -36,7 +36,8 @@ class SiloOptions:
     """Everything a silo needs to start. Durations are float seconds.
 
     ``storage`` and ``reminders`` are URLs: ``memory``, ``sqlite:PATH`` (relative paths
-    resolve against ``data_dir``) or ``redis://HOST:PORT/DB?prefix=P``.
+    resolve against ``data_dir``), ``redis://HOST:PORT/DB?prefix=P`` or
+    ``postgresql://HOST:PORT/DB?schema=S``.
 
     ``host`` is the address the silo listens on; ``advertise`` (default: ``host``) the address
     it gives the other silos and clients (in the membership table). Listening on all

@@ -90,11 +90,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    "default: a key kept in the membership table)")
     p.add_argument("--storage", metavar="URL",
                    help="grain storage: memory, sqlite:PATH (relative to --data-dir; in a "
-                   "cluster absolute) or redis://HOST:PORT/DB?prefix=P (default: "
+                   "cluster absolute), redis://HOST:PORT/DB?prefix=P or "
+                   "postgresql://USER@HOST:PORT/DB?schema=S (default: "
                    "sqlite:orleanspy.db; in a cluster beside the membership table)")
     p.add_argument("--reminders", metavar="URL",
-                   help="reminder table: memory, sqlite:PATH or redis://HOST:PORT/DB?prefix=P "
-                   "(default: sqlite:orleanspy.db)")
+                   help="reminder table: memory, sqlite:PATH, redis://HOST:PORT/DB?prefix=P "
+                   "or postgresql://USER@HOST:PORT/DB?schema=S (default: sqlite:orleanspy.db)")
     p.add_argument("--dashboard-port", type=int, metavar="PORT",
                    help="serve /healthz, /readyz, /metrics (Prometheus) and /api/silo on this "
                    "port (0: any free port; default: none)")
@@ -123,7 +124,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lowest level logged (default: info)")
     p.add_argument("--membership", metavar="URL",
                    help="membership table of the cluster to join: sqlite:/ABSOLUTE/PATH (every "
-                   "silo opens the same file), redis://HOST:PORT/DB?prefix=P or memory; omit "
+                   "silo opens the same file), redis://HOST:PORT/DB?prefix=P, "
+                   "postgresql://USER@HOST:PORT/DB?schema=S or memory; omit "
                    "to run a lone silo (default: none)")
     p.add_argument("--probe-period", type=float, metavar="SECONDS",
                    help="time between failure-detection probes (default: 5)")

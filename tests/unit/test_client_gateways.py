@@ -95,8 +95,9 @@ def test_client_options_accept_one_or_several_gateways():
     with pytest.raises(ConfigurationError, match="host:port"):
         ClientOptions(gateways=("h:1", "nope"))
     with pytest.raises(ConfigurationError, match="sqlite:PATH"):
-        ClientOptions(membership="postgres://x")
+        ClientOptions(membership="etcd://x")
     assert ClientOptions(membership="redis://x:6379/0").membership == "redis://x:6379/0"
+    assert ClientOptions(membership="postgres://x/db").membership == "postgres://x/db"
 
 
 async def test_missing_membership_file_leaves_the_listed_gateways(make_silo, tmp_path):

@@ -1,4 +1,5 @@
-"""Queue adapters (2): the contract and the memory, generator, SQLite and Redis implementations.
+"""Queue adapters (2): the contract and the memory, generator, SQLite, Redis and PostgreSQL
+implementations.
 
 The NATS JetStream adapter is imported from its own module,
 ``orleanspy.streams.adapters.nats`` (``NatsAdapterFactory``): it needs the optional
@@ -19,6 +20,7 @@ from orleanspy.streams.adapters.base import (
 )
 from orleanspy.streams.adapters.generator import GeneratorAdapterFactory, GeneratorOptions
 from orleanspy.streams.adapters.memory import MemoryAdapterFactory
+from orleanspy.streams.adapters.postgres import PostgresAdapterFactory
 from orleanspy.streams.adapters.redis import RedisAdapterFactory
 from orleanspy.streams.adapters.sqlite import SqliteAdapterFactory
 
@@ -27,6 +29,7 @@ __all__ = [
     "GeneratorAdapterFactory",
     "GeneratorOptions",
     "MemoryAdapterFactory",
+    "PostgresAdapterFactory",
     "QueueAdapter",
     "QueueAdapterFactory",
     "QueueAdapterReceiver",

@@ -165,8 +165,9 @@ def test_silo_options_probe_timeout_above_period_is_rejected():
     with pytest.raises(ConfigurationError, match="probe_timeout"):
         membership_options_of(SiloOptions(probe_period=1.0, probe_timeout=2.0))
     with pytest.raises(ConfigurationError, match="membership"):
-        SiloOptions(membership="postgres://x")
+        SiloOptions(membership="etcd://x")
     assert SiloOptions(membership="redis://x:6379/0").membership == "redis://x:6379/0"
+    assert SiloOptions(membership="postgres://x/db").membership == "postgres://x/db"
 
 
 # -- transport ---------------------------------------------------------------------------

@@ -205,9 +205,10 @@ def test_load_config_bad_backend_url_names_the_key_and_the_forms(tmp_path: Path)
         load_config(path, environ={})
     message = str(info.value)
     assert message.startswith(f"{path}: key silo.storage = 'postgres:db': unknown back end")
-    assert "memory | redis://HOST:PORT/DB | sqlite:PATH" in message
+    assert "memory | postgresql://HOST:PORT/DB | redis://HOST:PORT/DB | sqlite:PATH" in message
     with pytest.raises(ConfigurationError, match=r"environment variable ORLEANSPY_MEMBERSHIP "
-                       r"= 'sqlite:': no file named; use memory \| redis://HOST:PORT/DB \| "
+                       r"= 'sqlite:': no file named; use memory \| postgresql://HOST:PORT/DB \| "
+                       r"redis://HOST:PORT/DB \| "
                        r"sqlite:PATH"):
         load_config(environ={"ORLEANSPY_MEMBERSHIP": "sqlite:"})
     with pytest.raises(ConfigurationError, match=r"flag --membership = 'etcd://h': unknown"):
@@ -220,13 +221,14 @@ def test_stream_adapter_urls_resolve_against_the_data_dir(tmp_path: Path) -> Non
     path = write(tmp_path, '[silo]\ndata_dir = "d"\n[streams.a]\nadapter = "sqlite:s.db"\n'
                  '[streams.b]\nadapter = "memory"\n[streams.c]\nadapter = "generator"\n'
                  '[streams.d]\nadapter = "redis://h:6379/0?prefix=p"\n'
-                 '[streams.e]\nadapter = "nats://h:4222?prefix=p"\n')
+                 '[streams.e]\nadapter = "nats://h:4222?prefix=p"\n'
+                 '[streams.f]\nadapter = "postgresql://u@h:5432/db?schema=s"\n')
     streams = load_config(path, environ={}).streams
-    assert set(streams) == {"a", "b", "c", "d", "e"}
+    assert set(streams) == {"a", "b", "c", "d", "e", "f"}
     factories = {name: type(p.adapter_factory).__name__ for name, p in streams.items()}
     assert factories == {"a": "SqliteAdapterFactory", "b": "MemoryAdapterFactory",
                          "c": "GeneratorAdapterFactory", "d": "RedisAdapterFactory",
-                         "e": "NatsAdapterFactory"}
+                         "e": "NatsAdapterFactory", "f": "PostgresAdapterFactory"}
     assert streams["a"].adapter_factory._path == str(tmp_path / "d" / "s.db")
 
 
@@ -236,4 +238,5 @@ def test_bad_stream_adapter_names_the_key_and_the_forms(tmp_path: Path) -> None:
         load_config(path, environ={})
     message = str(info.value)
     assert message.startswith(f"{path}: streams.events.adapter = 'kafka://x': unknown back end")
-    assert "generator | memory | nats://HOST:PORT | redis://HOST:PORT/DB | sqlite:PATH" in message
+    assert ("generator | memory | nats://HOST:PORT | postgresql://HOST:PORT/DB | "
+            "redis://HOST:PORT/DB | sqlite:PATH") in message
