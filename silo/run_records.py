@@ -14,6 +14,7 @@ while the pid lives.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ def is_silo_process(pid: int) -> bool:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(a == b"silo" and b == b"start" for a, b in zip(args, args[1:], strict=False))
+    return any(a == b"silo" and b == b"start" for a, b in itertools.pairwise(args))
 
 
 def alive(pid: int, started: str | None) -> bool:
