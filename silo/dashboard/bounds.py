@@ -138,14 +138,14 @@ class _Handler(web.RequestHandler):
 
     def _no_head(self) -> None:
         self._head_deadline = None
-        if self._request_count == 0 and self.transport is not None:
+        if getattr(self, "_request_count", 0) == 0 and self.transport is not None:
             self._caps.refused("ops_connection_closed",
                                f"no request head within {self._caps.head_timeout:g} s")
             self.force_close()
 
     @property
     def busy(self) -> bool:
-        return bool(self._request_in_progress)
+        return bool(getattr(self, "_request_in_progress", False))
 
 
 class _Refused(asyncio.Protocol):
