@@ -105,8 +105,8 @@ class ArgumentChecker:
         checks = self._checks
         if not kwargs and self._min <= len(args) <= self._max:  # the usual call: positional
             fast = self._fast
-            if fast is not None and all(map(isinstance, args, fast)) and not any(
-                type(args[i]) is bool for i in self._bools if i < len(args)
+            if fast is not None and all(map(isinstance, args, fast)) and (
+                not self._bools or bool not in map(type, args)  # any bool: the full check
             ):
                 return None
             for name, value in zip(self._params, args, strict=False):
