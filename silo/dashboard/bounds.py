@@ -91,28 +91,34 @@ class RateLimitedLog:
         self._windows: dict[str, list[float]] = {}
         self._unlogged: dict[str, int] = {}
 
-    def warning(self, event: str, **fields: Any) -> None:
+    def warning(self, event: str, *, key: str | None = None, **fields: Any) -> None:
+        """Log ``event`` unless its window (``key``, default the event) is full."""
+        key = event if key is None else key
         now = self._clock()
-        window = self._windows.get(event)
+        window = self._windows.get(key)
         if window is None or now - window[0] >= 1.0:
-            window = self._windows[event] = [now, 0]
+            window = self._windows[key] = [now, 0]
         window[1] += 1
         if window[1] > LOG_BURST:
-            self._unlogged[event] = self._unlogged.get(event, 0) + 1
+            self._unlogged[key] = self._unlogged.get(key, 0) + 1
             return
-        suppressed = self._unlogged.pop(event, 0)
+        suppressed = self._unlogged.pop(key, 0)
         self._log.warning(event, **fields, **({"suppressed": suppressed} if suppressed else {}))
 
 
 def limit_loop_error_logs(loop: asyncio.AbstractEventLoop, log: RateLimitedLog) -> None:
-    """Report the loop's errors (an accept that fails for want of descriptors, a callback
-    that raised) through ``log``: one line per message, at a bounded rate, no traceback."""
+    """Report the loop's errors through ``log``, at a bounded rate per message: an accept
+    that fails for want of descriptors in one line without a traceback (the listener
+    retries by itself), any other error (a callback that raised) with its traceback."""
 
     def handle(_: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         message = str(context.get("message", "event loop error"))
         exc = context.get("exception")
-        log.warning("event_loop_error", message=message,
-                    error=repr(exc) if exc is not None else None)
+        if message.startswith("socket.accept()") or exc is None:
+            log.warning("event_loop_error", key=message, message=message,
+                        error=repr(exc) if exc is not None else None)
+        else:
+            log.warning("event_loop_error", key=message, message=message, exc_info=exc)
 
     loop.set_exception_handler(handle)
 
