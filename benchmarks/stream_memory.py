@@ -34,7 +34,7 @@ from typing import Any
 
 from _common import progress, quiet_logging
 
-from orleanspy import Grain, Silo, SiloOptions, grain_type
+from orleanspy import Grain, Silo, SiloOptions, grain_type, stream_handler
 from orleanspy.streams.adapters import SqliteAdapterFactory
 from orleanspy.streams.cache import CacheItem
 from orleanspy.streams.options import StreamProviderOptions
@@ -89,6 +89,7 @@ class Consumer(Grain):
     async def subscribe(self) -> None:
         await self.get_stream_provider("p").get_stream(NS, KEY).subscribe(self.on_event)
 
+    @stream_handler
     async def on_event(self, item: list[Any], token: Any) -> None:
         tally = TALLIES[self.key]
         if self.key == "slow" and tally.count == 1:

@@ -37,6 +37,7 @@ from orleanspy.grains.interface import (
     read_only,
     reentrant,
     stateless_worker,
+    stream_handler,
 )
 from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.state import PersistentState, persistent_state
@@ -98,4 +99,5 @@ __all__ = [
     "reentrant",
     "serializable",
     "stateless_worker",
+    "stream_handler",
 ]

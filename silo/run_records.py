@@ -2,23 +2,27 @@
 its silo is ready (its silo address, gateway, cluster and dashboard, and its process's start
 time) and removes it when it exits; ``orleanspy silo stop`` reads them.
 
-The start time (``/proc/PID/stat``, clock ticks since boot) tells a live silo from a process
-that took the pid of one that died without removing its record (``kill -9``): a record
-whose process is gone, or is another process, is stale and is removed when read. Where
-``/proc`` is missing the record is trusted only while the pid lives.
+Where ``/proc`` exists, a record is trusted only when ``/proc`` confirms both its start
+time (``/proc/PID/stat``, clock ticks since boot) and that the process's command line is an
+``orleanspy silo start`` (``silo start`` in ``/proc/PID/cmdline``): a process that took the
+pid of a silo that died without removing its record (``kill -9``), or a record written by
+hand or without a start time, never makes ``silo stop`` signal an unrelated process; such a
+record is stale and is removed when read. Where ``/proc`` is missing the record is trusted
+while the pid lives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunRecord", "alive", "process_start", "read_records", "remove_record",
-           "write_record"]
+__all__ = ["RunRecord", "alive", "is_silo_process", "process_start", "read_records",
+           "remove_record", "write_record"]
 
 RUN_DIR = "run"
 
@@ -48,10 +52,19 @@ def process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def is_silo_process(pid: int) -> bool:
+    """Whether ``/proc/PID/cmdline`` is an ``orleanspy silo start`` command."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(a == b"silo" and b == b"start" for a, b in itertools.pairwise(args))
+
+
 def alive(pid: int, started: str | None) -> bool:
-    """Whether ``pid`` is still the process that wrote a record with ``started``."""
-    if started is not None and Path("/proc").is_dir():
-        return process_start(pid) == started
+    """Whether ``pid`` is still the silo process that wrote a record with ``started``."""
+    if Path("/proc/self/stat").is_file():
+        return started is not None and process_start(pid) == started and is_silo_process(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -64,7 +77,7 @@ def alive(pid: int, started: str | None) -> bool:
 def write_record(data_dir: str | Path, fields: dict[str, Any]) -> Path:
     """Write this process's record (atomically: a reader never sees half of it)."""
     folder = Path(data_dir) / RUN_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     pid = os.getpid()
     path = folder / f"{pid}.json"
     tmp = folder / f".{pid}.json.tmp"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
@@ -22,6 +23,7 @@ from orleanspy.logging import get_logger
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager
 from silo.dashboard import install_ops_server
+from silo.dashboard.bounds import RateLimitedLog, limit_loop_error_logs, raise_fd_limit
 from silo.dashboard.prober import ProbeConsumer, install_prober
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
@@ -172,6 +174,14 @@ async def run_silo(
             cannot start (e.g. the gateway port is taken).
     """
     log = get_logger("silo.startup", cluster=options.cluster_id)
+    # The data dir holds the membership file (the cluster key, unless configured) and
+    # grain state: private to the silo's user when the silo creates it.
+    os.makedirs(options.data_dir, mode=0o700, exist_ok=True)
+    # A flood of one port must not take the descriptors the others need: the soft limit is
+    # raised to the hard one, and the loop's errors (accept failures) logged at a bound rate.
+    soft, hard = raise_fd_limit()
+    log.info("silo_fd_limit", soft=soft, hard=hard)
+    limit_loop_error_logs(asyncio.get_running_loop(), RateLimitedLog(log))
     silo = Silo(options, modules=app_modules, stream_providers=dict(stream_providers or {}),
                 spark=spark)
     for module in app_modules:

@@ -5,6 +5,10 @@ submission order, so the connection is never shared between threads and calls is
 task run one after the other. The database is opened in WAL mode with ``synchronous=NORMAL``:
 a committed transaction survives a crash of the process (``kill -9``), not a power loss.
 
+A file the database creates is private to its owner: mode 0600 (SQLite gives its ``-wal``
+and ``-shm`` files the mode of the database), in a folder made 0700 when it creates that
+folder; ``readable_by_others`` names the files of a database that group or others can read.
+
 A file that cannot be opened, is not a database or is damaged raises ``StorageError`` /
 ``StorageCorruptionError`` naming the file and the fix, when it is opened and on any later
 call that finds the damage.
@@ -13,7 +17,9 @@ call that finds the damage.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,12 +28,36 @@ from typing import Any, Final, TypeVar, TypeVarTuple
 
 from orleanspy.errors import StorageCorruptionError, StorageError
 
-__all__ = ["SqliteDatabase", "check_columns", "storage_error"]
+__all__ = ["SqliteDatabase", "check_columns", "readable_by_others", "storage_error"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 _BUSY_TIMEOUT_MS = 5000
+
+
+def _create_private(path: Path) -> None:
+    """Create the folder (0700) and the empty database file (0600) if they are missing."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def readable_by_others(path: str) -> list[tuple[str, int]]:
+    """The files of the database at ``path`` (itself, ``-wal``, ``-shm``) that exist and
+    that group or others may read or write, with their modes."""
+    found = []
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        try:
+            mode = stat.S_IMODE(os.stat(name).st_mode)
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            found.append((name, mode))
+    return found
 
 
 class SqliteDatabase:
@@ -57,7 +87,7 @@ class SqliteDatabase:
     def _connect(self) -> sqlite3.Connection:
         try:
             if self.path != ":memory:" and not self.path.startswith("file:"):
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(self.path))
             conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
         except (OSError, sqlite3.Error) as exc:
             raise storage_error(self.path, exc) from None

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
+from orleanspy._util.sqlite import readable_by_others
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.membership.sqlite import SqliteMembershipTable
 from orleanspy.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from orleanspy.cluster.membership.table import MembershipTable
     from orleanspy.runtime.options import SiloOptions
 
-__all__ = ["cluster_key", "membership_options_of"]
+__all__ = ["check_private", "cluster_key", "membership_options_of"]
 
 
 def membership_options_of(options: SiloOptions) -> MembershipOptions:
@@ -38,12 +41,21 @@ def membership_options_of(options: SiloOptions) -> MembershipOptions:
     )
 
 
-async def cluster_key(configured: str | None, table: MembershipTable) -> bytes:
+async def cluster_key(
+    configured: str | None, table: MembershipTable, *, allow_readable: bool = False
+) -> bytes:
     """The cluster key: ``SiloOptions.cluster_key`` (``configured``), else the one the
-    membership table keeps (the table is opened to read it)."""
+    membership table keeps (the table is opened to read it).
+
+    Raises:
+        ConfigurationError: the key would be read from a SQLite membership file that group
+            or others can read, and ``allow_readable`` (``allow_readable_secrets``) is False.
+    """
     if configured is not None:
         return configured.encode()
     await table.open()
+    if isinstance(table, SqliteMembershipTable) and not allow_readable:
+        check_private(table.path, "the membership file keeps the cluster key")
     key = await table.cluster_key()
     if key is None:
         raise ConfigurationError(
@@ -51,3 +63,21 @@ async def cluster_key(configured: str | None, table: MembershipTable) -> bytes:
             "no cluster key: set cluster_key (the same secret on every silo of the cluster)"
         )
     return key
+
+
+def check_private(path: str, why: str) -> None:
+    """Refuse a secret-holding file (and its SQLite ``-wal``/``-shm``) that group or others
+    can read, as ssh refuses a private key: the error says how to fix it.
+
+    Raises:
+        ConfigurationError: such a file exists.
+    """
+    found = readable_by_others(path)
+    if found:
+        files = ", ".join(f"{name} (mode {mode:04o})" for name, mode in found)
+        names = " ".join(shlex.quote(name) for name, _ in found)
+        raise ConfigurationError(
+            f"{files}: readable by group or others, and {why}: any local user who reads it "
+            f"can pose as a silo. Run `chmod 600 {names}` (and `chmod 700` its folder), or "
+            "accept it with allow_readable_secrets = true (--allow-readable-secrets)"
+        )

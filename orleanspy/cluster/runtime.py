@@ -139,7 +139,8 @@ class ClusterRuntime:
         opts = self.silo.options
         transport = self.transport
         try:
-            key = await cluster_key(opts.cluster_key, self._table)
+            key = await cluster_key(opts.cluster_key, self._table,
+                                    allow_readable=opts.allow_readable_secrets)
         except BaseException:
             if self._owns_table:
                 await self._table.close()

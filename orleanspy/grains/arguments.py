@@ -3,8 +3,10 @@ silo, before the call runs: a wrong argument gets an error that names it, what t
 expects and what came, instead of failing somewhere inside the method.
 
 Checked: the number and names of the arguments (``inspect.Signature.bind``), and each value
-whose annotation is a plain type that the wire carries as itself, as ``isinstance`` does (so
-a bool passes as an int): ``int``, ``float`` (an int is accepted), ``str``, ``bytes``,
+whose annotation is a plain type that the wire carries as itself, as ``isinstance`` does
+except that a bool is not a number (``True`` is refused where an ``int`` or a ``float`` is
+expected, unless the annotation names ``bool`` too): ``int``, ``float`` (an int is
+accepted), ``str``, ``bytes``,
 ``bool``, ``list``, ``dict``, ``tuple`` (the wire carries tuples as lists), ``None``, and
 ``Optional``/``Union``/``Literal`` and parametrized ``list[...]``/``dict[...]`` of those (the
 container only, not its items). Other annotations (classes, ``Any``, strings that do not
@@ -43,8 +45,10 @@ def _check_of(annotation: Any) -> _Spec | None:
         annotation = type(None)
     plain = _PLAIN.get(annotation)
     if plain is not None:
-        return ((lambda v, t=plain: isinstance(v, t)), getattr(annotation, "__name__", "None"),
-                plain)
+        name = getattr(annotation, "__name__", "None")
+        if int in plain:  # a bool is an int to isinstance, not to a grain method
+            return ((lambda v, t=plain: isinstance(v, t) and type(v) is not bool), name, plain)
+        return (lambda v, t=plain: isinstance(v, t)), name, plain
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         allowed = typing.get_args(annotation)
@@ -69,7 +73,8 @@ def _check_of(annotation: Any) -> _Spec | None:
 class ArgumentChecker:
     """Checks the arguments of one method; ``__call__`` returns the problem, or None."""
 
-    __slots__ = ("_checks", "_max", "_min", "_params", "_signature", "fast", "name")
+    __slots__ = ("_bools", "_checks", "_fast", "_max", "_min", "_params", "_signature", "fast",
+                 "name")
 
     def __init__(self, name: str, signature: inspect.Signature,
                  checks: dict[str, _Spec]) -> None:
@@ -87,16 +92,22 @@ class ArgumentChecker:
         #: per positional parameter, the types an argument must be an instance of (None:
         #: a check needs the predicate); a caller may test ``all(map(isinstance, args,
         #: fast))`` for a full positional call instead of calling the checker
-        self.fast: tuple[tuple[type, ...], ...] | None = None
+        self._fast: tuple[tuple[type, ...], ...] | None = None
         if not var and all(t is not None for t in fast):
-            self.fast = tuple(t for t in fast if t is not None)
+            self._fast = tuple(t for t in fast if t is not None)
+        #: the positions where isinstance would take a bool for a number
+        self._bools = tuple(i for i, t in enumerate(fast)
+                            if t is not None and int in t and bool not in t)
+        self.fast = self._fast if not self._bools else None
 
     def __call__(self, args: tuple[Any, ...] | list[Any],
                  kwargs: dict[str, Any] | None) -> str | None:
         checks = self._checks
         if not kwargs and self._min <= len(args) <= self._max:  # the usual call: positional
-            fast = self.fast
-            if fast is not None and all(map(isinstance, args, fast)):
+            fast = self._fast
+            if fast is not None and all(map(isinstance, args, fast)) and (
+                not self._bools or bool not in map(type, args)  # any bool: the full check
+            ):
                 return None
             for name, value in zip(self._params, args, strict=False):
                 check = checks.get(name)

@@ -18,7 +18,11 @@ from orleanspy.grains.host import (
 from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
-__all__ = ["Grain"]
+__all__ = ["STREAM_CALLBACKS", "Grain"]
+
+#: The callbacks the stream delivery below finds on a grain by name (implicit subscriptions,
+#: ``stream.subscribe(self)``): stream handlers, closed to clients (``grains.interface``).
+STREAM_CALLBACKS = ("on_next", "on_next_batch", "on_error", "on_completed")
 
 G = TypeVar("G")
 Iface = TypeVar("Iface", bound=GrainInterface)

@@ -3,11 +3,16 @@
 The method table is built once per class (``class_info(cls)``) and read on every call.
 
 What a gateway client may call is decided here, once per method (``MethodInfo.client_ok``):
-the public methods of a user's grain class. Not the runtime's hooks (``RUNTIME_HOOKS``: stream
-delivery, reminder ticks, every ``__orleanspy_*__`` method), and nothing of a class the runtime
-owns (a system target, or a class marked with ``runtime_grain``) unless the class is marked
-``client_endpoint`` (the stream publisher clients publish through). Type names starting with
-``orleanspy.`` are reserved for the runtime's classes.
+a method of a user's grain class is callable by clients unless the runtime calls it, that is
+unless it is a runtime hook (``RUNTIME_HOOKS``: reminder ticks, every ``__orleanspy_*__``
+method) or a stream handler. The stream handlers of a class are the callbacks the stream
+delivery of ``Grain`` finds by name (``STREAM_CALLBACKS``: ``on_next``, ``on_next_batch``,
+``on_error``, ``on_completed``), and every method marked ``@stream_handler`` in the class or
+in a base (an override of a handler is a handler). A grain can only subscribe with methods
+that are closed (``check_handler``), so no method the runtime delivers to is open. Nothing of
+a class the runtime owns (a system target, or a class marked with ``runtime_grain``) is open
+unless the class is marked ``client_endpoint`` (the stream publisher clients publish
+through). Type names starting with ``orleanspy.`` are reserved for the runtime's classes.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, Final, TypeVar, cast
 
 from orleanspy.errors import ConfigurationError
 from orleanspy.grains.arguments import ArgumentChecker, argument_checker
-from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain import STREAM_CALLBACKS, Grain
 from orleanspy.grains.grain_interface import (
     check_implementation,
     interfaces_of,
@@ -33,12 +38,14 @@ from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
 __all__ = [
     "RUNTIME_HOOKS",
     "RUNTIME_TYPE_PREFIX",
+    "STREAM_CALLBACKS",
     "GrainClassInfo",
     "MethodInfo",
     "OverflowPolicy",
     "PlacementStrategy",
     "always_interleave",
     "call_chain_reentrant",
+    "check_handler",
     "class_info",
     "client_endpoint",
     "collection_age",
@@ -50,12 +57,14 @@ __all__ = [
     "reentrant",
     "runtime_grain",
     "stateless_worker",
+    "stream_handler",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
 
 _INFO_ATTR: Final = "_orleanspy_class_info"
+_HANDLER_ATTR: Final = "_orleanspy_stream_handler"
 # Methods of the Grain base that the runtime calls through the normal call path.
 RUNTIME_EXTENSIONS: Final = frozenset(
     {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__"}
@@ -93,7 +102,7 @@ class MethodInfo:
     flags: int
     #: a runtime hook (``RUNTIME_HOOKS``): dispatched for the runtime, never listed
     runtime: bool = False
-    #: a gateway client may call it
+    #: a gateway client may call it (neither a runtime hook nor a stream handler)
     client_ok: bool = True
     #: checks a client's arguments against the signature (``grains.arguments``)
     check: ArgumentChecker | None = field(default=None, compare=False, repr=False)
@@ -147,6 +156,36 @@ def read_only(fn: F) -> F:
 def one_way(fn: F) -> F:
     """Calls to the method return once the message is enqueued; no result, no error."""
     return _mark(fn, "_orleanspy_one_way")
+
+
+def stream_handler(fn: F) -> F:
+    """The method receives stream events (``stream.subscribe(self.method)``) or is called
+    by the class's own delivery: only the runtime calls it, never a gateway client."""
+    return _mark(fn, _HANDLER_ATTR)
+
+
+def _is_stream_handler(cls: type, name: str) -> bool:
+    """A stream callback name, or marked ``@stream_handler`` wherever the class or a base
+    defines it."""
+    if name in STREAM_CALLBACKS:
+        return True
+    return any(getattr(k.__dict__.get(name), _HANDLER_ATTR, False) for k in cls.__mro__)
+
+
+def check_handler(grain: object, handler: object) -> None:
+    """Refuse to subscribe with a method that a gateway client could call: the runtime
+    would deliver events to a method that clients can call with forged events."""
+    owner = getattr(handler, "__self__", None)
+    if owner is not grain or not isinstance(owner, Grain):
+        return
+    name = getattr(handler, "__name__", "")
+    method = class_info(type(owner)).methods.get(name)
+    if method is not None and method.client_ok:
+        raise TypeError(
+            f"{type(owner).__qualname__}.{name} is callable by clients, so it cannot receive "
+            f"stream events: mark it @stream_handler (orleanspy.stream_handler) so only the "
+            "runtime calls it, or make it private (_" + name + ")"
+        )
 
 
 def reentrant(cls: C) -> C:
@@ -280,7 +319,7 @@ def _build(cls: type) -> GrainClassInfo:
         flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
         ow = bool(getattr(fn, "_orleanspy_one_way", False))
         hook = name in RUNTIME_HOOKS or name.startswith("__orleanspy_")
-        client_ok = open_to_clients and not hook
+        client_ok = open_to_clients and not hook and not _is_stream_handler(cls, name)
         check = argument_checker(type_name_of(cls), name, fn) if client_ok else None
         methods[name] = MethodInfo(name, ai, ro, ow, flags, hook, client_ok, check)
     states = {

@@ -63,6 +63,11 @@ class SiloOptions:
     the last silo of the process to stop unfreezes them. Set False when the silo shares its
     process with code that relies on the cyclic collector for objects made before it.
 
+    ``allow_readable_secrets`` (default False): a file that holds the cluster key (the
+    ``--cluster-key-file``, or the SQLite membership file that keeps the key when
+    ``cluster_key`` is not set) must not be readable by group or others; True accepts one
+    (docs/security.md).
+
     ``call_statistics`` (default True): count each grain method's calls, errors and a
     latency histogram (``orleanspy.runtime.call_stats``; ``orleanspy grains top``, the
     dashboard, ``/metrics``). It reads the clock twice per call; False saves that.
@@ -75,6 +80,7 @@ class SiloOptions:
     gateway_port: int | None = 30000
     secret: str | None = None
     cluster_key: str | None = None
+    allow_readable_secrets: bool = False
     handshake_timeout: float = 5.0
     max_pending_handshakes: int = 64
     storage: str = "memory"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from orleanspy.grains.grain import Grain
-from orleanspy.grains.interface import read_only
+from orleanspy.grains.interface import read_only, stream_handler
 from orleanspy.logging import get_logger
 from orleanspy.spark.errors import SparkUnavailableError
 from orleanspy.spark.options import ParquetSinkOptions
@@ -269,8 +269,10 @@ class ParquetSink(Grain):
             "stream.subscribe(self), or call write_events"
         )
 
+    @stream_handler
     async def write_events(self, namespace: str, key: Any, events: Sequence[Any]) -> list[str]:
-        """Commit ``(event, token)`` pairs of one stream; returns the committed paths.
+        """Commit ``(event, token)`` pairs of one stream; returns the committed paths. A
+        stream handler: the grain's own code and the silo may call it, clients may not.
 
         Events at or below the stream's committed watermark are skipped (``dedupe``).
         """
@@ -299,6 +301,7 @@ class ParquetSink(Grain):
         await self.on_commit(files, len(fresh))
         return files
 
+    @stream_handler
     async def on_commit(self, files: list[str], events: int) -> None:
         """Called after ``files`` (holding ``events`` events) are committed, before the
         delivery is acknowledged. Override to react; exceptions fail the delivery."""

@@ -7,7 +7,8 @@ Configure a provider on the silo, publish from grains or clients, subscribe from
 
     stream = self.get_stream_provider("events").get_stream("clicks", user_id)
     await stream.on_next(click)                       # producer
-    handle = await stream.subscribe(self.on_click)    # consumer (inside a grain)
+    handle = await stream.subscribe(self.on_click)    # consumer (inside a grain; on_click
+                                                      # is marked @stream_handler)
 
 See docs/streams.md.
 """

@@ -12,6 +12,7 @@ from orleanspy._util.clock import SystemClock
 from orleanspy._util.histogram import Histogram
 from orleanspy.errors import StreamError
 from orleanspy.grains.context import current_turn
+from orleanspy.grains.interface import check_handler
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
@@ -92,6 +93,17 @@ def as_observer(handler: Any, on_error: ErrorHandler | None = None) -> StreamObs
     )
 
 
+def _observer(grain: Any, handler: Any, on_error: ErrorHandler | None) -> StreamObserver[Any]:
+    """The observer of a grain's subscription; each callback that is a method of the grain
+    must be closed to clients (``grains.interface.check_handler``)."""
+    observer = as_observer(handler, on_error)
+    for callback in (observer.on_next, observer.on_error, observer.on_completed,
+                     observer.on_next_batch):
+        if callback is not None:
+            check_handler(grain, callback)
+    return observer
+
+
 def _consumer() -> Any:
     turn = current_turn.get()
     if turn is None or turn.activation.grain is None:
@@ -136,8 +148,8 @@ class StreamSubscriptionHandle:
     ) -> StreamSubscriptionHandle:
         """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``."""
         activation = _consumer()
-        activation.grain.__dict__.setdefault(HANDLERS, {})[self.sub_id] = as_observer(
-            handler, on_error
+        activation.grain.__dict__.setdefault(HANDLERS, {})[self.sub_id] = _observer(
+            activation.grain, handler, on_error
         )
         rendezvous = self._rendezvous(activation)
         if self.implicit:
@@ -296,8 +308,8 @@ class AsyncStream(Generic[T]):
         activation = _consumer()
         provider = self._provider
         sub_id = provider.new_subscription_id()
-        activation.grain.__dict__.setdefault(HANDLERS, {})[sub_id] = as_observer(
-            handler, on_error
+        activation.grain.__dict__.setdefault(HANDLERS, {})[sub_id] = _observer(
+            activation.grain, handler, on_error
         )
         sid = self.stream_id
         record = SubscriptionRecord(

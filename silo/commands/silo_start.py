@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from orleanspy import ConfigurationError, Silo
+from orleanspy.cluster.config import check_private
 from silo.commands import silo_stop
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, put_cwd_on_path, usage
 from silo.config import find_config_file, load_config
@@ -87,7 +88,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secret", help="shared secret clients must present (default: none)")
     p.add_argument("--cluster-key-file", metavar="FILE",
                    help="file holding the key silos prove to each other (cluster_key; "
-                   "default: a key kept in the membership table)")
+                   "default: a key kept in the membership table); it must not be readable "
+                   "by group or others (chmod 600 FILE)")
+    p.add_argument("--allow-readable-secrets", action="store_true", default=None,
+                   help="accept a cluster key file or a membership file that group or others "
+                   "can read (allow_readable_secrets; default: refuse it at start)")
     p.add_argument("--storage", metavar="URL",
                    help="grain storage: memory, sqlite:PATH (relative to --data-dir; in a "
                    "cluster absolute), redis://HOST:PORT/DB?prefix=P or "
@@ -173,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         "gateway_port": args.gateway_port,
         "secret": args.secret,
         "cluster_key": _read_key_file(args.cluster_key_file),
+        "allow_readable_secrets": args.allow_readable_secrets,
         "storage": args.storage,
         "reminders": args.reminders,
         "data_dir": args.data_dir,
@@ -196,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
             "orleanspy.toml or ORLEANSPY_APP"
         )
     options = config.options
+    if args.cluster_key_file is not None and not options.allow_readable_secrets:
+        check_private(args.cluster_key_file, "it holds the cluster key")
     spark = apply_spark_overrides(
         config.spark, master=args.spark_master, remote=args.spark_remote, conf=args.spark_conf
     )

@@ -12,7 +12,9 @@ when the silo has a ``secret``. With a secret, ``/metrics`` and ``/api/*`` answe
 requests that present it (``Authorization: Bearer SECRET``): the figures name grain types,
 streams and queues, which the gateway would not show a stranger either. ``/healthz`` and
 ``/readyz`` say only "ok" or why not, and stay open for orchestrators' probes. Anything else
-is a 404 or 405; a malformed request gets aiohttp's 400 and closes only its connection.
+is a 404 or 405; a malformed request gets aiohttp's 400 and closes only its connection; a
+credential that does not decode is a 401. The port is bounded (``silo.dashboard.bounds``):
+a connection cap, a head deadline and an idle timeout.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from orleanspy import ConfigurationError
 from orleanspy.logging import get_logger
 from orleanspy.runtime.reports import plain, reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
+from silo.dashboard.bounds import CappedConnections, RateLimitedLog, ops_connection_cap
 from silo.dashboard.metrics import metrics_text, registry_for
 from silo.dashboard.view import ClusterView, SiloAnswers
 
@@ -68,10 +71,13 @@ class OpsServer:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self.connections: CappedConnections | None = None
         self._registry = registry_for(silo)
         self.view = ClusterView()
         self._view_cache: tuple[float, asyncio.Future[str]] | None = None
         self.log = get_logger(__name__, silo=silo.name)
+        self.refusals = RateLimitedLog(self.log)
 
     @property
     def address(self) -> str:
@@ -90,22 +96,32 @@ class OpsServer:
         return app
 
     async def start(self) -> None:
+        """Listen with the bounds of ``silo.dashboard.bounds``: a connection cap under the
+        fd limit, a head deadline and an idle timeout per connection."""
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        assert runner.server is not None
+        loop = asyncio.get_running_loop()
+        self.connections = CappedConnections(runner.server, self.refusals,
+                                             cap=ops_connection_cap(), loop=loop)
         try:
-            await site.start()
+            listener = await loop.create_server(self.connections, self.host, self.port,
+                                                reuse_address=True, backlog=128)
         except OSError as exc:
             await runner.cleanup()
             raise ConfigurationError(
                 f"dashboard port {self.host}:{self.port} cannot be opened ({exc.strerror}); "
                 "pick another with --dashboard-port (0: any free port)") from None
         self._runner = runner
-        if runner.addresses:  # the bound port, when 0 was asked for
-            self.port = int(runner.addresses[0][1])
-        self.log.info("dashboard_started", address=self.address)
+        self._listener = listener
+        self.port = int(listener.sockets[0].getsockname()[1])
+        self.log.info("dashboard_started", address=self.address,
+                      max_connections=self.connections.cap)
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -116,7 +132,11 @@ class OpsServer:
         if secret is None:
             return True
         given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {secret}".encode())
+        try:  # a header that is not UTF-8 arrives with surrogates: not a credential
+            presented = given.encode()
+        except UnicodeEncodeError:
+            return False
+        return hmac.compare_digest(presented, f"Bearer {secret}".encode())
 
     def _refuse(self) -> web.Response:
         return web.json_response(

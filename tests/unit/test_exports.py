@@ -49,7 +49,7 @@ PUBLIC = [
     "StreamSubscriptionHandle", "TickStatus", "allow_call_chain_reentrancy",
     "always_interleave", "call_chain_reentrant", "collection_age", "grain_type",
     "implicit_subscription", "mailbox", "one_way", "persistent_state", "placement",
-    "read_only", "reentrant", "serializable", "stateless_worker",
+    "read_only", "reentrant", "serializable", "stateless_worker", "stream_handler",
 ]
 
 

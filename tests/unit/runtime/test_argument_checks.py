@@ -69,3 +69,36 @@ async def test_a_client_is_refused_before_the_method_runs_and_a_grain_is_not() -
             await shop.buy("pen", "two")
         # grain-to-grain: no check, the value reaches the method as Python would pass it
         assert await shop.relay("two") == "two x"
+
+
+class Flags(Grain):
+    async def count(self, n: int, ratio: float, limit: int | None = None) -> int:
+        return n
+
+    async def switch(self, on: bool, level: int | bool) -> bool:
+        return on
+
+
+def test_a_bool_is_not_a_number() -> None:
+    count = argument_checker("Flags", "count", Flags.count)
+    assert count is not None
+    assert count((1, 2.0), None) is None
+    assert count((1, 2), None) is None
+    assert "'n' must be int, got bool True" in (count((True, 2.0), None) or "")
+    assert "'ratio' must be float, got bool False" in (count((1, False), None) or "")
+    assert "'limit' must be int | None" in (count((1, 2.0, True), None) or "")
+    assert "'n' must be int" in (count((), {"n": True, "ratio": 1.0}) or "")
+    # the dispatcher's isinstance shortcut is off where isinstance would take a bool
+    assert count.fast is None
+    switch = argument_checker("Flags", "switch", Flags.switch)
+    assert switch is not None
+    assert switch((True, True), None) is None  # an annotation that names bool takes one
+    assert switch((False, 3), None) is None
+
+
+async def test_a_client_cannot_pass_a_bool_as_an_int() -> None:
+    async with TestCluster([Flags]) as cluster:
+        ref = cluster.client.get_grain(Flags, "f")
+        assert await ref.count(3, 1.0) == 3
+        with pytest.raises(MessageRejectedError, match="'n' must be int, got bool True"):
+            await ref.count(True, 1.0)

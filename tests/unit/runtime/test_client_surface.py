@@ -10,8 +10,13 @@ from typing import Any
 
 import pytest
 
-from orleanspy import ConfigurationError, Grain, MessageRejectedError, SiloOptions
-from orleanspy.grains.interface import RUNTIME_HOOKS, class_info, grain_type
+from orleanspy import ConfigurationError, Grain, MessageRejectedError, SiloOptions, stream_handler
+from orleanspy.grains.interface import (
+    RUNTIME_HOOKS,
+    STREAM_CALLBACKS,
+    class_info,
+    grain_type,
+)
 from orleanspy.ids import GrainId
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
@@ -139,3 +144,73 @@ def test_the_runtime_type_prefix_is_reserved() -> None:
 
     with pytest.raises(ConfigurationError, match="reserved for the runtime"):
         TestCluster([Mine])
+
+
+class Watcher(Grain):
+    async def watch_open(self) -> None:
+        await self.get_stream_provider("s").get_stream("w", "k").subscribe(self.handle)
+
+    async def watch_marked(self) -> None:
+        await self.get_stream_provider("s").get_stream("w", "k").subscribe(self.marked)
+
+    async def watch_error_handler(self) -> None:
+        stream = self.get_stream_provider("s").get_stream("w", "k")
+        await stream.subscribe(self.marked, on_error=self.handle)
+
+    async def handle(self, item: Any, token: Any) -> None:
+        RECEIVED.append(("open", item))
+
+    @stream_handler
+    async def marked(self, item: Any, token: Any) -> None:
+        RECEIVED.append(("marked", item))
+        ARRIVED.setdefault(item, asyncio.Event()).set()
+
+
+class SubSink(Sink):
+    async def on_next(self, item: Any, token: Any = None) -> None:  # an override
+        RECEIVED.append(item)
+
+
+class Lake(Grain):
+    @stream_handler
+    async def commit(self, files: list[str]) -> None: ...
+
+
+class MyLake(Lake):
+    async def commit(self, files: list[str]) -> None: ...  # an override of a handler
+
+    async def stats(self) -> int:
+        return 0
+
+
+def test_stream_handlers_are_closed_by_the_rule() -> None:
+    for cls in (Sink, SubSink, Counter):
+        methods = class_info(cls).methods
+        assert all(not methods[n].client_ok for n in STREAM_CALLBACKS if n in methods)
+    assert not class_info(Sink).methods["on_next"].client_ok
+    assert not class_info(MyLake).methods["commit"].client_ok
+    assert class_info(MyLake).public_methods == ["stats"]
+    assert class_info(Watcher).public_methods == [
+        "handle", "watch_error_handler", "watch_marked", "watch_open"]
+    with pytest.raises(TypeError, match="@stream_handler needs an async def"):
+        stream_handler(lambda: None)
+
+
+async def test_a_grain_cannot_subscribe_a_method_clients_can_call() -> None:
+    RECEIVED.clear()
+    ARRIVED.clear()
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(), StreamProviderOptions(total_queues=1, pull_period=0.01)
+    )
+    async with TestCluster([Watcher], stream_providers={"s": provider}) as c:
+        watcher = c.silo.get_grain(Watcher, "w")
+        with pytest.raises(TypeError, match=r"Watcher.handle is callable by clients"):
+            await watcher.watch_open()
+        with pytest.raises(TypeError, match=r"Watcher.handle is callable by clients"):
+            await watcher.watch_error_handler()
+        await watcher.watch_marked()
+        with pytest.raises(MessageRejectedError, match="not callable from a client"):
+            await c.client.call(GrainId("Watcher", "w"), "marked", ("forged", None), None, WAIT)
+        await c.client.get_stream_provider("s").get_stream("w", "k").on_next("real")
+        await arrival("real")
+        assert ("marked", "forged") not in RECEIVED

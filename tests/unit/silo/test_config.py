@@ -108,7 +108,8 @@ def test_load_config_unknown_top_level_key_suggests_the_field(tmp_path: Path) ->
 def test_load_config_unknown_key_without_close_match_lists_known_keys(tmp_path: Path) -> None:
     path = write(tmp_path, "[silo]\nzzzz = 1\n")
     with pytest.raises(ConfigurationError,
-                       match=r"key silo.zzzz is unknown; known keys: advertise, app, "):
+                       match=r"key silo.zzzz is unknown; known keys: advertise, "
+                       r"allow_readable_secrets, app, "):
         load_config(path, environ={})
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orleanspy import Grain, Silo, SiloOptions, StreamError
+from orleanspy import Grain, Silo, SiloOptions, StreamError, stream_handler
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.provider import implicit_subscription
@@ -42,6 +42,7 @@ class Archive(Grain):
         TOKENS[item] = token
         arrived("first", item).set()
 
+    @stream_handler
     async def again(self, item: int, token: Any) -> None:
         GOT.append(("again", item))
         arrived("again", item).set()
@@ -68,6 +69,7 @@ class Holder(Grain):
     async def join(self, key: str) -> None:
         await self.get_stream_provider("s").get_stream("arch", key).subscribe(self.hold)
 
+    @stream_handler
     async def hold(self, item: int, token: Any) -> None:
         await RELEASE[self.key].wait()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from orleanspy import Grain, Silo, SiloOptions
+from orleanspy import Grain, Silo, SiloOptions, stream_handler
 from orleanspy.diagnostics import QueueRead
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
@@ -28,6 +28,7 @@ class Watcher(Grain):
     async def watch(self, key: str) -> None:
         await self.get_stream_provider("s").get_stream("sw", key).subscribe(self.got)
 
+    @stream_handler
     async def got(self, item: int, token: Any) -> None:
         GOT.append(("explicit", self.key, item))
         arrived("explicit", self.key, item).set()

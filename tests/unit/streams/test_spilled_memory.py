@@ -12,7 +12,7 @@ import asyncio
 import gc
 from typing import Any
 
-from orleanspy import Grain, Silo, SiloOptions
+from orleanspy import Grain, Silo, SiloOptions, stream_handler
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
 from orleanspy.streams.cache import CacheItem
@@ -30,6 +30,7 @@ class Consumer(Grain):
         stream = self.get_stream_provider("s").get_stream(STREAM.namespace, STREAM.key)
         await stream.subscribe(self.on_event)
 
+    @stream_handler
     async def on_event(self, item: int, token: Any) -> None:
         got = GOT.setdefault(self.key, [])
         if self.key == "slow" and len(got) == 1:

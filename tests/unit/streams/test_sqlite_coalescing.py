@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from orleanspy import Grain, Silo, SiloOptions
+from orleanspy import Grain, Silo, SiloOptions, stream_handler
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import SqliteAdapterFactory
 
@@ -22,6 +22,7 @@ class Sink(Grain):
     async def join(self) -> None:
         await self.get_stream_provider("s").get_stream("co", "k").subscribe(self.got)
 
+    @stream_handler
     async def got(self, item: Any, token: Any) -> None:
         GOT.append((item, token))
         if len(GOT) == PRODUCERS * EACH + 3:

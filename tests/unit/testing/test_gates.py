@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orleanspy import Grain, Silo, SiloOptions
+from orleanspy import Grain, Silo, SiloOptions, stream_handler
 from orleanspy.ids import GrainId
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
@@ -22,6 +22,7 @@ class Reader(Grain):
     async def join(self) -> None:
         await self.get_stream_provider("s").get_stream("ns", "k").subscribe(self.got)
 
+    @stream_handler
     async def got(self, item: Any, token: Any) -> None:
         GOT.append(item)
         ARRIVED.setdefault(item, asyncio.Event()).set()
