@@ -31,12 +31,12 @@ FILE_SUFFIXES = {"db", "toml", "log", "sqlite", "json"}
 
 
 def _mentions(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
-    found = []
-    for doc in DOCUMENTS:
-        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
-            for match in pattern.finditer(line):
-                found.append((f"{doc.relative_to(ROOT)}:{number}", match.group(1)))
-    return found
+    return [
+        (f"{doc.relative_to(ROOT)}:{number}", match.group(1))
+        for doc in DOCUMENTS
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+        for match in pattern.finditer(line)
+    ]
 
 
 def _path_exists(path: str) -> bool | None:
@@ -94,9 +94,9 @@ def _class_has(node: ast.ClassDef, name: str) -> bool:
         elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
             if item.target.id == name:
                 return True
-        elif isinstance(item, ast.Assign):
-            if any(isinstance(t, ast.Name) and t.id == name for t in item.targets):
-                return True
+        elif isinstance(item, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in item.targets):
+            return True
     return False
 
 
@@ -157,7 +157,7 @@ def _module_map() -> dict[str, set[str]]:
 
 def test_the_module_map_names_every_module() -> None:
     rows = _module_map()
-    missing, unknown = [], []
+    missing = []
     for source in sorted(PACKAGE.rglob("*.py")):
         relative = source.relative_to(PACKAGE)
         package = "" if relative.parent == Path(".") else f"{relative.parent.as_posix()}/"
@@ -165,10 +165,8 @@ def test_the_module_map_names_every_module() -> None:
             continue
         if source.stem not in rows.get(package, set()):
             missing.append(relative.as_posix())
-    for package, modules in rows.items():
-        for module in modules:
-            if not (PACKAGE / package / f"{module}.py").exists():
-                unknown.append(f"{package}{module}.py")
+    unknown = [f"{package}{module}.py" for package, modules in rows.items()
+               for module in modules if not (PACKAGE / package / f"{module}.py").exists()]
     assert not missing, "docs/architecture.md's module map leaves out:\n" + "\n".join(missing)
     assert not unknown, "docs/architecture.md's module map names:\n" + "\n".join(unknown)
 
