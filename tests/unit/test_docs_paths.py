@@ -1,6 +1,7 @@
 """The documents name code that exists.
 
-README.md and docs/*.md name modules by path (``orleanspy/runtime/turns.py``, or
+README.md, docs/*.md and the docstrings and comments of the code (orleanspy/, silo/,
+examples/, benchmarks/) name modules by path (``orleanspy/runtime/turns.py``, or
 ``runtime/turns.py`` inside the package) and objects by dotted name
 (``orleanspy.cluster.config.membership_options_of``). These tests resolve each one against
 the source tree, without importing anything, and check that the module map of
@@ -10,7 +11,9 @@ docs/architecture.md names every module of the package.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "orleanspy"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SOURCES = sorted(path for folder in ("orleanspy", "silo", "examples", "benchmarks")
+                 for path in (ROOT / folder).rglob("*.py"))
 #: Folders at the top of the repository that a document may name paths in.
 TOP_LEVEL = {"orleanspy", "silo", "examples", "benchmarks", "tests", "scripts", "docs"}
 #: Subpackages of orleanspy, named without the ``orleanspy/`` prefix in the documents.
@@ -30,13 +35,32 @@ DOTTED = re.compile(r"(?<![\w.])(orleanspy(?:\.\w+)+)")
 FILE_SUFFIXES = {"db", "toml", "log", "sqlite", "json"}
 
 
-def _mentions(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
-    return [
-        (f"{doc.relative_to(ROOT)}:{number}", match.group(1))
+@cache
+def _prose() -> tuple[tuple[str, str], ...]:
+    """(where, line) of every line of the documents, and of every docstring and comment."""
+    lines = [
+        (f"{doc.relative_to(ROOT)}:{number}", line)
         for doc in DOCUMENTS
         for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
-        for match in pattern.finditer(line)
     ]
+    for source in SOURCES:
+        text = source.read_text(encoding="utf-8")
+        where = source.relative_to(ROOT)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                          | ast.AsyncFunctionDef) and ast.get_docstring(node) is not None:
+                first = node.body[0].lineno
+                lines += [(f"{where}:{first + offset}", line) for offset, line
+                          in enumerate((ast.get_docstring(node) or "").splitlines())]
+        lines += [(f"{where}:{token.start[0]}", token.string)
+                  for token in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if token.type == tokenize.COMMENT]
+    return tuple(lines)
+
+
+def _mentions(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
+    return [(where, match.group(1)) for where, line in _prose()
+            for match in pattern.finditer(line)]
 
 
 def _path_exists(path: str) -> bool | None:
