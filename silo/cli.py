@@ -1,11 +1,12 @@
-"""The ``orleanspy`` command line: ``silo start`` hosts grains, ``call`` calls one,
-``cluster status`` lists the silos of a cluster, ``spark run`` runs a Spark grain's job.
+"""The ``orleanspy`` command line: ``silo start`` hosts grains and ``silo stop`` stops them,
+``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains top``
+and ``reminders list`` inspect a cluster, ``spark run`` runs a Spark grain's job.
 
 Each command lives in its own module under ``silo.commands``; this module builds the parser
 from them and maps errors to exit codes.
 
 Exit codes: 0 success; 1 the grain call failed (or a forced/failed silo shutdown);
-2 bad usage or configuration, a storage or membership file that cannot be used, or the
+2 bad usage or configuration, a storage or membership back end that cannot be used, or the
 gateway cannot be reached. Errors are one line on
 stderr (``error: ...``), never a traceback.
 """
@@ -44,8 +45,11 @@ orleanspy: virtual actors (grains) on asyncio.
                                                which silo a grain is active on
   orleanspy reminders list --reminders sqlite:/srv/shop/orleanspy.db
                                                the durable reminders, next due, owner
+  orleanspy grains top --membership sqlite:/srv/shop/cluster.db
+                                               the busiest grain methods, errors, p50/p99
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
+  orleanspy silo stop --all                    stop this machine's silos gracefully
 """
 
 

@@ -1,1 +1,2 @@
-"""Small internal helpers: clock, stable hashing, eager coroutine start."""
+"""Small internal helpers: clock, back-off, tasks, lifecycle, eager and carried turns, back-end
+URLs and clients (SQLite, Redis, PostgreSQL), stable hashing, histograms."""

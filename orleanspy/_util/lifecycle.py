@@ -33,7 +33,8 @@ class SiloStage(IntEnum):
     DIRECTORY = 3000
     """The grain directory follows membership."""
     GATEWAY = 4000
-    """The client gateway listens; on stop, its connections close once answered."""
+    """On stop, the client gateway's connections close once answered (the gateway listens
+    just before ``CLUSTER``, so that its port goes into the silo's membership row)."""
     GRAINS = 5000
     """On stop: running requests finish and every activation deactivates."""
     SERVICES = 6000

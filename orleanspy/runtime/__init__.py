@@ -1,1 +1,1 @@
-"""The runtime: activations, scheduling, the silo, the gateway and the client."""
+"""The runtime: activations, turns and scheduling, the silo core, the dispatcher and the gateway."""

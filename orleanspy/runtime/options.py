@@ -50,7 +50,7 @@ class SiloOptions:
     port. In a cluster the silo listens on ``port`` (0 picks one) for the other silos.
     ``probe_period``, ``probe_timeout`` (None: the probe period), ``i_am_alive_period`` and
     ``table_refresh_period`` are the main failure-detection settings
-    (``orleanspy.cluster.runtime.membership_options_of`` turns them into
+    (``orleanspy.cluster.config.membership_options_of`` turns them into
     ``orleanspy.cluster.membership.MembershipOptions``).
 
     ``grain_error_log_level`` (default debug): the level at which an exception a grain method

@@ -55,8 +55,9 @@ def add_parser(commands: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of the commands that read a cluster's membership table."""
     p.add_argument("--membership", metavar="URL",
-                   help="membership table: sqlite:PATH, relative to --data-dir (default: "
-                   "from the config file)")
+                   help="membership table: sqlite:PATH (relative to --data-dir), "
+                   "redis://HOST:PORT/DB?prefix=P or postgresql://USER@HOST:PORT/DB?schema=S "
+                   "(default: from the config file)")
     p.add_argument("--config", metavar="FILE",
                    help="TOML config file to take membership, cluster_id, secret from")
     p.add_argument("--cluster-id", help="cluster id (default: dev)")

@@ -46,9 +46,9 @@ def add_parser(commands: Any) -> None:
                        description="Read the reminder table and list every reminder.",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reminders", metavar="URL",
-                   help="reminder table: sqlite:PATH (relative to --data-dir) or "
-                   "redis://HOST:PORT/DB?prefix=P (default: from the config file, else "
-                   "sqlite:orleanspy.db)")
+                   help="reminder table: sqlite:PATH (relative to --data-dir), "
+                   "redis://HOST:PORT/DB?prefix=P or postgresql://USER@HOST:PORT/DB?schema=S "
+                   "(default: from the config file, else sqlite:orleanspy.db)")
     p.add_argument("--membership", metavar="URL",
                    help="the cluster's membership table, to show each reminder's owner")
     p.add_argument("--cluster-id", help="cluster id (default: dev)")

@@ -62,7 +62,8 @@ def add_parser(commands: Any) -> None:
     start = silo_commands.add_parser(
         "start", help="start a silo hosting the grains of --app modules",
         description="Start a silo that hosts the Grain subclasses defined in the --app "
-        "modules, with embedded SQLite storage and reminders in --data-dir.",
+        "modules; grain state and reminders default to embedded SQLite in --data-dir "
+        "(--storage and --reminders choose another back end).",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_arguments(start)

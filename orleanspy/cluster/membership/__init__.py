@@ -1,6 +1,6 @@
 """Cluster membership: which silos are in the cluster, and failure detection among them.
 
-``MembershipTable`` (memory, SQLite; Redis later) holds one versioned row per silo;
+``MembershipTable`` (memory, SQLite, Redis, PostgreSQL) holds one versioned row per silo;
 ``MembershipService`` is a silo's agent over it (join, I-am-alive, probing, votes, leave) and
 its consumers' view (``snapshot``, ``updates()``, ``add_listener``). The transport plugs in
 through ``Prober`` and ``Gossiper``. See docs/cluster.md, section "Membership".

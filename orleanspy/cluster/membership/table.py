@@ -1,4 +1,5 @@
-"""MembershipTable: the contract every membership back end keeps (memory, SQLite, Redis).
+"""MembershipTable: the contract every membership back end keeps (memory, SQLite, Redis,
+PostgreSQL).
 
 The table is the cluster's shared truth about which silos exist and in which status. All
 membership writes (a silo joining, changing status, a suspicion vote, a death declaration)
