@@ -116,6 +116,7 @@ async def test_silos_in_two_network_namespaces_form_one_cluster(
     url = f"redis://{A_IP}:{redis_port}/0?prefix=twohosts"
     key_file = tmp_path / "cluster.key"
     key_file.write_text("k" * 64)
+    key_file.chmod(0o600)  # a key file others can read is refused at start
     procs: list[subprocess.Popen[str]] = []
     logs: list[Any] = []
     try:
