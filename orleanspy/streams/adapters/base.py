@@ -248,6 +248,11 @@ class QueueAdapterReceiver(ABC):
 
     __slots__ = ()
 
+    def wake_on_arrival(self, wake: Callable[[], None]) -> None:  # noqa: B027 (optional)
+        """``wake`` pulls the queue now: an adapter that learns when events arrive (a
+        notification from its back end) calls it then, so its agent need not wait out its
+        pull period. The default learns nothing and never calls it."""
+
     @abstractmethod
     async def initialize(self) -> None:
         """Start reading: the next ``get_messages`` begins at the oldest unacknowledged container.

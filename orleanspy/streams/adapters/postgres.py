@@ -18,8 +18,8 @@ containers come back through ``messages_delivered`` and their rows are deleted (
   receivers of a notified queue. A receiver queries only when told that rows arrived (or
   after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds after its last query),
   so an idle queue costs a query every few seconds at most; a lost listening
-  connection marks every receiver (it reads once) and is opened again. ``on_arrival``, if
-  set on a receiver, is called at each notification (to wake its reader).
+  connection marks every receiver (it reads once) and is opened again. Each notification
+  wakes the receiver's reader (``wake_on_arrival``).
 * At-least-once: rows stay until acknowledged, so a new receiver reads every unacknowledged
   row again, in order. With a ``PostgresLeaseFence`` (``fence_with``) an acknowledgement
   deletes rows only while the queue's lease is this silo's, in the same statement.
@@ -183,8 +183,7 @@ class _Writer:
 class PostgresQueueReceiver(QueueAdapterReceiver):
     """Reads one queue's rows in ``seq`` order; remembers (in memory) the last ``seq`` read.
 
-    ``arrived`` is set by a notification for the queue (and at start); ``on_arrival`` (if
-    set) is called then too."""
+    A notification for the queue (and the start) sets ``arrived`` and calls ``on_arrival``."""
 
     def __init__(self, queue_id: QueueId, adapter: PostgresQueueAdapter) -> None:
         self._queue_id = queue_id
@@ -198,6 +197,9 @@ class PostgresQueueReceiver(QueueAdapterReceiver):
         self.arrived = True
         self._queried_at = 0.0
         self.on_arrival: Callable[[], None] | None = None
+
+    def wake_on_arrival(self, wake: Callable[[], None]) -> None:
+        self.on_arrival = wake
 
     def __repr__(self) -> str:
         return f"PostgresQueueReceiver({self._queue_id}, {self._adapter!r})"

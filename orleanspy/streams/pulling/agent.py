@@ -154,8 +154,7 @@ class PullingAgent(SystemTarget):
             latency=getattr(self.provider, "delivery_latency", None),
         )
         self.receiver = self.provider.adapter.create_receiver(self.queue)
-        if hasattr(self.receiver, "on_arrival"):  # a queue that says when rows arrive
-            self.receiver.on_arrival = self._wake.set
+        self.receiver.wake_on_arrival(self._wake.set)
         await self.receiver.initialize()
         self._pump = asyncio.get_running_loop().create_task(self._run())
 
