@@ -350,6 +350,15 @@ class QueueAdapter(ABC):
 
     __slots__ = ()
 
+    #: "new", "open" or "closed": what ``_check_open`` reads
+    _state: str
+
+    def _check_open(self, action: str) -> None:
+        """Refuse ``action`` (e.g. ``"enqueue()"``) unless the adapter is open."""
+        if self._state != "open":
+            when = "before open()" if self._state == "new" else "after close()"
+            raise RuntimeError(f"cannot {action} on {self!r} {when}")
+
     @property
     @abstractmethod
     def name(self) -> str:

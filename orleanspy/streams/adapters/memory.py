@@ -316,11 +316,6 @@ class MemoryQueueAdapter(QueueAdapter):
     def use_clock(self, clock: Clock) -> None:
         self._clock = clock
 
-    def _check_open(self, action: str) -> None:
-        if self._state != "open":
-            when = "before open()" if self._state == "new" else "after close()"
-            raise RuntimeError(f"cannot {action} on {self!r} {when}")
-
     async def open(self) -> None:
         if self._state == "new":
             self._state = "open"

@@ -132,11 +132,6 @@ class NatsQueueAdapter(QueueAdapter):
     def use_clock(self, clock: Clock) -> None:
         self.link.clock = clock
 
-    def _check_open(self, action: str) -> None:
-        if self._state != "open":
-            when = "before open()" if self._state == "new" else "after close()"
-            raise RuntimeError(f"cannot {action} on {self!r} {when}")
-
     async def open(self) -> None:
         if self._state != "new":
             return

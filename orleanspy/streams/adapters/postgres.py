@@ -330,11 +330,6 @@ class PostgresQueueAdapter(QueueAdapter):
     def is_rewindable(self) -> bool:
         return True
 
-    def _check_open(self, action: str) -> None:
-        if self._state != "open":
-            when = "before open()" if self._state == "new" else "after close()"
-            raise RuntimeError(f"cannot {action} on {self!r} {when}")
-
     async def open(self) -> None:
         """Create the table if missing and start listening. Idempotent."""
         if self._state == "new":

@@ -191,11 +191,6 @@ class RedisQueueAdapter(QueueAdapter):
     def stream_key(self, queue: QueueId | str) -> str:
         return self.client.key("queue", str(queue))
 
-    def _check_open(self, action: str) -> None:
-        if self._state != "open":
-            when = "before open()" if self._state == "new" else "after close()"
-            raise RuntimeError(f"cannot {action} on {self!r} {when}")
-
     async def open(self) -> None:
         if self._state == "new":
             await self.client.open()

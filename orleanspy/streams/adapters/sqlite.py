@@ -259,11 +259,6 @@ class SqliteQueueAdapter(QueueAdapter):
     def is_rewindable(self) -> bool:
         return True
 
-    def _check_open(self, action: str) -> None:
-        if self._state != "open":
-            when = "before open()" if self._state == "new" else "after close()"
-            raise RuntimeError(f"cannot {action} on {self!r} {when}")
-
     async def open(self) -> None:
         """Create the table and index if missing. Idempotent."""
         if self._state == "new":
