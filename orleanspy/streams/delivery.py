@@ -4,7 +4,9 @@ Each subscription has at most one delivery loop with one awaited grain call at a
 slow consumer slows only itself. A failed call is retried with ``Backoff`` delays for
 ``max_delivery_time``; then the consumer's ``on_error`` runs and the event is skipped or the
 subscription faulted (``failure``). A delivery interrupted by the agent's stop is abandoned:
-its events stay unacknowledged and the queue's next owner delivers them again.
+its events stay unacknowledged and the queue's next owner delivers them again, from the
+container the consumer failed on (a failed attempt moves the cursor past the containers the
+consumer handled: ``Subscription.retry_at``).
 
 The loop asks its ``DeliveryHost`` (the pulling agent) for what only the agent knows: the
 queue reads of a spilled subscription, the acknowledgements they make possible, and when the

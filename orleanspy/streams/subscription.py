@@ -185,8 +185,25 @@ class Subscription:
         self.failing = 0
 
     def retry_at(self, sequence: int) -> None:
-        """A failing delivery retries from the container of ``sequence``."""
+        """A failing delivery retries from the container of ``sequence``: the consumer
+        handled (or gave up) every event of the containers before it. Served from the cache,
+        its cursor moves past those now and the delivery carries the rest, so that what it
+        handled is acknowledged (and never delivered again by the queue's next owner) even if
+        the rest is abandoned. A container is acknowledged whole: a container handled in part
+        stays in the delivery."""
         self.next_seq = sequence
+        items, cursor = self.inflight, self.cursor
+        if items is None or cursor is None or items[0].token.sequence >= sequence:
+            return
+        n = 1
+        while n < len(items) and items[n].token.sequence < sequence:
+            n += 1
+        if n == len(items):
+            return  # (the failing container is no longer carried: the loop settles it)
+        rest = items[n:]
+        cursor.advance(items[:n])
+        cursor.inflight_last = rest[-1].pos
+        self.inflight = rest
 
     def backing_off(self, waiting: bool) -> None:
         self.retrying = waiting

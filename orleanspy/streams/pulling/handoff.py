@@ -4,8 +4,8 @@ anything twice.
 It stops reading, lets the delivery loops deliver what is cached (for up to
 ``handoff_timeout``), acknowledges what every subscription has been given, shuts its
 receiver and unregisters from its streams' rendezvous. A delivery that fails while it drains
-is abandoned at once: its events stay unacknowledged and the queue's next owner delivers
-them (at least once).
+is abandoned at once: its events from the container the consumer failed on stay
+unacknowledged and the queue's next owner delivers them (at least once).
 """
 
 from __future__ import annotations
