@@ -99,20 +99,33 @@ class Grain:
             ) from None
 
     async def __orleanspy_stream_deliver__(
-        self, sub_id: str, namespace: str, key: Any, events: list[Any]
-    ) -> None:
-        """Runtime extension: a pulling agent delivers events of one subscription."""
+        self, sub_id: str, namespace: str, key: Any, events: list[Any],
+        handshake: str | None = None,
+    ) -> Any:
+        """Runtime extension: a pulling agent delivers events of one subscription.
+
+        After ``resume(handler, token)`` the first delivery taken must carry that resume's
+        ``handshake``: one without it was on its way before the resume (the delivery that
+        activated the grain, say) and is refused, unhandled, with ``(token, handshake)``
+        (the agent then delivers from ``token``, as the resume asked). Otherwise None."""
+        resumes = self.__dict__.get("_orleanspy_stream_resumes")
+        if resumes:
+            resumed = resumes.get(sub_id)
+            if resumed is not None:
+                if resumed[1] != handshake:
+                    return resumed
+                del resumes[sub_id]  # the resumed attachment delivers: no stale one follows
         handlers = self.__dict__.get("_orleanspy_stream_handlers")
         observer = handlers.get(sub_id) if handlers else None
         if observer is not None:
             if observer.on_next_batch is not None:
                 await observer.on_next_batch(events)  # the whole delivery in one call
-                return
+                return None
             on_next = observer.on_next
             assert on_next is not None  # as_observer requires on_next or on_next_batch
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next_batch"):
             await self.on_next_batch(events)
-            return
+            return None
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
         else:
@@ -133,6 +146,7 @@ class Grain:
             raise StreamDeliveryInterrupted(
                 done, f"on_next failed at token {events[done][1]}: {exc!r}"
             ) from exc
+        return None
 
     async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
         """Runtime extension: a stream error for one subscription (on_error, if any)."""

@@ -256,7 +256,8 @@ class ParquetSink(Grain):
         return writer
 
     async def __orleanspy_stream_deliver__(
-        self, sub_id: str, namespace: str, key: Any, events: list[Any]
+        self, sub_id: str, namespace: str, key: Any, events: list[Any],
+        handshake: str | None = None,
     ) -> None:
         """Runtime extension: one delivery (a batch of ``(event, token)``) -> committed files."""
         await self.write_events(namespace, key, events)

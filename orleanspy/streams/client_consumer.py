@@ -220,7 +220,8 @@ class ClientStreamConsumer(Grain):
 
     # -- the pulling agents' side -------------------------------------------------------------
     async def __orleanspy_stream_deliver__(
-        self, sub_id: str, namespace: str, key: Any, events: list[Any]
+        self, sub_id: str, namespace: str, key: Any, events: list[Any],
+        handshake: str | None = None,
     ) -> None:
         if sub_id not in self.state.value.subscriptions:
             raise StreamError(f"client {self.key} has no subscription {sub_id}")

@@ -89,6 +89,11 @@ class DeliveryHost(Protocol):
         """Start ``sub``'s delivery loop again if it has something to deliver."""
         ...
 
+    def rewind(self, sub: Subscription, token: SequenceToken, handshake: str) -> None:
+        """Serve ``sub``'s consumer from ``token`` on, as its resume with ``handshake`` asked
+        (``sub`` is replaced)."""
+        ...
+
     async def fault(self, sub: Subscription) -> None:
         """Fault ``sub`` at its rendezvous and stop serving it."""
         ...
@@ -275,10 +280,14 @@ class Delivery:
             if not fresh and not owned and self.host.subscriber_count(sid) > 1:
                 batch = self._copy_values(events)
             try:
-                await self.dispatcher.call(
-                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, batch), None,
-                    None, True,
+                refused = await self.dispatcher.call(
+                    target, DELIVER, (record.sub_id, sid.namespace, sid.key, batch)
+                    if record.handshake is None else
+                    (record.sub_id, sid.namespace, sid.key, batch, record.handshake),
+                    None, None, True,
                 )
+                if refused is not None:
+                    return self._refused(sub, refused)
                 if self._warned and record.sub_id in self._warned:
                     self._recovered(sub)
                 if sub.failing:
@@ -301,7 +310,7 @@ class Delivery:
                 if not owned:
                     sub.retry_at(events[0][1].sequence)
                     self.narrow(sub)
-                    events = self._kept(sub, events)
+                    events = sub.kept(events)
                 hub = self.diagnostics
                 if hub.listening:
                     hub.emit(DeliveryFailed(self.silo, self.provider, str(sid), record.sub_id,
@@ -356,7 +365,18 @@ class Delivery:
                 finally:
                     sub.backing_off(False)
                 if not owned:
-                    events = self._kept(sub, events)  # narrowed during the back-off
+                    events = sub.kept(events)  # narrowed during the back-off
+
+    def _refused(self, sub: Subscription, resumed: Any) -> bool:
+        """The consumer refused a delivery without the handshake of its resume from a token
+        (nothing was handled). The resume replaced ``sub`` already, or (if this agent was
+        not told of it) ``sub`` starts over from the token the consumer asked for."""
+        token, handshake = resumed
+        self.log.info("stream_delivery_refused", subscription=sub.record.sub_id,
+                      stream=str(sub.stream_id), resumed_from=str(token))
+        if not sub.detached:
+            self.host.rewind(sub, token, handshake)
+        return False
 
     def _warn_failure(self, sub: Subscription, token: SequenceToken, exc: Exception) -> None:
         """A failed attempt: at warning the first time, then at most once per
@@ -393,17 +413,6 @@ class Delivery:
         if keep and len(keep) < len(items):
             sub.narrow_to(keep)
             cursor.inflight_last = keep[-1].pos
-
-    @staticmethod
-    def _kept(sub: Subscription, events: list[Event]) -> list[Event]:
-        """``events`` without those a narrowed in-flight delivery no longer carries."""
-        items = sub.inflight
-        if items is None:
-            return events
-        last = items[-1].token.sequence
-        if events[-1][1].sequence <= last:
-            return events
-        return [e for e in events if e[1].sequence <= last]
 
     def _copy_values(self, events: list[Event]) -> list[Event]:
         values = [e for e, _ in events]

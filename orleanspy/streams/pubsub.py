@@ -44,6 +44,9 @@ class SubscriptionRecord:
     token: SequenceToken | None = None
     tag: str | None = None
     faulted: bool = False
+    #: set by a resume from ``token``: the deliveries of this attachment carry it, and the
+    #: consumer refuses a delivery that does not (one that was on its way before the resume)
+    handshake: str | None = None
 
     @property
     def implicit(self) -> bool:
@@ -102,16 +105,18 @@ class PubSubRendezvous(Grain):
         await self._write_or_undo(undo)
         await self._tell_agents("add_subscriber", record)
 
-    async def update_subscription(self, sub_id: str, token: SequenceToken | None) -> bool:
+    async def update_subscription(self, sub_id: str, token: SequenceToken | None,
+                                  handshake: str | None = None) -> bool:
         record = self.state.value.subscriptions.get(sub_id)
         if record is None:
             return False
-        before = (record.token, record.faulted)
+        before = (record.token, record.faulted, record.handshake)
         record.token = token
         record.faulted = False
+        record.handshake = handshake
 
         def undo() -> None:
-            record.token, record.faulted = before
+            record.token, record.faulted, record.handshake = before
 
         await self._write_or_undo(undo)
         await self._tell_agents("add_subscriber", record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +24,9 @@ __all__ = [
 ]
 
 HANDLERS = "_orleanspy_stream_handlers"
+#: sub_id -> (token, handshake) of a resume from ``token`` whose first delivery has not come
+#: yet (``Grain.__orleanspy_stream_deliver__`` refuses the deliveries without the handshake)
+RESUMES = "_orleanspy_stream_resumes"
 #: the namespaces a grain class subscribes to implicitly (set by ``implicit_subscription``)
 IMPLICIT_ATTR = "_orleanspy_implicit_namespaces"
 
@@ -141,26 +145,45 @@ class StreamSubscriptionHandle:
             )
         await self._rendezvous(activation).remove_subscription(self.sub_id)
         activation.grain.__dict__.get(HANDLERS, {}).pop(self.sub_id, None)
+        activation.grain.__dict__.get(RESUMES, {}).pop(self.sub_id, None)
 
     async def resume(
         self, handler: StreamHandler[Any], token: SequenceToken | None = None, *,
         on_error: ErrorHandler | None = None,
     ) -> StreamSubscriptionHandle:
-        """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``."""
+        """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``.
+
+        With ``token``, the first events ``handler`` receives are those from ``token`` on:
+        a delivery that was on its way before the resume (the one that activated the grain,
+        say) is refused by a handshake (``RESUMES``) and never reaches ``handler``."""
         activation = _consumer()
-        activation.grain.__dict__.setdefault(HANDLERS, {})[self.sub_id] = _observer(
+        grain_dict = activation.grain.__dict__
+        grain_dict.setdefault(HANDLERS, {})[self.sub_id] = _observer(
             activation.grain, handler, on_error
         )
+        resumes: dict[str, tuple[SequenceToken, str]] = grain_dict.setdefault(RESUMES, {})
+        before = resumes.pop(self.sub_id, None)
+        handshake = None
+        if token is not None:
+            handshake = secrets.token_hex(8)
+            resumes[self.sub_id] = (token, handshake)
         rendezvous = self._rendezvous(activation)
-        if self.implicit:
-            sid = self.stream_id
-            await rendezvous.resume_implicit(SubscriptionRecord(
-                sub_id=self.sub_id, namespace=sid.namespace, key=sid.key,
-                consumer_type=activation.grain_id.type_name,
-                consumer_key=activation.grain_id.key, token=token,
-            ))
-        else:
-            await rendezvous.update_subscription(self.sub_id, token)
+        try:
+            if self.implicit:
+                sid = self.stream_id
+                await rendezvous.resume_implicit(SubscriptionRecord(
+                    sub_id=self.sub_id, namespace=sid.namespace, key=sid.key,
+                    consumer_type=activation.grain_id.type_name,
+                    consumer_key=activation.grain_id.key, token=token, handshake=handshake,
+                ))
+            else:
+                await rendezvous.update_subscription(self.sub_id, token, handshake)
+        except BaseException:
+            if before is None:  # it took no effect: the previous resume (if any) holds
+                resumes.pop(self.sub_id, None)
+            else:
+                resumes[self.sub_id] = before
+            raise
         return self
 
 

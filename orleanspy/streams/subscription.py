@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orleanspy.streams.adapters.base import BatchContainer
     from orleanspy.streams.cache import CacheCursor, CacheItem
+    from orleanspy.streams.decoding import Event
     from orleanspy.streams.ids import StreamId
     from orleanspy.streams.pubsub import SubscriptionRecord
 
@@ -158,6 +159,16 @@ class Subscription:
         """Spilled during a delivery: the containers the delivery carried."""
         handed, self.inflight_spilled = self.inflight_spilled, None
         return handed
+
+    def kept(self, events: list[Event]) -> list[Event]:
+        """``events`` without those a narrowed in-flight delivery no longer carries."""
+        items = self.inflight
+        if items is None:
+            return events
+        last = items[-1].token.sequence
+        if events[-1][1].sequence <= last:
+            return events
+        return [e for e in events if e[1].sequence <= last]
 
     def narrow_to(self, items: list[CacheItem]) -> None:
         """The delivery in flight carries only ``items`` from now on."""

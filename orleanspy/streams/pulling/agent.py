@@ -25,6 +25,7 @@ and nothing can be spilled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
@@ -318,6 +319,9 @@ class PullingAgent(SystemTarget):
         )) and self.table.group_ready(sub.stream_id):
             assert self.delivery is not None
             sub.started(asyncio.get_running_loop().create_task(self.delivery.run(sub)))
+
+    def rewind(self, sub: Subscription, token: SequenceToken, handshake: str) -> None:
+        self.table.add(dataclasses.replace(sub.record, token=token, handshake=handshake))
 
     def subscriber_count(self, stream_id: StreamId) -> int:
         return len(self.streams.get(stream_id, ()))
