@@ -30,6 +30,7 @@ from orleanspy.streams.balancer import (
     QueueBalancer,
     StaticQueueBalancer,
 )
+from orleanspy.streams.filters import FilterError
 from orleanspy.streams.flow_control import FlowStrategy
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
@@ -44,6 +45,7 @@ __all__ = [
     "AssignedQueueBalancer",
     "AsyncStream",
     "BatchContainer",
+    "FilterError",
     "FlowControl",
     "FlowStrategy",
     "GeneratorAdapterFactory",

@@ -138,8 +138,9 @@ class Delivery:
         )
         self.stopped = asyncio.Event()  # set when the agent stops: back-offs end early
         self.delivered = self.failures = 0
-        #: events given up after the error protocol (counted in ``delivered`` by the loop)
-        self.skipped = 0
+        #: events given up after the error protocol, and those a subscription's filter did not
+        #: match (both counted in ``delivered`` by the loop)
+        self.skipped = self.filtered = 0
         #: subscription id -> [when its failure was last logged at warning, failures since]
         self._warned: dict[str, list[Any]] = {}
         #: subscriptions waiting at an undecodable container (``failure="retry"``)
@@ -264,6 +265,13 @@ class Delivery:
         agent stops (the events stay unacknowledged: the next owner of the queue delivers
         them again). ``owned``: read from the queue for this subscription (spilled), not from
         the cache; ``fresh``: the event values were decoded for this delivery alone."""
+        if sub.match is not None:  # a filtered-out event costs no message and no turn
+            kept = sub.select(events)
+            if len(kept) < len(events):
+                self.filtered += len(events) - len(kept)
+                if not kept:
+                    return True
+                events = kept
         clock = self.clock
         deadline = clock.monotonic() + self.options.max_delivery_time
         record = sub.record
@@ -309,7 +317,7 @@ class Delivery:
                     attempt = 1
                 if not owned:
                     sub.retry_at(events[0][1].sequence)
-                    self.narrow(sub)
+                    sub.narrow()
                     events = sub.kept(events)
                 hub = self.diagnostics
                 if hub.listening:
@@ -398,21 +406,6 @@ class Delivery:
         _, suppressed = self._warned.pop(sub.record.sub_id)
         self.log.info("stream_delivery_recovered", subscription=sub.record.sub_id,
                       stream=str(sub.stream_id), failures_since_last_warning=suppressed)
-
-    @staticmethod
-    def narrow(sub: Subscription) -> None:
-        """A cursor that does not gate (any more: a tagged member past its timeout) retries
-        only the container of its next event: the rest of the failing delivery is no longer
-        held for it, and what its flow control purges meanwhile is reported as missed,
-        exactly as if each delivery carried one container. Called between attempts only."""
-        cursor = sub.cursor
-        items = sub.inflight
-        if cursor is None or cursor.gating or items is None or len(items) < 2:
-            return
-        keep = [item for item in items if item.token.sequence <= sub.next_seq]
-        if keep and len(keep) < len(items):
-            sub.narrow_to(keep)
-            cursor.inflight_last = keep[-1].pos
 
     def _copy_values(self, events: list[Event]) -> list[Event]:
         values = [e for e, _ in events]

@@ -44,6 +44,8 @@ class SubscriptionRecord:
     token: SequenceToken | None = None
     tag: str | None = None
     faulted: bool = False
+    #: a filter expression (``orleanspy.streams.filters``): only matching events are delivered
+    filter: str | None = None
     #: set by a resume from ``token``: the deliveries of this attachment carry it, and the
     #: consumer refuses a delivery that does not (one that was on its way before the resume)
     handshake: str | None = None

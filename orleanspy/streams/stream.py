@@ -14,6 +14,7 @@ from orleanspy._util.histogram import Histogram
 from orleanspy.errors import StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.grains.interface import check_handler
+from orleanspy.streams.filters import compile_filter
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.tokens import SequenceToken
@@ -325,9 +326,18 @@ class AsyncStream(Generic[T]):
         *,
         on_error: ErrorHandler | None = None,
         tag: str | None = None,
+        filter: str | None = None,
     ) -> StreamSubscriptionHandle:
         """Subscribe the current grain. Every event published after this returns is
-        delivered to ``handler``; with ``token``, delivery starts at that token."""
+        delivered to ``handler``; with ``token``, delivery starts at that token. With
+        ``filter`` (an expression, ``orleanspy.streams.filters``), only the events it matches
+        are delivered; the pulling agent drops the others before any message is sent.
+
+        Raises:
+            FilterError: ``filter`` is not a valid filter expression.
+        """
+        if filter is not None:
+            compile_filter(filter)  # refused here, with the problem named, not at the agent
         activation = _consumer()
         provider = self._provider
         sub_id = provider.new_subscription_id()
@@ -338,7 +348,7 @@ class AsyncStream(Generic[T]):
         record = SubscriptionRecord(
             sub_id=sub_id, namespace=sid.namespace, key=sid.key,
             consumer_type=activation.grain_id.type_name, consumer_key=activation.grain_id.key,
-            token=token, tag=tag,
+            token=token, tag=tag, filter=filter,
         )
         handle = StreamSubscriptionHandle(provider.name, sid, sub_id)
         await handle._rendezvous(activation).add_subscription(record)

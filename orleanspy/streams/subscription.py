@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from orleanspy.streams.adapters.base import BatchContainer
     from orleanspy.streams.cache import CacheCursor, CacheItem
     from orleanspy.streams.decoding import Event
+    from orleanspy.streams.filters import Match
     from orleanspy.streams.ids import StreamId
     from orleanspy.streams.pubsub import SubscriptionRecord
 
@@ -35,7 +36,7 @@ class Subscription:
 
     __slots__ = (
         "abandoned", "after", "buffer", "consumer", "cursor", "detached", "failing", "inflight",
-        "inflight_spilled", "member", "next_seq", "progress_at", "record", "retrying",
+        "inflight_spilled", "match", "member", "next_seq", "progress_at", "record", "retrying",
         "spilled_from", "stream_id", "task",
     )
 
@@ -62,6 +63,8 @@ class Subscription:
         #: then free every later item.
         self.inflight: list[CacheItem] | None = None
         self.inflight_spilled: list[BatchContainer] | None = None
+        #: its filter (``orleanspy.streams.filters``): only the events it matches are delivered
+        self.match: Match | None = None
 
     def __repr__(self) -> str:
         return f"<subscription {self.record.sub_id} on {self.stream_id} ({self.state})>"
@@ -80,6 +83,16 @@ class Subscription:
         """Served from the cache at ``cursor``."""
         assert self.state == "new", self
         self.cursor = cursor
+
+    def filter_by(self, match: Match) -> None:
+        """Deliver only the events ``match(event, stream key)`` is true for."""
+        self.match = match
+
+    def select(self, events: list[Event]) -> list[Event]:
+        """Those of ``events`` its filter matches."""
+        match, key = self.match, self.stream_id.key
+        assert match is not None
+        return [e for e in events if match(e[0], key)]
 
     def resume(self, record: SubscriptionRecord, consumer: Any) -> None:
         """Resumed without a token (a reactivation, say): it goes on where it was."""
@@ -170,9 +183,19 @@ class Subscription:
             return events
         return [e for e in events if e[1].sequence <= last]
 
-    def narrow_to(self, items: list[CacheItem]) -> None:
-        """The delivery in flight carries only ``items`` from now on."""
-        self.inflight = items
+    def narrow(self) -> None:
+        """A cursor that does not gate (any more: a tagged member past its timeout) retries
+        only the container of its next event: the rest of the failing delivery is no longer
+        held for it, and what its flow control purges meanwhile is reported as missed,
+        exactly as if each delivery carried one container. Called between attempts only."""
+        cursor = self.cursor
+        items = self.inflight
+        if cursor is None or cursor.gating or items is None or len(items) < 2:
+            return
+        keep = [item for item in items if item.token.sequence <= self.next_seq]
+        if keep and len(keep) < len(items):
+            self.inflight = keep
+            cursor.inflight_last = keep[-1].pos
 
     def delivered(self, items: list[CacheItem], now: float) -> None:
         """Served from the cache, it delivered ``items`` (at ``now``): its cursor moves on."""

@@ -14,7 +14,8 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``spark_jobs_finished_total{outcome}`` (succeeded, failed, cancelled, timed_out)
 - per stream queue ``{provider, queue}``: ``stream_cache_items``, ``stream_cache_capacity``,
   ``stream_cache_under_pressure``, ``stream_pull_period_seconds``,
-  ``stream_read_total``, ``stream_delivered_total``, ``stream_acknowledged_total``,
+  ``stream_read_total``, ``stream_delivered_total``, ``stream_filtered_total``,
+  ``stream_acknowledged_total``,
   ``stream_delivery_failures_total``, ``stream_subscriptions``, ``stream_spilled``
 - ``stream_subscription_lag{provider, queue, subscription}``: queue positions behind (the
   backlog), ``stream_subscription_backlog_age_seconds{provider, queue, subscription}``: how
@@ -179,6 +180,7 @@ def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
     counters = {
         "stream_read": ("containers read from the queue", "read"),
         "stream_delivered": ("events delivered", "delivered"),
+        "stream_filtered": ("events a subscription's filter did not match", "filtered"),
         "stream_acknowledged": ("containers acknowledged to the queue", "acknowledged"),
         "stream_delivery_failures": ("failed delivery attempts", "failures"),
     }

@@ -378,7 +378,14 @@ class PullingAgent(SystemTarget):
     @property
     def delivered(self) -> int:
         delivery = self.delivery
-        return delivery.delivered - delivery.skipped if delivery is not None else 0
+        if delivery is None:
+            return 0
+        return delivery.delivered - delivery.skipped - delivery.filtered
+
+    @property
+    def filtered(self) -> int:
+        """Events a subscription's filter did not match (not delivered to it)."""
+        return self.delivery.filtered if self.delivery is not None else 0
 
     @property
     def failures(self) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.errors import GatingRevokedError, QueueCacheMissError
+from orleanspy.streams.filters import FilterError, compile_filter
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
 from orleanspy.streams.subscription import Subscription
@@ -235,6 +236,11 @@ class StreamTable:
         policy = agent.options.flow_for(sid.namespace).policy
         sub = Subscription(record, sid, consumer, member=policy.is_member(record.tag),
                            now=agent.clock.monotonic())
+        if record.filter is not None:
+            try:
+                sub.filter_by(compile_filter(record.filter))
+            except FilterError as exc:  # (checked at subscribe): delivered unfiltered, told
+                agent.notify_later(sub, exc)
         self.streams.setdefault(sid, {})[record.sub_id] = sub
         gating = policy.gates(sub.member)
         if from_queue:
@@ -285,8 +291,8 @@ class StreamTable:
                     sub.progressed(now)
                 elif now - sub.progress_at > timeout:
                     cursor.set_gating(False)
-                    if sub.retrying and self.agent.delivery is not None:
-                        self.agent.delivery.narrow(sub)  # what it no longer holds goes
+                    if sub.retrying:
+                        sub.narrow()  # what it no longer holds goes
                     self.agent.log.warning("stream_member_stopped_gating",
                                            subscription=sub.record.sub_id, stream=str(sid))
                     self.agent.notify_later(sub, GatingRevokedError(

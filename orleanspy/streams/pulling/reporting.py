@@ -58,6 +58,9 @@ class Reported(Protocol):
     @property
     def failures(self) -> int: ...
 
+    @property
+    def filtered(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class AgentStatistics:
@@ -83,6 +86,7 @@ class AgentStatistics:
     #: subscription -> failed attempts of the delivery under way (those failing now)
     failing: dict[str, int] = field(default_factory=dict)
     flow_control: str = "min"  # the provider's flow control (min, max or tagged)
+    filtered: int = 0  # events a subscription's filter did not match (never sent to it)
 
 
 def snapshot(agent: Reported) -> AgentStatistics:
@@ -109,6 +113,7 @@ def snapshot(agent: Reported) -> AgentStatistics:
         failures=agent.failures, streams=len(agent.table.streams), subscriptions=len(lag),
         lag=lag, spilled=len(agent.spiller), spill_count=agent.spiller.count, age=age,
         consumers=consumers, failing=failing, flow_control=str(agent.options.flow_control),
+        filtered=agent.filtered,
     )
 
 

@@ -29,19 +29,17 @@ from orleanspy.testing import EventRecorder, FakeClock
 WAIT = 30.0  # real seconds: only a bound for a broken test
 
 GOT: dict[str, list[Any]] = defaultdict(list)
-GATE = asyncio.Event()  # consumer b waits here on its first event
+GATES: list[asyncio.Event] = []  # consumer b waits at GATES[0] (one per test)
 REFUSE: set[Any] = set()  # consumer b fails on these
-CHANGED = asyncio.Event()
 
 
 async def _take(who: str, item: Any) -> None:
     if who == "b":
-        if not GATE.is_set():
-            await GATE.wait()
+        if not GATES[0].is_set():
+            await GATES[0].wait()
         if item in REFUSE:
             raise RuntimeError(f"b refuses {item}")
     GOT[who].append(item)
-    CHANGED.set()
 
 
 @implicit_subscription("hp")
@@ -85,7 +83,7 @@ async def test_a_graceful_stop_acknowledges_what_a_failing_delivery_handled(
     adapter: str, tmp_path: Path
 ) -> None:
     GOT.clear()
-    GATE.clear()
+    GATES[:] = [asyncio.Event()]
     REFUSE.clear()
     REFUSE.add(3)
     clock = FakeClock()
@@ -101,7 +99,7 @@ async def test_a_graceful_stop_acknowledges_what_a_failing_delivery_handled(
             # b holds its first delivery (event 0) until every event is cached, so its
             # next delivery carries 1, 2 and 3 in one call: it handles 1 and 2, fails on 3.
             await until(clock, lambda: agent.read == 4 and GOT["a"] == [0, 1, 2, 3])
-            GATE.set()
+            GATES[0].set()
             await until(clock, lambda: GOT["b"] == [0, 1, 2] and bool(rec.of(DeliveryFailed)))
             await clock.run_for(2.0)  # a few retries of 3, in fake time
     finally:
