@@ -26,6 +26,7 @@ from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
 from orleanspy.streams.balancing.named import assigner_named
 from orleanspy.streams.client_consumer import release_polls
+from orleanspy.streams.filters import compile_filter
 from orleanspy.streams.ids import QueueId, StreamId, StreamKey
 from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.options import StreamProviderOptions
@@ -33,7 +34,7 @@ from orleanspy.streams.publisher import StreamPublisher
 from orleanspy.streams.pubsub import SubscriptionRecord
 from orleanspy.streams.pulling.agent import PullingAgent
 from orleanspy.streams.pulling.manager import PullingManager
-from orleanspy.streams.stream import IMPLICIT_ATTR, AsyncStream
+from orleanspy.streams.stream import IMPLICIT_ATTR, IMPLICIT_FILTER_ATTR, AsyncStream
 from orleanspy.streams.tokens import SequenceToken
 
 if TYPE_CHECKING:
@@ -49,14 +50,23 @@ _IMPLICIT_ATTR = IMPLICIT_ATTR
 FailureHandler = Callable[[SubscriptionRecord, StreamId, SequenceToken, BaseException], None]
 
 
-def implicit_subscription(*namespaces: str) -> Callable[[type], type]:
+def implicit_subscription(
+    *namespaces: str, filter: str | None = None,
+) -> Callable[[type], type]:
     """Class decorator: the grain whose key is a stream's key receives every event of the
     stream in these namespaces, without subscribing. It implements
     ``async def on_next(self, item, token)``, or ``async def on_next_batch(self, items)`` to
     receive each delivery whole (a list of ``(item, token)``, up to ``batch_size``
-    containers, in one turn), and optionally ``on_error(self, exc)``."""
+    containers, in one turn), and optionally ``on_error(self, exc)``. With ``filter`` (an
+    expression, ``orleanspy.streams.filters``) it receives only the events that match.
+
+    Raises:
+        FilterError: ``filter`` is not a valid filter expression.
+    """
     if not namespaces or not all(isinstance(n, str) and n for n in namespaces):
         raise ValueError("implicit_subscription() needs one or more non-empty namespaces")
+    if filter is not None:
+        compile_filter(filter)
 
     def deco(cls: type) -> type:
         if not callable(getattr(cls, "on_next", None)) and not callable(
@@ -67,6 +77,7 @@ def implicit_subscription(*namespaces: str) -> Callable[[type], type]:
                 "'async def on_next(self, item, token)' (or 'on_next_batch(self, items)')"
             )
         setattr(cls, _IMPLICIT_ATTR, tuple(namespaces))
+        setattr(cls, IMPLICIT_FILTER_ATTR, filter)
         return cls
 
     return deco
@@ -226,6 +237,7 @@ class PersistentStreamProvider:
                 records.append(SubscriptionRecord(
                     sub_id=f"implicit:{type_name}", namespace=stream_id.namespace,
                     key=stream_id.key, consumer_type=type_name, consumer_key=stream_id.key,
+                    filter=getattr(info.cls, IMPLICIT_FILTER_ATTR, None),
                 ))
         return records
 

@@ -30,6 +30,8 @@ HANDLERS = "_orleanspy_stream_handlers"
 RESUMES = "_orleanspy_stream_resumes"
 #: the namespaces a grain class subscribes to implicitly (set by ``implicit_subscription``)
 IMPLICIT_ATTR = "_orleanspy_implicit_namespaces"
+#: the filter of a grain class's implicit subscriptions, if any
+IMPLICIT_FILTER_ATTR = "_orleanspy_implicit_filter"
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -176,6 +178,7 @@ class StreamSubscriptionHandle:
                     sub_id=self.sub_id, namespace=sid.namespace, key=sid.key,
                     consumer_type=activation.grain_id.type_name,
                     consumer_key=activation.grain_id.key, token=token, handshake=handshake,
+                    filter=getattr(type(activation.grain), IMPLICIT_FILTER_ATTR, None),
                 ))
             else:
                 await rendezvous.update_subscription(self.sub_id, token, handshake)

@@ -17,6 +17,7 @@ from orleanspy.streams import FilterError, PersistentStreamProvider, StreamProvi
 from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactory
 from orleanspy.streams.adapters.base import QueueAdapterFactory
 from orleanspy.streams.filters import MAX_LENGTH, compile_filter
+from orleanspy.streams.provider import implicit_subscription
 
 WAIT = 30.0
 GOT: dict[str, list[Any]] = defaultdict(list)
@@ -101,12 +102,13 @@ async def silo_for(tmp_path: Path) -> Any:
     CHANGED[:] = [asyncio.Event()]
     silos: list[Silo] = []
 
-    async def start(adapter: str) -> Silo:
+    async def start(adapter: str, grains: list[type] | None = None) -> Silo:
         factory: QueueAdapterFactory = (
             MemoryAdapterFactory() if adapter == "memory"
             else SqliteAdapterFactory(str(tmp_path / "q.db")))
         options = StreamProviderOptions(total_queues=1, pull_period=0.01, batch_size=1)
-        silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0), grains=[Picky],
+        silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0),
+                    grains=[Picky, *(grains or [])],
                     stream_providers={"s": PersistentStreamProvider(factory, options)})
         await silo.start()
         silos.append(silo)
@@ -156,3 +158,32 @@ async def test_subscribe_with_an_invalid_filter_is_refused_and_stores_nothing(
             CHANGED[0].clear()
             await CHANGED[0].wait()
     assert TURNS["bad"] == 0 and GOT["bad"] == []
+
+
+@implicit_subscription("f", filter="event.kind == \"rare\" and key == \"k3\"")
+class PickyImplicit(Grain):
+    async def on_next(self, item: Any, token: Any) -> None:
+        GOT[f"implicit-{self.key}"].append(item)
+        CHANGED[0].set()
+
+    async def __orleanspy_stream_deliver__(self, *args: Any) -> Any:
+        TURNS[f"implicit-{self.key}"] += 1
+        return await super().__orleanspy_stream_deliver__(*args)
+
+
+async def test_an_implicit_subscription_takes_its_class_s_filter(silo_for: Any) -> None:
+    silo = await silo_for("memory", [PickyImplicit])
+    await silo.get_grain(Picky, "all").join("k3", None)
+    stream = silo.stream_providers["s"].get_stream("f", "k3")
+    for i in range(20):
+        await stream.on_next({"kind": "rare" if i == 7 else "common", "i": i})
+    async with asyncio.timeout(WAIT):
+        while len(GOT["all"]) < 20 or not GOT["implicit-k3"]:
+            CHANGED[0].clear()
+            await CHANGED[0].wait()
+    assert [e["i"] for e in GOT["implicit-k3"]] == [7] and TURNS["implicit-k3"] == 1
+
+
+def test_an_implicit_subscription_with_an_invalid_filter_is_refused_at_the_class() -> None:
+    with pytest.raises(FilterError, match="unexpected 'kind'"):
+        implicit_subscription("f", filter="kind == 1")
