@@ -496,4 +496,3 @@ def check_handshake(obj: Any, cluster_id: str, secret: str | None) -> str | None
     ):
         return "wrong or missing secret"
     return None
-
