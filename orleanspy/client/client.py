@@ -31,6 +31,7 @@ from orleanspy.grains.proxy import References, make_reference
 from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
+from orleanspy.messaging.client_identity import CLIENT_KEY_SIZE, client_id_of
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.deadlines import Deadlines
 from orleanspy.messaging.frames import Request, encode_body
@@ -92,10 +93,13 @@ class ClusterClient:
         self._allowed: set[type] = set()
         self._references = References(self, self._allow)
         self.log = get_logger("orleanspy.client", cluster=base.cluster_id)
-        self.client_id = f"client-{os.getpid()}-{os.urandom(3).hex()}"
+        # The client's identity: a random key it never shows but to its gateways, and the
+        # id derived from it (``client_id_of``), which any gateway checks against the key.
+        key = os.urandom(CLIENT_KEY_SIZE)
+        self.client_id = client_id_of(key)
         self._ids = itertools.count(1)
         self._deadlines = Deadlines(self.clock, "client")
-        self._pool = GatewayPool(base, self.client_id, self.codec, self.clock, self.log)
+        self._pool = GatewayPool(base, key, self.codec, self.clock, self.log)
         self._streams: StreamReceiver | None = None
 
     # -- state ----------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from orleanspy.client.connection import GatewayConnection
 from orleanspy.client.discovery import GatewayDiscovery
 from orleanspy.client.options import ClientOptions
 from orleanspy.errors import SiloUnavailableError
+from orleanspy.messaging.client_identity import client_handshake
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.frames import PROTOCOL_VERSION
 
 __all__ = ["GatewayPool", "KnownGateway"]
 
@@ -64,16 +64,17 @@ class GatewayPool:
 
     Args:
         options: the client's options (gateways, counts, back-off, discovery).
-        client_id: sent in each handshake.
+        client_key: the client's key: each handshake names the id derived from it
+            (``messaging.client_identity``) and presents the key, which proves the id.
         codec: the client's codec (its connections decode responses with it).
         clock: time for back-off, connect timeouts and the refresh period.
         log: the client's logger.
     """
 
-    def __init__(self, options: ClientOptions, client_id: str, codec: Codec, clock: Clock,
+    def __init__(self, options: ClientOptions, client_key: bytes, codec: Codec, clock: Clock,
                  log: Any) -> None:
         self.options = options
-        self.client_id = client_id
+        self._client_key = client_key
         self.codec = codec
         self.clock = clock
         self.log = log
@@ -302,10 +303,9 @@ class GatewayPool:
                                               opts.max_frame_size, self.log),
                     g.host, g.port,
                 )
-                conn.send(msgpack.packb({
-                    "v": PROTOCOL_VERSION, "cluster": opts.cluster_id, "secret": opts.secret,
-                    "client": self.client_id,
-                }))
+                conn.send(msgpack.packb(
+                    client_handshake(opts.cluster_id, opts.secret, self._client_key)
+                ))
                 reply = await conn.handshake
         except (OSError, TimeoutError, SiloUnavailableError) as exc:
             if conn is not None:

@@ -25,7 +25,8 @@ body untouched; only the silo that runs the grain decodes the arguments (``open_
 its type policy), and only the caller decodes the result (``read_value``). A reply still in
 its bytes travels through a silo as ``Encoded``.
 
-Handshakes (maps): client -> gateway ``{"v", "cluster", "secret", "client"}``, answered
+Handshakes (maps): client -> gateway ``{"v", "cluster", "secret", "client", "key"}`` (the
+client's id and the key that proves it, ``messaging/client_identity.py``), answered
 ``{"v", "ok": true, "silo"}`` or ``{"v", "ok": false, "error"}``; the silo port's
 challenge-response is described in ``cluster/handshake.py``.
 
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 #: The version a handshake names; a peer naming another is refused.
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 
 REQUEST: Final = 0
 ONE_WAY: Final = 1

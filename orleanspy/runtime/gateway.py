@@ -1,10 +1,13 @@
 """Gateway: the silo's TCP listener for ClusterClients (client → silo message path).
 
 Each connection must start with a handshake naming the cluster id (and the shared secret if
-the silo has one). A malformed frame, an oversized frame, a wrong cluster id or secret
-closes that connection only; the silo keeps serving every other client. Until its handshake
-is accepted a connection is bounded by the gateway's ``HandshakeGuard`` (a deadline, a small
-frame limit, a cap on how many may wait), see ``messaging/guard.py``.
+the silo has one) and the client's id with the key it is derived from (``check_client``):
+the connection then acts as that proven client only, so an id seen in metrics, pages or logs
+cannot be used to act, and a handshake claiming an id without its key is refused and logged
+(``gateway_handshake_rejected``). A malformed frame, an oversized frame, a wrong cluster id
+or secret closes that connection only; the silo keeps serving every other client. Until its
+handshake is accepted a connection is bounded by the gateway's ``HandshakeGuard`` (a
+deadline, a small frame limit, a cap on how many may wait), see ``messaging/guard.py``.
 
 When the silo stops, the gateway stops accepting connections and sends each client a
 ``GOAWAY`` frame: the client sends its new calls through its other gateways and answers
@@ -31,6 +34,7 @@ from orleanspy.errors import (
     SerializationError,
     SiloUnavailableError,
 )
+from orleanspy.messaging.client_identity import check_client
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
@@ -54,7 +58,7 @@ from orleanspy.runtime.locator import fenced_error
 __all__ = ["CLIENT_CONSUMER_TYPE", "Gateway", "GatewayConnection", "GatewayHost"]
 
 #: The grain that stands for a client's stream subscriptions, keyed by the client's id
-#: (``orleanspy.streams.client_consumer``): only that client may call it.
+#: (``orleanspy.streams.client_consumer``): only a connection that proved that id may call it.
 CLIENT_CONSUMER_TYPE = "orleanspy.ClientStreamConsumer"
 
 
@@ -182,13 +186,16 @@ class GatewayConnection(FramedConnection):
     def _handshake(self, obj: Any) -> None:
         opts = self.silo.options
         error = check_handshake(obj, opts.cluster_id, opts.secret)
+        client = ""
+        if error is None:
+            error, client = check_client(obj)
         if error is not None:
             self.gateway.guard.report(self.peer, "gateway_handshake_rejected", error)
             self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
             self.close()
             return
         self.mark_ready()
-        self.client = str(obj.get("client", "?"))
+        self.client = client
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
 

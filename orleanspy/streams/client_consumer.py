@@ -14,7 +14,9 @@ silo's loss knows them. While the client is away (no poll for ``AWAY_AFTER`` sec
 delivery fails at once and the agent backs off and retries; once the client has been away
 for its providers' ``client_timeout`` the grain removes its subscriptions.
 
-Only the client whose id is the grain's key may call it (checked by the gateway).
+Only a connection that proved the id that is the grain's key may call it (checked by the
+gateway, ``runtime/gateway.py``), and one client holds at most its provider's
+``max_client_subscriptions`` subscriptions.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ MAX_POLL_WAIT: Final = 20.0
 #: how long a delivery waits for the client's answer before it fails (and is retried)
 ACK_TIMEOUT: Final = 20.0
 _MAX_PART = 64
-#: subscriptions one client may hold (each is stored and served by the silos)
-MAX_SUBSCRIPTIONS: Final = 10_000
 
 log = get_logger(__name__)
 
@@ -107,11 +107,13 @@ class ClientStreamConsumer(Grain):
         self._touch()
         if not isinstance(part, str) or not part or len(part) > _MAX_PART:
             raise ValueError(f"subscription name must be 1..{_MAX_PART} characters")
-        self._provider(provider)
+        cap = self._provider(provider).options.max_client_subscriptions
         subs = self.state.value.subscriptions
-        if len(subs) >= MAX_SUBSCRIPTIONS:
-            raise ValueError(f"client {self.key} holds {len(subs)} stream subscriptions, the "
-                             "most one client may: unsubscribe some first")
+        held = sum(1 for where in subs.values() if where[0] == provider)
+        if held >= cap:
+            raise ValueError(f"client {self.key} holds {held} subscriptions to streams of "
+                             f"{provider!r}, the most one client may (the provider's "
+                             "max_client_subscriptions): unsubscribe some first")
         sub_id = f"{self.key}/{part}"
         record = SubscriptionRecord(
             sub_id=sub_id, namespace=namespace, key=key, consumer_type=CLIENT_CONSUMER_TYPE,

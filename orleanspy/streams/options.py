@@ -132,6 +132,9 @@ class StreamProviderOptions:
             nothing twice) before it stops; then what is left is delivered by the next owner.
         client_timeout: how long a ClusterClient that stopped polling (disconnected, or
             closed without unsubscribing) keeps its subscriptions; then they are removed.
+        max_client_subscriptions: subscriptions to this provider's streams that one client
+            may hold (a client is the id it proved on its connection, and a connection acts
+            as that one id, so the cap holds per connection too); one more is refused.
         inactivity_period: an agent forgets a stream (its subscriptions and registration)
             that had no event for this long and has nothing cached or in delivery; the next
             event registers it again (as in Orleans, default 30 minutes).
@@ -159,6 +162,7 @@ class StreamProviderOptions:
     lease_retry_period: float = 0.5
     handoff_timeout: float = 5.0
     client_timeout: float = 60.0
+    max_client_subscriptions: int = 10_000
     inactivity_period: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -186,6 +190,7 @@ class StreamProviderOptions:
         check("lease_retry_period", self.lease_retry_period > 0, "must be > 0 seconds")
         check("handoff_timeout", self.handoff_timeout >= 0, "must be >= 0 seconds")
         check("client_timeout", self.client_timeout > 0, "must be > 0 seconds")
+        check("max_client_subscriptions", self.max_client_subscriptions >= 1, "must be >= 1")
         check("inactivity_period", self.inactivity_period > 0, "must be > 0 seconds")
         check("failure", self.failure in ("retry", "skip", "fault"),
               "must be 'retry', 'skip' or 'fault'")

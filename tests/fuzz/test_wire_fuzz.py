@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from integration.silo_process import REPO_ROOT, child_env, free_port
 
+from orleanspy.messaging.client_identity import client_handshake
 from orleanspy.messaging.frames import (
     CONTROL,
     CONTROL_ONE_WAY,
@@ -206,8 +207,7 @@ def frame(payload: bytes, length: int | None = None) -> bytes:
 
 
 def client_hello() -> bytes:
-    return frame(msgpack.packb({"v": PROTOCOL_VERSION, "cluster": CLUSTER, "secret": SECRET,
-                                "client": "fuzz"}))
+    return frame(msgpack.packb(client_handshake(CLUSTER, SECRET)))
 
 
 def tool_hello() -> bytes:

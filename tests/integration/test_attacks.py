@@ -27,6 +27,7 @@ from orleanspy.cluster.connection import silo_key
 from orleanspy.cluster.membership import SiloStatus, SqliteMembershipTable
 from orleanspy.cluster.query import query_silo
 from orleanspy.ids import GrainId
+from orleanspy.messaging.client_identity import client_handshake
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_EXCEPTION
 from orleanspy.messaging.frames import PROTOCOL_VERSION
 
@@ -219,8 +220,7 @@ async def test_unauthenticated_peers_cost_bounded_time_and_memory(
             for host, port in ((gw_host, gw_port), (silo_host, silo_port)):
                 # idle sockets and a peer that trickles its handshake: closed at the deadline
                 await idle_connections(host, port, 20)
-                hello = frame({"v": PROTOCOL_VERSION,
-                               "cluster": CLUSTER, "secret": SECRET, "client": "slow"})
+                hello = frame(client_handshake(CLUSTER, SECRET))
                 took = await slowloris(host, port, hello)
                 assert took < HANDSHAKE_TIMEOUT + 1.0
                 # huge announced frames before any handshake: closed at the length prefix

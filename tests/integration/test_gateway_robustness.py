@@ -10,6 +10,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from orleanspy.messaging.client_identity import client_handshake
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import PROTOCOL_VERSION, Request
 
@@ -27,8 +28,7 @@ def frame(payload: bytes) -> bytes:
 
 def handshake(secret: str | None, cluster: str = "dev",
               version: int = PROTOCOL_VERSION) -> bytes:
-    return frame(msgpack.packb({"v": version, "cluster": cluster, "secret": secret,
-                                "client": "raw-test"}))
+    return frame(msgpack.packb({**client_handshake(cluster, secret), "v": version}))
 
 
 async def send_and_read_until_closed(silo: SiloProcess, *chunks: bytes) -> bytes:

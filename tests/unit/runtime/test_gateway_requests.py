@@ -17,7 +17,7 @@ import pytest
 from orleanspy import (
     SerializationError,
 )
-from orleanspy.messaging.frames import PROTOCOL_VERSION
+from orleanspy.messaging.client_identity import client_handshake
 from tests.unit.runtime.echo_grain import Echo
 
 WAIT = 5.0
@@ -59,10 +59,7 @@ async def test_gateway_bad_chain_entry_is_answered_not_fatal(make_cluster):
     reader, writer = await asyncio.open_connection("127.0.0.1", silo.gateway.port)
     try:
         async with asyncio.timeout(WAIT):
-            writer.write(frame(msgpack.packb(
-                {"v": PROTOCOL_VERSION,
-                 "cluster": silo.options.cluster_id, "secret": None, "client": "raw"}
-            )))
+            writer.write(frame(msgpack.packb(client_handshake(silo.options.cluster_id, None))))
             assert (await read_frame(reader))["ok"] is True
             body = msgpack.packb([[], None])
             writer.write(

@@ -1,6 +1,7 @@
 """A ClusterClient subscribes to streams: events through the gateway, in order, one delivery
 at a time; handler errors are retried like a grain's; unsubscribe, resume and listing work;
-another client cannot reach this client's subscriptions."""
+another client cannot reach this client's subscriptions; a client holds at most its
+provider's ``max_client_subscriptions``."""
 
 from __future__ import annotations
 
@@ -195,4 +196,30 @@ async def test_a_client_that_stops_polling_loses_its_subscriptions_after_client_
         else:
             raise AssertionError(f"the subscription outlived client_timeout by {WAIT} s")
     finally:
+        await cluster.stop()
+
+
+async def test_a_client_holds_at_most_max_client_subscriptions_per_provider() -> None:
+    def provider(cap: int) -> PersistentStreamProvider:
+        return PersistentStreamProvider(MemoryAdapterFactory(), StreamProviderOptions(
+            total_queues=1, pull_period=0.01, max_client_subscriptions=cap))
+
+    cluster = TestCluster([Sensor], stream_providers={"s": provider(2), "t": provider(1)})
+    await cluster.start()
+    client = ClusterClient(gateways=[cluster.silo.gateway.address],
+                           cluster_id=cluster.silo.options.cluster_id)
+    try:
+        await client.connect()
+        s = client.get_stream_provider("s")
+        held = [await s.get_stream("readings", f"c{i}").subscribe(Collector(1))
+                for i in range(2)]
+        with pytest.raises(ValueError, match="max_client_subscriptions"):
+            await s.get_stream("readings", "c2").subscribe(Collector(1))
+        # each provider counts its own; a subscription given up makes room again
+        await client.get_stream_provider("t").get_stream("readings", "c3").subscribe(
+            Collector(1))
+        await held[0].unsubscribe()
+        await s.get_stream("readings", "c2").subscribe(Collector(1))
+    finally:
+        await client.close()
         await cluster.stop()
