@@ -12,7 +12,8 @@ knows is refused with ``StorageError``: an older orleanspy must not write tables
 changed.
 
 Connections the server drops (a restart, ``pg_terminate_backend``) are replaced by the pool;
-``run`` retries an idempotent call on a fresh connection, so reads recover by themselves.
+``run`` retries an idempotent call on a fresh connection, so reads recover by themselves, and
+``open`` retries the migrations (one transaction each time) the same way.
 """
 
 from __future__ import annotations
@@ -146,10 +147,19 @@ class PostgresClient:
                 "there or fix the URL"
             ) from exc
         try:
-            async with pool.acquire() as conn:
-                await self._migrate(conn)
+            attempt = 0
+            while True:  # a connection the server drops while migrating: again on a fresh one
+                try:
+                    async with pool.acquire() as conn:
+                        await self._migrate(conn)
+                    break
+                except Exception as exc:
+                    if not connection_lost(exc) or attempt >= RETRIES:
+                        raise
+                    attempt += 1
+                    await asyncio.sleep(0.05 * attempt)
         except BaseException:
-            await pool.close()
+            pool.terminate()
             raise
         self._pool = pool
 
