@@ -216,6 +216,36 @@ async def test_a_reader_is_woken_by_another_adapters_enqueue_and_idle_reads_quer
         await reader.close()
 
 
+async def test_notifications_right_after_a_read_wake_the_reader_once_the_read_gap_passed(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Commits within ``READ_GAP`` of a read wake the reader when the gap has passed (one
+    read takes them all), not at each commit; nothing is left unread."""
+    monkeypatch.setattr(postgres_adapter, "READ_GAP", 1.0)
+    loop = asyncio.get_running_loop()
+    adapter = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await adapter.open()
+    try:
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        wakes: list[float] = []
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(lambda: (wakes.append(loop.time()), woken.set()))
+        before = loop.time()
+        assert await receiver.get_messages(10) == []  # a query: the gap starts
+        for n in range(3):
+            await adapter.enqueue(Q0, STREAM, [n])  # each commit notifies the reader
+        assert wakes == []
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        assert wakes[0] >= before + 1.0
+        events = [e for c in await receiver.get_messages(10) for e in c.events]
+        assert events == [0, 1, 2]
+        await receiver.shutdown()
+    finally:
+        await adapter.close()
+
+
 async def test_a_receiver_queries_after_check_every_without_a_notification(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
