@@ -87,6 +87,30 @@ async def test_migrations_run_once_when_many_clients_open_at_once(postgres_url: 
 # -- grain storage -------------------------------------------------------------------------
 
 
+async def test_the_client_reuses_bounds_and_replaces_its_connections(postgres_url: str) -> None:
+    """Calls in turn share one connection; no more than ``max_size`` are open at once (the
+    others wait); a call cancelled in the middle of its statement closes its connection, and
+    the calls after it run on others."""
+    client = PostgresClient(postgres_url, "pool", [], max_size=2)
+    pid = "SELECT pg_backend_pid()"
+    await client.open()
+    try:
+        assert len({await client.run("pid", lambda c: c.fetchval(pid)) for _ in range(5)}) == 1
+        slow = await asyncio.gather(*(client.run("pid", lambda c: c.fetchval(
+            f"{pid} FROM pg_sleep(0.2)")) for _ in range(5)))
+        assert len(set(slow)) == 2
+        stuck = asyncio.create_task(client.run("sleep", lambda c: c.execute("SELECT pg_sleep(5)")))
+        await asyncio.sleep(0.1)  # let it send its statement
+        stuck.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stuck
+        after = await asyncio.gather(*(client.run("pid", lambda c: c.fetchval(pid))
+                                       for _ in range(4)))
+        assert len(after) == 4 and len(set(after)) <= 2
+    finally:
+        await client.close()
+
+
 async def test_a_value_changed_outside_orleanspy_fails_its_checksum(postgres_url: str) -> None:
     storage = PostgresGrainStorage(postgres_url)
     try:
