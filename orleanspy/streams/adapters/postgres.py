@@ -19,7 +19,7 @@ containers come back through ``messages_delivered`` and their rows are deleted (
   after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds after its last query),
   so an idle queue costs a query every few seconds at most; a lost listening
   connection marks every receiver (it reads once) and is opened again. A notification
-  wakes the receiver's reader (``wake_on_arrival``) ``READ_GAP`` (2 ms) after its last
+  wakes the receiver's reader (``wake_on_arrival``) ``READ_GAP`` (10 ms) after its last
   query at the earliest: under a steady stream of commits one read takes several's rows.
 * At-least-once: rows stay until acknowledged, so a new receiver reads every unacknowledged
   row again, in order. With a ``PostgresLeaseFence`` (``fence_with``) an acknowledgement
@@ -69,7 +69,7 @@ CHANNEL: Final = "orleanspy_queues"
 #: connection lost without the client noticing, such as behind a broken network path).
 CHECK_EVERY: Final = 5.0
 #: Seconds after a receiver's query before a notification wakes its reader (module docstring).
-READ_GAP = 0.002
+READ_GAP = 0.01
 _COLUMNS: Final = "seq, namespace, key, events, size, at"
 _SELECT: Final = (f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AND seq > $2 "
                   "AND acked_at IS NULL ORDER BY seq LIMIT $3")
