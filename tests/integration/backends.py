@@ -1,7 +1,8 @@
 """What the integration tests of the shared back ends (Redis, PostgreSQL, NATS JetStream) have
 in common: a ``nats-server`` of the test's own, the membership statuses of a cluster on any
-membership URL, numbered events enqueued straight into a provider's queues, and the
-deliveries the silos wrote to the shared data dir."""
+membership URL, numbered events enqueued straight into a provider's queues, the deliveries
+the silos wrote to the shared data dir, and ``pg_terminate_backend`` of the connections of a
+test's own PostgreSQL schema."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from orleanspy.hosting.builder import open_membership_table
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
-from .silo_process import free_port
+from .silo_process import free_port, poll_until
 
 __all__ = [
     "FAST",
@@ -28,6 +29,8 @@ __all__ = [
     "read_deliveries",
     "statuses",
     "streams_config",
+    "terminate_backends",
+    "until_received",
 ]
 
 #: Membership periods short enough that a kill -9 is detected within seconds.
@@ -103,8 +106,6 @@ def read_deliveries(data_dir: Path, name: str = "received.txt") -> dict[int, lis
 async def until_received(data_dir: Path, done: Callable[[dict[int, list[int]]], bool],
                          timeout: float) -> dict[int, list[tuple[int, int]]]:
     """Poll the deliveries until ``done`` holds of their numbers per key."""
-    from .silo_process import poll_until
-
     async def probe() -> dict[int, list[tuple[int, int]]]:
         return read_deliveries(data_dir)
 
