@@ -85,8 +85,8 @@ async def test_a_cluster_on_postgres_and_jetstream_rides_out_kill_9_and_server_f
     args = ("--membership", pg, "--storage", pg, "--reminders", pg, "--cluster-id", CLUSTER,
             "--config", str(config), "--min-reminder-period", "0.5",
             "--app", "tests.integration.app", *FAST)
-    silos = list(await asyncio.gather(*(
-        silo_launcher.start(*args, app="tests.integration.cluster_stream_app")
+    silos = list(await asyncio.gather(*(  # three at once: each may take longer to start
+        silo_launcher.start(*args, app="tests.integration.cluster_stream_app", timeout=30)
         for _ in range(3))))
     await poll_until(lambda: statuses(pg, CLUSTER),
                      lambda s: list(s.values()).count(SiloStatus.ACTIVE) == 3,
