@@ -1390,6 +1390,12 @@ def report(figures: list[Figure], as_json: bool) -> None:
 
 
 # -- profiling our side ---------------------------------------------------------------------
+def _jetstream_factory(url: str) -> Any:
+    from orleanspy.streams.adapters.nats import NatsAdapterFactory
+
+    return NatsAdapterFactory(url)
+
+
 async def profile(which: str, n: int) -> None:
     try:
         from pyinstrument import Profiler
@@ -1400,22 +1406,34 @@ async def profile(which: str, n: int) -> None:
         "memory": {}, "batch": {"batch": BATCH}, "fanout": {"consumers": FANOUT},
         "fanout10": {"consumers": 10},
         "sqlite": {"wait_ack": True}, "redis": {"wait_ack": True, "batch": BATCH},
+        "postgres": {"wait_ack": True}, "jetstream": {"wait_ack": True},
     }[which]
     if which.startswith("fanout"):
         n = max(PRODUCERS, n // FANOUT)
     prefix = f"orleanspy-bench-{os.getpid()}"
+    schema = f"orleanspy_bench_{os.getpid()}_{next(_ids)}"
+    sep = "&" if "?" in POSTGRES_URL else "?"
     with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
         factory: Any = (
             SqliteAdapterFactory(str(Path(tmp) / "s.db")) if which == "sqlite"
             else RedisAdapterFactory(f"{REDIS_URL}?prefix={prefix}")
-            if which == "redis" else MemoryAdapterFactory()
+            if which == "redis"
+            else PostgresAdapterFactory(f"{POSTGRES_URL}{sep}schema={schema}")
+            if which == "postgres"
+            else _jetstream_factory(f"{NATS_URL}?prefix={prefix.replace('-', '_')}")
+            if which == "jetstream" else MemoryAdapterFactory()
         )
         provider = PersistentStreamProvider(factory, _provider_options())
         cleanup = (_redis_keys_deleted(prefix) if which == "redis"
+                   else _postgres_schema_dropped(POSTGRES_URL, schema) if which == "postgres"
                    else contextlib.nullcontext())
         async with cleanup, _silo({"p": provider}) as silo:
-            await stream_trial(silo, "p", max(PRODUCERS, n // 10), **kwargs)  # warm-up
-            rate = await stream_trial(silo, "p", n, profiler=profiler, **kwargs)
+            try:
+                await stream_trial(silo, "p", max(PRODUCERS, n // 10), **kwargs)  # warm-up
+                rate = await stream_trial(silo, "p", n, profiler=profiler, **kwargs)
+            finally:
+                if which == "jetstream":
+                    await silo.stream_providers["p"].adapter.delete_all()
     sys.stderr.write(f"\n=== {which}: {rate:,.0f} per second (N={n:,}) ===\n")
     sys.stderr.write(profiler.output_text(unicode=False, color=False))
 
@@ -1462,7 +1480,8 @@ def main() -> None:
         help=f"write the backpressure PNG to PLOT (given alone: {PLOT}); none by default",
     )
     parser.add_argument("--profile",
-                        choices=["memory", "batch", "fanout", "fanout10", "sqlite", "redis"],
+                        choices=["memory", "batch", "fanout", "fanout10", "sqlite", "redis",
+                                 "postgres", "jetstream"],
                         help="profile orleanspy's side of one figure instead (stderr)")
     parser.add_argument("--events", type=int, default=30_000,
                         help="events for --profile (default 30000; fanout: /100)")

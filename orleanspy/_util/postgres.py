@@ -1,4 +1,4 @@
-"""PostgresClient: one asyncpg pool per back-end URL, tables in the URL's schema, migrations.
+"""PostgresClient: asyncpg connections for one back-end URL, tables in its schema, migrations.
 
 A URL is ``postgresql://[user[:password]@]host[:port]/database[?schema=S]`` (``postgres://``
 too); every table the runtime makes lives in schema ``S`` (default ``orleanspy``, created if
@@ -11,13 +11,17 @@ lock (several silos starting at once apply each step once). A version newer than
 knows is refused with ``StorageError``: an older orleanspy must not write tables a newer one
 changed.
 
-Connections the server drops (a restart, ``pg_terminate_backend``) are replaced by the pool;
-``run`` retries an idempotent call on a fresh connection, so reads recover by themselves.
+The client pools its connections itself (up to ``max_size``, the last one given back is the
+next one taken): a call costs its round trip and no more, where asyncpg's pool adds a task
+per release. Connections the server drops (a restart, ``pg_terminate_backend``) are replaced;
+``run`` retries an idempotent call on a fresh connection, so reads recover by themselves, and
+``open`` retries the migrations (one transaction each time) the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -78,7 +82,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 class PostgresClient:
-    """An asyncpg pool for one URL, its schema, and the migrations of one component.
+    """Pooled connections to one URL, its schema, and the migrations of one component.
 
     ``migrations`` are the SQL steps of ``component``'s tables, oldest first (each step one
     or more statements); the version is the number of steps applied. ``error`` is the
@@ -93,9 +97,14 @@ class PostgresClient:
         self.migrations = tuple(migrations)
         self.error = error
         self.max_size = max_size
-        self._pool: Any = None
+        self._opened = False
         self._opening: asyncio.Future[None] | None = None
         self._closed = False
+        # The pool: idle connections (last used first), how many are open or opening, and
+        # the callers waiting for one (handed a connection, or None: open one yourself).
+        self._idle: list[Any] = []
+        self._size = 0
+        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
 
     def __repr__(self) -> str:
         return f"PostgresClient({redact(self.url)!r}, {self.component!r})"
@@ -104,12 +113,6 @@ class PostgresClient:
     def application_name(self) -> str:
         """What ``pg_stat_activity`` shows for this client's connections."""
         return f"orleanspy:{self.schema}"
-
-    @property
-    def pool(self) -> Any:
-        if self._pool is None:
-            raise RuntimeError(f"{self!r} is not open")
-        return self._pool
 
     def failed(self, action: str, exc: BaseException) -> Exception:
         return self.error(
@@ -132,26 +135,82 @@ class PostgresClient:
             raise
 
     async def _open(self) -> None:
-        import asyncpg
-
-        try:
-            pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.max_size, reset=_keep_session,
-                server_settings={"search_path": self.schema,
-                                 "application_name": self.application_name},
-            )
-        except Exception as exc:
-            raise self.error(
-                f"cannot reach PostgreSQL at {redact(self.dsn)}: {exc}; start the server "
-                "there or fix the URL"
-            ) from exc
-        try:
-            async with pool.acquire() as conn:
+        attempt = 0
+        while True:  # a connection the server drops while migrating: again on a fresh one
+            try:
+                conn = await self._take()
+            except Exception as exc:
+                raise self.error(
+                    f"cannot reach PostgreSQL at {redact(self.dsn)}: {exc}; start the server "
+                    "there or fix the URL"
+                ) from exc
+            try:
                 await self._migrate(conn)
+            except BaseException as exc:
+                self._give(conn, broken=True)
+                if not isinstance(exc, Exception) or not connection_lost(exc) or (
+                        attempt >= RETRIES):
+                    raise
+                attempt += 1
+                await asyncio.sleep(0.05 * attempt)
+                continue
+            self._give(conn)
+            self._opened = True
+            return
+
+    async def _take(self) -> Any:
+        """An idle connection, a new one (fewer than ``max_size`` open), or the next one
+        given back."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._size -= 1
+        if self._size >= self.max_size:
+            waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                conn = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed one as it was cancelled
+                    handed = waiter.result()
+                    if handed is None:
+                        self._give_slot(None)
+                    else:
+                        self._give(handed)
+                raise
+            if conn is not None:
+                return conn
+        self._size += 1
+        try:
+            import asyncpg
+
+            return await asyncpg.connect(
+                self.dsn, server_settings={"search_path": self.schema,
+                                           "application_name": self.application_name})
         except BaseException:
-            await pool.close()
+            self._size -= 1
+            self._give_slot(None)
             raise
-        self._pool = pool
+
+    def _give(self, conn: Any, *, broken: bool = False) -> None:
+        """Back to the pool; a connection that failed, was cancelled in the middle of a
+        call, or is left in a transaction is closed instead (its slot goes on)."""
+        if broken or self._closed or conn.is_closed() or conn.is_in_transaction():
+            conn.terminate()
+            self._size -= 1
+            self._give_slot(None)
+        elif not self._give_slot(conn):
+            self._idle.append(conn)
+
+    def _give_slot(self, conn: Any) -> bool:
+        """Hand ``conn`` (None: the right to open one) to the first caller still waiting."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
 
     async def _migrate(self, conn: Any) -> None:
         async with conn.transaction():
@@ -182,14 +241,22 @@ class PostgresClient:
         """``fn(connection)`` on a pooled connection. A dropped connection is retried (on a
         fresh one) if the call is ``idempotent``; any other failure of the server raises
         ``error`` naming ``action``."""
-        if self._pool is None:
+        if not self._opened:
             await self.open()
         attempt = 0
         while True:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            conn = None
             try:
-                async with self.pool.acquire() as conn:
-                    return await fn(conn)
-            except Exception as exc:
+                conn = await self._take()
+                result = await fn(conn)
+            except BaseException as exc:
+                failed = not isinstance(exc, Exception)  # cancelled in the middle of a call
+                if conn is not None:
+                    self._give(conn, broken=failed or connection_lost(exc))
+                if failed:
+                    raise
                 if self._closed:
                     raise RuntimeError(f"{self!r} is closed") from exc
                 if idempotent and connection_lost(exc) and attempt < RETRIES:
@@ -199,22 +266,22 @@ class PostgresClient:
                 if _ours(exc):
                     raise
                 raise self.failed(action, exc) from exc
+            self._give(conn)
+            return result
 
     async def close(self) -> None:
+        """Close the idle connections; the ones in use close when given back."""
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
             try:
-                await asyncio.wait_for(pool.close(), 5.0)
+                await asyncio.wait_for(conn.close(), 5.0)
             except (TimeoutError, Exception):
-                pool.terminate()
-
-
-async def _keep_session(conn: Any) -> None:
-    """A connection going back to the pool keeps its session: the back ends set nothing
-    that outlives a transaction (locks and settings are transaction-scoped, and LISTEN runs
-    on a connection of its own). asyncpg still rolls back an open transaction; its default
-    reset would cost a round trip per call."""
+                conn.terminate()
+        while self._waiters:  # nothing is given back to them any more
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(RuntimeError(f"{self!r} is closed"))
 
 
 def _ours(exc: BaseException) -> bool:

@@ -87,6 +87,30 @@ async def test_migrations_run_once_when_many_clients_open_at_once(postgres_url: 
 # -- grain storage -------------------------------------------------------------------------
 
 
+async def test_the_client_reuses_bounds_and_replaces_its_connections(postgres_url: str) -> None:
+    """Calls in turn share one connection; no more than ``max_size`` are open at once (the
+    others wait); a call cancelled in the middle of its statement closes its connection, and
+    the calls after it run on others."""
+    client = PostgresClient(postgres_url, "pool", [], max_size=2)
+    pid = "SELECT pg_backend_pid()"
+    await client.open()
+    try:
+        assert len({await client.run("pid", lambda c: c.fetchval(pid)) for _ in range(5)}) == 1
+        slow = await asyncio.gather(*(client.run("pid", lambda c: c.fetchval(
+            f"{pid} FROM pg_sleep(0.2)")) for _ in range(5)))
+        assert len(set(slow)) == 2
+        stuck = asyncio.create_task(client.run("sleep", lambda c: c.execute("SELECT pg_sleep(5)")))
+        await asyncio.sleep(0.1)  # let it send its statement
+        stuck.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stuck
+        after = await asyncio.gather(*(client.run("pid", lambda c: c.fetchval(pid))
+                                       for _ in range(4)))
+        assert len(after) == 4 and len(set(after)) <= 2
+    finally:
+        await client.close()
+
+
 async def test_a_value_changed_outside_orleanspy_fails_its_checksum(postgres_url: str) -> None:
     storage = PostgresGrainStorage(postgres_url)
     try:
@@ -214,6 +238,36 @@ async def test_a_reader_is_woken_by_another_adapters_enqueue_and_idle_reads_quer
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_notifications_right_after_a_read_wake_the_reader_once_the_read_gap_passed(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Commits within ``READ_GAP`` of a read wake the reader when the gap has passed (one
+    read takes them all), not at each commit; nothing is left unread."""
+    monkeypatch.setattr(postgres_adapter, "READ_GAP", 1.0)
+    loop = asyncio.get_running_loop()
+    adapter = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await adapter.open()
+    try:
+        receiver = adapter.create_receiver(Q0)
+        await receiver.initialize()
+        wakes: list[float] = []
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(lambda: (wakes.append(loop.time()), woken.set()))
+        before = loop.time()
+        assert await receiver.get_messages(10) == []  # a query: the gap starts
+        for n in range(3):
+            await adapter.enqueue(Q0, STREAM, [n])  # each commit notifies the reader
+        assert wakes == []
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        assert wakes[0] >= before + 1.0
+        events = [e for c in await receiver.get_messages(10) for e in c.events]
+        assert events == [0, 1, 2]
+        await receiver.shutdown()
+    finally:
+        await adapter.close()
 
 
 async def test_a_receiver_queries_after_check_every_without_a_notification(

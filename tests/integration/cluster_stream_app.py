@@ -2,7 +2,8 @@
 
 ``NumberSink`` subscribes implicitly to namespace ``numbers``; each delivery appends
 ``KEY NUMBER PID`` to ``received.txt`` in the (shared) data dir with one ``write``, so what was
-delivered survives a kill -9 of the silo that delivered it.
+delivered survives a kill -9 of the silo that delivered it. ``PacedTicker`` does the same for
+the ticks of its durable reminder (``ticks.txt``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import asyncio
 import os
 from typing import Any
 
-from orleanspy import Grain
+from orleanspy import Grain, TickStatus
 from orleanspy.streams.provider import implicit_subscription
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["ExplicitSink", "FeedProducer", "NumberSink"]
+__all__ = ["ExplicitSink", "FeedProducer", "NumberSink", "PacedTicker"]
 
 
 def _append(path: str, line: str) -> None:
@@ -58,3 +59,19 @@ class FeedProducer(Grain):
         for n in range(start, start + count):
             await stream.on_next(n)
         return os.getpid()
+
+
+class PacedTicker(Grain):
+    """A durable reminder every ``period`` s; each tick appends ``KEY INDEX TIME PID`` to
+    ``ticks.txt`` in the shared data dir: INDEX is the tick's number since the first, TIME
+    the moment it was due (epoch seconds)."""
+
+    async def start(self, period: float) -> int:
+        await self.register_reminder("tick", period, period)
+        return os.getpid()
+
+    async def receive_reminder(self, name: str, status: TickStatus) -> None:
+        index = round((status.current_tick - status.first_tick) / status.period)
+        path = os.path.join(self.silo.options.data_dir, "ticks.txt")
+        line = f"{self.key} {index} {status.current_tick} {os.getpid()}\n"
+        await asyncio.to_thread(_append, path, line)

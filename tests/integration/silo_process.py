@@ -154,6 +154,7 @@ class SiloLauncher:
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.processes: list[SiloProcess] = []
+        self._started = 0  # numbers the log files (silos may start concurrently)
 
     def shared(self, url: str) -> str:
         """``url`` with a relative SQLite path made absolute under the launcher's data dir:
@@ -183,7 +184,8 @@ class SiloLauncher:
         ]
         if secret is not None:
             args += ["--secret", secret]
-        log_path = self.log_dir / f"silo-{len(self.processes)}.log"
+        log_path = self.log_dir / f"silo-{self._started}.log"
+        self._started += 1
         with log_path.open("ab") as log_file:
             proc = await run_cli("silo", "start", *args, stdout=asyncio.subprocess.PIPE,
                                  stderr=log_file)

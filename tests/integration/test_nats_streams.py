@@ -9,11 +9,7 @@ restart of their own.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,86 +18,20 @@ from orleanspy.streams.adapters.nats import NatsAdapterFactory
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
-from .silo_process import SiloLauncher, SiloProcess, free_port, poll_until
+from .backends import FAST, NatsServer, streams_config
+from .silo_process import SiloLauncher, SiloProcess, poll_until
 from .test_cluster_streams import KEYS, balanced_over, leases
 from .test_cluster_streams import read_received as received
 
 pytestmark = pytest.mark.integration
 
 CLUSTER = "streams"  # the cluster id test_cluster_streams.leases reads
-FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5", "--table-refresh-period", "0.5")
-CONFIG = ('[streams.s]\nadapter = "{url}"\ntotal_queues = 8\npull_period = 0.02\n'
-          'balance_settle_time = 0.2\nlease_duration = {lease}\nlease_retry_period = 0.1\n')
-
-
-class NatsServer:
-    """A ``nats-server -js`` of the test's own: its own port and store directory."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}?prefix=itest"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["nats-server", "-js", "-sd", str(self.folder), "-p", str(self.port),
-             "-a", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    async def wait_up(self, timeout: float = 10.0) -> None:
-        """Until JetStream answers (the server takes a moment to listen and recover)."""
-        import nats
-
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    nc = await nats.connect(f"nats://127.0.0.1:{self.port}",
-                                            allow_reconnect=False, connect_timeout=1)
-                except Exception:
-                    await asyncio.sleep(0.05)
-                    continue
-                try:
-                    await nc.jetstream().account_info()
-                    return
-                except Exception:
-                    await asyncio.sleep(0.05)
-                finally:
-                    await nc.close()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs (what JetStream wrote is in its files)."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-
-@pytest.fixture
-async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    if shutil.which("nats-server") is None:
-        why = "nats-server is not installed (the restart test runs one of its own)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    folder = tmp_path / "jetstream"
-    folder.mkdir()
-    server = NatsServer(folder)
-    server.start()
-    try:
-        await server.wait_up()
-        yield server
-    finally:
-        server.kill()
 
 
 async def start_silos(launcher: SiloLauncher, url: str, tmp_path: Path, count: int,
                       lease: float) -> list[SiloProcess]:
     launcher.data_dir.mkdir(parents=True, exist_ok=True)  # NumberSink writes there
-    config = tmp_path / "streams.toml"
-    config.write_text(CONFIG.format(url=url, lease=lease))
+    config = streams_config(tmp_path, url, lease)
     return [await launcher.start(
         "--membership", "sqlite:membership.db", "--cluster-id", CLUSTER, "--storage", "memory",
         "--reminders", "memory", "--config", str(config), *FAST,
@@ -158,7 +88,7 @@ async def test_silos_ride_out_a_nats_server_restart(
     delivered, first arrivals in order, with no duplicate (no receiver restarted: the
     at-least-once window stayed empty), and the silos deliver what follows without a
     restart."""
-    url = nats_server.url
+    url = nats_server.url()
     silos = await start_silos(silo_launcher, url, tmp_path, 2, lease=30.0)
     data_dir = silo_launcher.data_dir
     adapter = NatsAdapterFactory(url, enqueue_timeout=1.0).create_adapter("s")
@@ -184,10 +114,7 @@ async def test_silos_ride_out_a_nats_server_restart(
     try:
         await poll_until(lambda: asyncio.sleep(0, received(data_dir)),
                          lambda g: sum(map(len, g.values())) >= 300, timeout=30)
-        nats_server.kill()
-        await asyncio.sleep(3.0)  # the outage itself: nothing to wait for but time
-        nats_server.start()
-        await nats_server.wait_up()
+        await nats_server.restart(outage=3.0)
         await asyncio.sleep(2.0)  # production goes on after the restart
         stop.set()
         await producer

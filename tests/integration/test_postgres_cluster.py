@@ -12,14 +12,12 @@ import pytest
 
 from orleanspy import ClusterClient
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.cluster.membership.postgres import PostgresMembershipTable
 from orleanspy.options import ClientOptions
 from orleanspy.streams.adapters import PostgresAdapterFactory
-from orleanspy.streams.ids import StreamId
 from orleanspy.streams.leases import Lease
-from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
 
+from .backends import FAST, STREAM_KEYS, enqueue_numbers, statuses, streams_config
 from .silo_process import SiloLauncher, poll_until
 from .test_cluster_streams import balanced_over
 from .test_cluster_streams import read_received as received
@@ -27,22 +25,9 @@ from .test_cluster_streams import read_received as received
 pytestmark = pytest.mark.integration
 
 CLUSTER = "postgres-itest"
-FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5", "--table-refresh-period", "0.5")
 DETECTION = 15.0
-STREAM_KEYS = list(range(16))
 BALANCING_PERIOD = 0.2 + 0.1 + 1.0  # balance_settle_time + lease_retry_period, with room
-CONFIG = ('[streams.s]\nadapter = "{url}"\ntotal_queues = 8\npull_period = 0.02\n'
-          'balance_settle_time = 0.2\nlease_duration = 3.0\nlease_retry_period = 0.1\n')
 PER_STREAM = 500  # 8,000 numbered events in all
-
-
-async def statuses(url: str) -> dict[str, SiloStatus]:
-    table = PostgresMembershipTable(url, CLUSTER)
-    try:
-        data = await table.read_all()
-    finally:
-        await table.close()
-    return {f"{e.silo.host}:{e.silo.port}": e.status for e in data.entries()}
 
 
 async def leases(url: str) -> dict[str, Lease]:
@@ -56,17 +41,9 @@ async def leases(url: str) -> dict[str, Lease]:
 async def publish(url: str, numbers: range) -> None:
     """Number n on every stream, then n + 1, ..., straight into the PostgreSQL queues."""
     adapter = PostgresAdapterFactory(url).create_adapter("s")
-    mapper = HashRingQueueMapper(8, "s")
     await adapter.open()
     try:
-        for n in numbers:
-            await asyncio.gather(*(
-                adapter.enqueue(mapper.queue_for(StreamId("numbers", k)),
-                                StreamId("numbers", k), [n])
-                for k in STREAM_KEYS
-            ))
-            if n % 25 == 0:
-                await asyncio.sleep(0.02)  # spread the load over the kill
+        await enqueue_numbers(adapter, numbers)
     finally:
         await adapter.close()
 
@@ -78,13 +55,12 @@ async def test_a_cluster_on_postgres_survives_kill_9_with_state_and_streams(
     a silo is killed: the state is kept, every number arrives on every stream, first
     arrivals in order (at least once), and acknowledgements are fenced by the leases."""
     silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)  # NumberSink writes there
-    config = tmp_path / "streams.toml"
-    config.write_text(CONFIG.format(url=postgres_url))
+    config = streams_config(tmp_path, postgres_url)
     silos = [await silo_launcher.start(
         "--membership", postgres_url, "--storage", postgres_url, "--reminders", postgres_url,
         "--cluster-id", CLUSTER, "--config", str(config), "--app", "tests.integration.app",
         *FAST, app="tests.integration.cluster_stream_app") for _ in range(3)]
-    await poll_until(lambda: statuses(postgres_url),
+    await poll_until(lambda: statuses(postgres_url, CLUSTER),
                      lambda s: list(s.values()).count(SiloStatus.ACTIVE) == 3,
                      timeout=DETECTION)
     client = ClusterClient(ClientOptions(
@@ -101,7 +77,7 @@ async def test_a_cluster_on_postgres_survives_kill_9_with_state_and_streams(
         assert not producer.done()
         victim = silos[1]
         await victim.kill()
-        await poll_until(lambda: statuses(postgres_url),
+        await poll_until(lambda: statuses(postgres_url, CLUSTER),
                          lambda s: SiloStatus.DEAD in s.values(), timeout=DETECTION)
         await poll_until(lambda: leases(postgres_url), balanced_over([silos[0], silos[2]]),
                          timeout=BALANCING_PERIOD + DETECTION, interval=0.05)

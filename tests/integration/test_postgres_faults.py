@@ -10,13 +10,13 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions, persistent_state
-from orleanspy._util.postgres import split_schema
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import PostgresAdapterFactory
+
+from .backends import terminate_backends
 
 pytestmark = pytest.mark.integration
 
@@ -59,23 +59,6 @@ class Writer(Grain):
         await self.get_stream_provider("s").get_stream("ns", "k").on_next(item)
 
 
-async def _terminate(url: str, stop: asyncio.Event) -> int:
-    dsn, schema = split_schema(url)
-    conn = await asyncpg.connect(dsn)
-    killed = 0
-    try:
-        while not stop.is_set():
-            killed += len(await conn.fetch(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = $1 AND pid <> pg_backend_pid()",
-                f"orleanspy:{schema}"))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.3)
-    finally:
-        await conn.close()
-    return killed
-
-
 async def test_a_silo_on_postgres_loses_nothing_acknowledged_while_connections_drop(
     postgres_url: str,
 ) -> None:
@@ -110,7 +93,7 @@ async def test_a_silo_on_postgres_loses_nothing_acknowledged_while_connections_d
                     except Exception:
                         failed_publish.add(n)  # sent again: may arrive twice
 
-        killer = asyncio.create_task(_terminate(postgres_url, stop))
+        killer = asyncio.create_task(terminate_backends(postgres_url, stop))
         async with asyncio.timeout(120):
             await asyncio.gather(publish(), *(record(a) for a in range(3)))
             stop.set()

@@ -12,14 +12,12 @@ import pytest
 
 from orleanspy import ClusterClient
 from orleanspy.cluster.membership import SiloStatus
-from orleanspy.cluster.membership.redis import RedisMembershipTable
 from orleanspy.options import ClientOptions
 from orleanspy.streams.adapters import RedisAdapterFactory
-from orleanspy.streams.ids import StreamId
 from orleanspy.streams.leases import Lease
-from orleanspy.streams.mapper import HashRingQueueMapper
 from orleanspy.streams.redis_leases import RedisQueueLeaseStore
 
+from .backends import FAST, STREAM_KEYS, enqueue_numbers, statuses, streams_config
 from .silo_process import SiloLauncher, SiloProcess, poll_until
 from .test_cluster_streams import balanced_over
 from .test_cluster_streams import read_received as received
@@ -27,18 +25,7 @@ from .test_cluster_streams import read_received as received
 pytestmark = pytest.mark.integration
 
 CLUSTER = "redis-itest"
-FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5", "--table-refresh-period", "0.5")
 DETECTION = 15.0
-
-
-async def statuses(url: str, cluster: str = CLUSTER) -> dict[str, SiloStatus]:
-    """What the Redis membership table says of each silo of ``cluster``."""
-    table = RedisMembershipTable(url, cluster)
-    try:
-        data = await table.read_all()
-    finally:
-        await table.close()
-    return {f"{e.silo.host}:{e.silo.port}": e.status for e in data.entries()}
 
 
 async def start(launcher: SiloLauncher, url: str) -> SiloProcess:
@@ -51,7 +38,7 @@ async def start(launcher: SiloLauncher, url: str) -> SiloProcess:
 async def test_a_cluster_on_redis_survives_kill_9(redis_url: str,
                                                   silo_launcher: SiloLauncher) -> None:
     silos = [await start(silo_launcher, redis_url) for _ in range(2)]
-    await poll_until(lambda: statuses(redis_url),
+    await poll_until(lambda: statuses(redis_url, CLUSTER),
                      lambda s: sorted(s.values(), key=str) == [SiloStatus.ACTIVE] * 2,
                      timeout=DETECTION)
     client = ClusterClient(ClientOptions(
@@ -65,7 +52,7 @@ async def test_a_cluster_on_redis_survives_kill_9(redis_url: str,
         host = (await counter.info())["pid"]
         victim = next(s for s in silos if s.pid == host)
         assert await victim.kill() == -9
-        await poll_until(lambda: statuses(redis_url),
+        await poll_until(lambda: statuses(redis_url, CLUSTER),
                          lambda s: SiloStatus.DEAD in s.values(), timeout=DETECTION)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DETECTION
@@ -90,28 +77,17 @@ async def leases(url: str) -> dict[str, Lease]:
         await store.close()
 
 
-STREAM_KEYS = list(range(16))
 # balance_settle_time + lease_retry_period of the config below, with room for a loaded machine
 BALANCING_PERIOD = 0.2 + 0.1 + 1.0
-CONFIG = ('[streams.s]\nadapter = "{url}"\ntotal_queues = 8\npull_period = 0.02\n'
-          'balance_settle_time = 0.2\nlease_duration = 3.0\nlease_retry_period = 0.1\n')
 PER_STREAM = 1250  # 20,000 numbered events in all
 
 
 async def publish(url: str, numbers: range) -> None:
     """Number n on every stream, then n + 1, ..., straight into the Redis queues."""
     adapter = RedisAdapterFactory(url).create_adapter("s")
-    mapper = HashRingQueueMapper(8, "s")
     await adapter.open()
     try:
-        for n in numbers:
-            await asyncio.gather(*(
-                adapter.enqueue(mapper.queue_for(StreamId("numbers", k)),
-                                StreamId("numbers", k), [n])
-                for k in STREAM_KEYS
-            ))
-            if n % 25 == 0:
-                await asyncio.sleep(0.02)  # spread the load over the kill
+        await enqueue_numbers(adapter, numbers)
     finally:
         await adapter.close()
 
@@ -123,13 +99,12 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
     killed while 20,000 numbered events flow: every number arrives on every stream, first
     arrivals in order (at least once: the dead silo's unacknowledged events come again)."""
     silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)  # NumberSink writes there
-    config = tmp_path / "streams.toml"
-    config.write_text(CONFIG.format(url=redis_url))
+    config = streams_config(tmp_path, redis_url)
     silos = [await silo_launcher.start(
         "--membership", redis_url, "--storage", redis_url, "--reminders", redis_url,
         "--cluster-id", CLUSTER, "--config", str(config), *FAST,
         app="tests.integration.cluster_stream_app") for _ in range(3)]
-    await poll_until(lambda: statuses(redis_url),
+    await poll_until(lambda: statuses(redis_url, CLUSTER),
                      lambda s: list(s.values()).count(SiloStatus.ACTIVE) == 3,
                      timeout=DETECTION)
     data_dir = silo_launcher.data_dir
@@ -139,7 +114,7 @@ async def test_streams_on_redis_survive_kill_9_of_a_silo(
                          lambda g: sum(map(len, g.values())) >= 2000, timeout=60)
         assert not producer.done()
         await silos[1].kill()
-        await poll_until(lambda: statuses(redis_url),
+        await poll_until(lambda: statuses(redis_url, CLUSTER),
                          lambda s: SiloStatus.DEAD in s.values(), timeout=DETECTION)
         # every queue owned again by the survivors within one balancing period (the lease
         # of a silo declared dead is taken at once, without waiting for it to expire)
@@ -166,8 +141,7 @@ async def test_streams_on_redis_hand_off_on_a_graceful_stop_without_duplicates(
     """Three silos on Redis; one stops gracefully (SIGTERM) while numbered events flow: its
     queues move to the others, and every number arrives exactly once on every stream."""
     silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "streams.toml"
-    config.write_text(CONFIG.format(url=redis_url))
+    config = streams_config(tmp_path, redis_url)
     silos = [await silo_launcher.start(
         "--membership", redis_url, "--storage", redis_url, "--reminders", redis_url,
         "--cluster-id", CLUSTER, "--config", str(config), *FAST,

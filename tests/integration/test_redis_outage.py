@@ -19,9 +19,9 @@ from orleanspy.streams.adapters import RedisAdapterFactory
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
+from .backends import statuses
 from .silo_process import SiloLauncher, free_port, poll_until
 from .test_cluster_streams import read_received as received
-from .test_redis_cluster import statuses
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,9 @@ containers come back through ``messages_delivered`` and their rows are deleted (
   receivers of a notified queue. A receiver queries only when told that rows arrived (or
   after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds after its last query),
   so an idle queue costs a query every few seconds at most; a lost listening
-  connection marks every receiver (it reads once) and is opened again. Each notification
-  wakes the receiver's reader (``wake_on_arrival``).
+  connection marks every receiver (it reads once) and is opened again. A notification
+  wakes the receiver's reader (``wake_on_arrival``) ``READ_GAP`` (10 ms) after its last
+  query at the earliest: under a steady stream of commits one read takes several's rows.
 * At-least-once: rows stay until acknowledged, so a new receiver reads every unacknowledged
   row again, in order. With a ``PostgresLeaseFence`` (``fence_with``) an acknowledgement
   deletes rows only while the queue's lease is this silo's, in the same statement.
@@ -67,6 +68,8 @@ CHANNEL: Final = "orleanspy_queues"
 #: Seconds after which a receiver queries even without a notification (a listening
 #: connection lost without the client noticing, such as behind a broken network path).
 CHECK_EVERY: Final = 5.0
+#: Seconds after a receiver's query before a notification wakes its reader (module docstring).
+READ_GAP = 0.01
 _COLUMNS: Final = "seq, namespace, key, events, size, at"
 _SELECT: Final = (f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AND seq > $2 "
                   "AND acked_at IS NULL ORDER BY seq LIMIT $3")
@@ -93,10 +96,9 @@ _FENCE: Final = ("SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = 
 _CHANGE: Final = {False: "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
                   True: ("UPDATE stream_queue SET acked_at = extract(epoch FROM clock_timestamp())"
                          " WHERE queue = $1 AND seq = ANY($2::bigint[]) AND acked_at IS NULL")}
-# An acknowledgement commits without waiting for its WAL flush (synchronous_commit off for
-# its own transaction): a crash of the server may undo the last fraction of a second of
-# acknowledgements, and those events are delivered again (at least once); no event is lost.
-# Each returns whether the lease holds (True when unfenced).
+# An acknowledgement commits without waiting for its WAL flush (synchronous_commit off for its
+# own transaction): a crash of the server may undo the last fraction of a second of them, and
+# those events come again (at least once). Each returns whether the lease holds (or True).
 _ACK: Final = {
     (retention, fenced): (
         "WITH a AS (SELECT set_config('synchronous_commit', 'off', true))"
@@ -158,7 +160,7 @@ class _Writer:
                 for row in rows:
                     if isinstance(row[3], list):
                         row[3] = pack_array(row[3])
-                        row[4] = len(row[3])
+                    row[4] = len(row[3])
                 try:
                     await self._adapter.insert(rows)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
@@ -182,8 +184,7 @@ class _Writer:
 @final
 class PostgresQueueReceiver(QueueAdapterReceiver):
     """Reads one queue's rows in ``seq`` order; remembers (in memory) the last ``seq`` read.
-
-    A notification for the queue (and the start) sets ``arrived`` and calls ``on_arrival``."""
+    A notification for the queue (and the start) sets ``arrived``, then calls ``on_arrival``."""
 
     def __init__(self, queue_id: QueueId, adapter: PostgresQueueAdapter) -> None:
         self._queue_id = queue_id
@@ -197,6 +198,7 @@ class PostgresQueueReceiver(QueueAdapterReceiver):
         self.arrived = True
         self._queried_at = 0.0
         self.on_arrival: Callable[[], None] | None = None
+        self._wake_timer: asyncio.TimerHandle | None = None
 
     def wake_on_arrival(self, wake: Callable[[], None]) -> None:
         self.on_arrival = wake
@@ -210,7 +212,13 @@ class PostgresQueueReceiver(QueueAdapterReceiver):
 
     def notified(self) -> None:
         self.arrived = True
-        if self.on_arrival is not None:
+        if self.on_arrival is not None and self._wake_timer is None:
+            loop = asyncio.get_running_loop()
+            self._wake_timer = loop.call_at(self._queried_at + READ_GAP, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_timer = None
+        if self.on_arrival is not None and self._state == "ready":
             self.on_arrival()
 
     def _check_ready(self, action: str) -> None:
@@ -401,7 +409,6 @@ class PostgresQueueAdapter(QueueAdapter):
         their queues' locks, and notify the queues' readers at commit."""
         queues = sorted({row[0] for row in rows})
         columns = [list(column) for column in zip(*rows, strict=True)]
-
         await self.client.run("enqueue", lambda c: c.fetchval(
             _INSERT, queues, *columns, self.client.schema), idempotent=False)
         for queue in queues:  # this adapter's readers need not wait for the notification
@@ -411,15 +418,13 @@ class PostgresQueueAdapter(QueueAdapter):
     async def acknowledge(self, queue: QueueId, seqs: list[int]) -> None:
         fence = self._fence
         sql = _ACK[self.retention > 0, fence is not None]
-        args: tuple[Any, ...] = (str(queue), seqs)
-        if fence is not None:
-            args = (*args, fence.cluster_id, fence.owner)
+        args: tuple[Any, ...] = ((str(queue), seqs) if fence is None
+                                 else (str(queue), seqs, fence.cluster_id, fence.owner))
         held = await self.client.run("acknowledge", lambda c: c.fetchval(sql, *args))
         if not held:
-            raise LeaseLostError(
-                f"{queue}: not acknowledged, the queue's lease is no longer "
-                f"{fence.owner}'s (another silo owns the queue now and delivers these "
-                "events)")
+            raise LeaseLostError(f"{queue}: not acknowledged, the queue's lease is no longer "
+                                 f"{fence.owner}'s (another silo owns the queue now and "
+                                 "delivers these events)")
         if self.retention > 0:
             await self._purge()
 
