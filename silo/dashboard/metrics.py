@@ -27,12 +27,19 @@ Names (all prefixed ``orleanspy_``; labels in braces):
 - per provider ``{provider}``: ``stream_publish_seconds`` (histogram: from a publish to the
   queue's acknowledgement, sampled after the first 1,024), ``stream_delivery_latency_seconds``
   (histogram: from the queue's write of a delivery's oldest event to the consumer's return)
+- on a clustered silo, from its membership view and the stream-queue leases (no peer is
+  asked): ``cluster_silo_status{peer, status}`` (1 per row of the table),
+  ``cluster_silo_last_seen_timestamp_seconds{peer}``,
+  ``cluster_silo_declared_dead_timestamp_seconds{peer, declared_by}``,
+  ``cluster_silo_suspicions{peer}``, and ``stream_queue_unowned_seconds{provider, queue,
+  last_owner}`` for each queue whose lease is missing, expired or held by a silo that is not
+  active
 - and prometheus-client's ``process_*`` figures (CPU seconds, resident memory, open fds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -52,6 +59,8 @@ from silo.dashboard.prober import StreamProber
 __all__ = ["MAX_SUBSCRIPTION_SERIES", "SiloCollector", "metrics_text", "registry_for"]
 
 P = "orleanspy_"
+#: the membership rows and unowned queues a clustered silo reports (``silo.dashboard.health``)
+Health = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 #: subscriptions of one silo that get their own lag and backlog-age series; past it, only
 #: the furthest behind (the per-queue maxima and the omitted count cover the rest)
 MAX_SUBSCRIPTION_SERIES: Final = 200
@@ -60,8 +69,9 @@ MAX_SUBSCRIPTION_SERIES: Final = 200
 class SiloCollector(Collector):
     """Turns one silo's statistics into metric families at each scrape."""
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: Silo, health: Health | None = None) -> None:
         self.silo = silo
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         silo = self.silo
@@ -102,6 +112,8 @@ class SiloCollector(Collector):
                     "measured", silo.loop_lag)
         yield from _stream_metrics(stats.streams, labels, who)
         yield from _stream_latency(silo, [*labels, "provider"], who)
+        if self.health is not None:
+            yield from _cluster_metrics(*self.health(), labels, who)
         prober = silo.lifecycle.component(StreamProber)
         if prober is not None:
             yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
@@ -248,11 +260,45 @@ def _subscription_metrics(streams: dict[str, list[Any]], q_labels: list[str],
     yield from (max_lag, max_age, lag, age, omitted)
 
 
-def registry_for(silo: Silo) -> CollectorRegistry:
+def _cluster_metrics(silos: list[dict[str, Any]], unowned: list[dict[str, Any]],
+                     labels: list[str], who: list[str]) -> Iterator[Metric]:
+    """Every row of the membership table as this silo sees it, and the queues nobody
+    holds (``silo.dashboard.health``)."""
+    peer = [*labels, "peer"]
+    status = GaugeMetricFamily(P + "cluster_silo_status", "1 for each silo of the "
+                               "membership table, labelled with its status",
+                               labels=[*peer, "status"])
+    seen = GaugeMetricFamily(P + "cluster_silo_last_seen_timestamp_seconds",
+                             "when the silo last wrote I-am-alive (epoch)", labels=peer)
+    dead = GaugeMetricFamily(P + "cluster_silo_declared_dead_timestamp_seconds",
+                             "when the silo was declared dead (epoch)",
+                             labels=[*peer, "declared_by"])
+    suspected = GaugeMetricFamily(P + "cluster_silo_suspicions", "fresh suspect votes "
+                                  "against a silo that is not dead", labels=peer)
+    for row in silos:
+        key = [*who, row["silo"]]
+        status.add_metric([*key, row["status"]], 1.0)
+        if row["last_seen"]:
+            seen.add_metric(key, row["last_seen"])
+        if row["declared_dead_at"]:
+            dead.add_metric([*key, " ".join(row["declared_dead_by"])],
+                            row["declared_dead_at"])
+        suspected.add_metric(key, float(len(row["suspected_by"])))
+    q_labels = [*labels, "provider", "queue", "last_owner"]
+    queues = GaugeMetricFamily(P + "stream_queue_unowned_seconds", "how long a queue has "
+                               "had no live owner (only queues without one)", labels=q_labels)
+    for q in unowned:
+        queues.add_metric([*who, q["provider"], q["queue"], q["last_owner"] or ""],
+                          q["for_seconds"] or 0.0)
+    yield from (status, seen, dead, suspected, queues)
+
+
+def registry_for(silo: Silo, health: Health | None = None) -> CollectorRegistry:
     """A registry of its own (never the process-global one): several silos in one process
-    each export their own figures."""
+    each export their own figures. ``health`` gives the membership rows and unowned queues
+    of a clustered silo (read before each scrape)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SiloCollector(silo))
+    registry.register(SiloCollector(silo, health))
     ProcessCollector(registry=registry)
     return registry
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from orleanspy._util.histogram import quantile
 from orleanspy.runtime.call_stats import figures, is_snapshot, merge
+from silo.dashboard.health import FirstSeen, unowned_queues, warnings
 
-__all__ = ["ClusterView", "SiloAnswers", "queue_rows", "subscription_order"]
+__all__ = ["ClusterView", "Membership", "SiloAnswers", "queue_rows", "subscription_order"]
 
 WINDOW: Final = 10.0  # seconds that rates and quantiles cover
 HISTORY: Final = 60.0  # seconds of readings kept
@@ -24,6 +27,19 @@ MAX_REMINDERS: Final = 200  # rows of the reminders panel
 
 # One silo's answers: status, streams, calls, reminders (each a dict, or None if missing).
 SiloAnswers = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]
+# A silo row's own figures (None for a silo that did not answer).
+_FIGURES: Final = ("uptime", "activations", "gateway", "cpu_seconds", "rss_bytes", "loop_lag",
+                   "reminders", "reminders_fired")
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """What the table says: one ``health.silo_health`` row per silo, the stream-queue
+    leases (queue -> ``Lease``), and the wall-clock time they were read at."""
+
+    silos: list[dict[str, Any]]
+    leases: Mapping[str, Any]
+    now: float
 
 
 class ClusterView:
@@ -32,8 +48,13 @@ class ClusterView:
     def __init__(self) -> None:
         # (time, merged call snapshot, merged latency histograms)
         self._readings: deque[tuple[float, dict[str, Any], dict[str, Any]]] = deque()
+        self._first_seen = FirstSeen()
 
-    def build(self, cluster_id: str, answers: list[SiloAnswers]) -> dict[str, Any]:
+    def build(self, cluster_id: str, answers: list[SiloAnswers],
+              membership: Membership | None = None) -> dict[str, Any]:
+        """The view of ``answers`` (the silos that answered); with ``membership``, every
+        row of the table too: dead, suspected and unreachable silos, and the queues no
+        answering silo pulls (``silo.dashboard.health``)."""
         now = time.monotonic()
         silos: list[dict[str, Any]] = []
         grains: dict[str, int] = {}
@@ -44,13 +65,16 @@ class ClusterView:
         probes: list[dict[str, Any]] = []
         call_snaps: list[dict[str, Any]] = []
         latency_parts: list[dict[str, Any]] = []
+        all_queues: dict[str, set[str]] = {}
         for status, streams, calls, rems in answers:
             name = status.get("silo")
             silos.append({k: status.get(k) for k in (
                 "silo", "status", "uptime", "activations", "gateway", "cpu_seconds",
                 "rss_bytes", "loop_lag")} | {
                 "reminders": (rems or {}).get("count"), "reminders_fired": (rems or {}).get(
-                    "fired")})
+                    "fired"), "reachable": True})
+            for provider, names in (status.get("all_queues") or {}).items():
+                all_queues.setdefault(str(provider), set()).update(map(str, names))
             by_type: dict[str, Any] = status.get("activations_by_type") or {}
             for type_name, count in by_type.items():
                 grains[type_name] = grains.get(type_name, 0) + int(count)
@@ -76,8 +100,22 @@ class ClusterView:
         while self._readings and now - self._readings[0][0] > HISTORY:
             self._readings.popleft()
         span = now - earlier[0] if earlier is not None else None
+        summed = sorted(str(s["silo"]) for s in silos)
+        unowned: list[dict[str, Any]] = []
+        if membership is not None:
+            silos = self._with_membership(silos, membership)
+            owned = {(q["provider"], q["queue"]) for q in queues}
+            unowned = unowned_queues(all_queues, owned, membership.leases,
+                                     {s["silo"]: s for s in silos}, membership.now,
+                                     self._first_seen)
         return {
             "cluster": cluster_id, "silos": silos, "grains": dict(sorted(grains.items())),
+            # The silos whose figures the sums hold, and the live ones that could not be
+            # read: a chart marks a gap when either changes instead of drawing a fall.
+            "summed": summed,
+            "unread": [s["silo"] for s in silos if not s["reachable"]
+                       and s["status"] not in ("dead", None)],
+            "unowned_queues": unowned, "warnings": warnings(silos, unowned),
             "window": span,
             "calls_total": sum(m["calls"] for ms in merged_calls.values() for m in ms.values()),
             "methods": _methods(merged_calls, earlier[1] if earlier else None, span),
@@ -85,6 +123,27 @@ class ClusterView:
             "stream_latency": _latency(merged_latency, earlier[2] if earlier else None),
             "reminders": reminders[:MAX_REMINDERS], "spark": spark, "probes": probes,
         }
+
+    @staticmethod
+    def _with_membership(silos: list[dict[str, Any]],
+                         membership: Membership) -> list[dict[str, Any]]:
+        """Every row of the table, with the figures of the silos that answered (their
+        status as the table says); live silos first, then by address."""
+        answered = {str(s["silo"]): s for s in silos}
+        rows = []
+        for health in membership.silos:
+            figures = answered.pop(health["silo"], None)
+            blank = dict.fromkeys(_FIGURES) | {"reachable": False}
+            rows.append({**(figures or blank), **health})
+        rows.extend(answered.values())
+        for row in rows:
+            for key in ("last_seen", "last_seen_ago", "declared_dead_at"):
+                row.setdefault(key, None)
+            row.setdefault("suspected_by", [])
+            row.setdefault("declared_dead_by", [])
+        rows.sort(key=lambda r: (r["status"] != "active", r["status"] == "dead",
+                                 str(r["silo"])))
+        return rows
 
     def _earlier(self, now: float) -> tuple[float, dict[str, Any], dict[str, Any]] | None:
         """The newest reading at least WINDOW old, else the oldest one (None: none yet)."""
