@@ -247,7 +247,7 @@ def _note(row: dict[str, Any]) -> str:
         notes.append(f"declared dead {ago:.0f}s ago by {', '.join(row['declared_dead_by'])}")
     if row["suspected_by"]:
         notes.append(f"suspected by {', '.join(row['suspected_by'])}")
-    if row["status"] != "dead" and not row["reachable"]:
+    if row["status"] == "active" and not row["reachable"]:
         notes.append("does not answer")
     if row["unowned_queues"]:
         notes.append(f"unowned: {', '.join(row['unowned_queues'])}")

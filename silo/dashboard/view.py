@@ -104,6 +104,12 @@ class ClusterView:
         unowned: list[dict[str, Any]] = []
         if membership is not None:
             silos = self._with_membership(silos, membership)
+        for row in silos:  # a lone silo, or one that is not in the table (yet)
+            for key in ("last_seen", "last_seen_ago", "declared_dead_at"):
+                row.setdefault(key, None)
+            row.setdefault("suspected_by", [])
+            row.setdefault("declared_dead_by", [])
+        if membership is not None:
             owned = {(q["provider"], q["queue"]) for q in queues}
             unowned = unowned_queues(all_queues, owned, membership.leases,
                                      {s["silo"]: s for s in silos}, membership.now,
@@ -114,7 +120,7 @@ class ClusterView:
             # read: a chart marks a gap when either changes instead of drawing a fall.
             "summed": summed,
             "unread": [s["silo"] for s in silos if not s["reachable"]
-                       and s["status"] not in ("dead", None)],
+                       and s["status"] == "active"],
             "unowned_queues": unowned, "warnings": warnings(silos, unowned),
             "window": span,
             "calls_total": sum(m["calls"] for ms in merged_calls.values() for m in ms.values()),
@@ -136,11 +142,6 @@ class ClusterView:
             blank = dict.fromkeys(_FIGURES) | {"reachable": False}
             rows.append({**(figures or blank), **health})
         rows.extend(answered.values())
-        for row in rows:
-            for key in ("last_seen", "last_seen_ago", "declared_dead_at"):
-                row.setdefault(key, None)
-            row.setdefault("suspected_by", [])
-            row.setdefault("declared_dead_by", [])
         rows.sort(key=lambda r: (r["status"] != "active", r["status"] == "dead",
                                  str(r["silo"])))
         return rows
