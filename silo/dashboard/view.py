@@ -140,7 +140,10 @@ class ClusterView:
         for health in membership.silos:
             figures = answered.pop(health["silo"], None)
             blank = dict.fromkeys(_FIGURES) | {"reachable": False}
-            rows.append({**(figures or blank), **health})
+            row = {**(figures or blank), **health}
+            if figures is not None:  # it answered just now (heartbeats do not move the view)
+                row |= {"last_seen": membership.now, "last_seen_ago": 0.0}
+            rows.append(row)
         rows.extend(answered.values())
         rows.sort(key=lambda r: (r["status"] != "active", r["status"] == "dead",
                                  str(r["silo"])))
