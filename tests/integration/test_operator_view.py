@@ -41,8 +41,9 @@ QUEUES = 4
 BEHIND = 31  # events the held consumer is behind
 FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5",
         "--table-refresh-period", "0.5")
-DETECTION = 10.0  # a kill -9 is declared well within this with the fast options
-SETTLE = 3.0  # survivors wait this long before taking a dead silo's queues: the window
+DETECTION = 20.0  # a kill -9 is declared well within this with the fast options
+SETTLE = 6.0  # survivors wait this long before taking a dead silo's queues: the window in
+# which the CLI (a new Python process, slow to start on a loaded machine) reads them unowned
 CONFIG = f"""
 [streams.s]
 adapter = "sqlite:streams.db"
@@ -187,23 +188,22 @@ async def _a_dead_silo_is_shown(http: aiohttp.ClientSession, data_dir: Path,
     async with page_of(watcher) as page:
         await victim.kill()
 
-        def dead_and_unowned(view: dict[str, Any]) -> bool:
+        def dead(view: dict[str, Any]) -> bool:
             rows = {s["silo"]: s for s in view["silos"]}
-            unowned = {q["queue"] for q in view["unowned_queues"] if q["state"] == "unowned"}
-            return rows[victim.silo_address]["status"] == "dead" and lost <= unowned
+            return rows[victim.silo_address]["status"] == "dead"
 
-        view = await poll_until(lambda: get_json(http, api), dead_and_unowned,
-                                timeout=DETECTION)
+        view = await poll_until(lambda: get_json(http, api), dead, timeout=DETECTION)
         metrics, status, shown = await asyncio.gather(
             metric_samples(http, watcher), cli_json(data_dir, "cluster", "status"),
             page_shows_it(page, tmp_path))
+    assert lost <= {q["queue"] for q in view["unowned_queues"] if q["state"] == "unowned"}
     (row,) = [s for s in view["silos"] if s["silo"] == victim.silo_address]
     survivors = {s.silo_address for s in silos if s is not victim}
     assert row["declared_dead_by"] and set(row["declared_dead_by"]) <= survivors
     assert row["declared_dead_at"] >= row["last_seen"] > 0 and row["reachable"] is False
     for q in view["unowned_queues"]:
         assert q["last_owner"] == victim.silo_address and q["last_owner_status"] == "dead"
-        assert q["for_seconds"] is not None and 0 <= q["for_seconds"] < DETECTION + SETTLE
+        assert q["for_seconds"] is not None and 0 <= q["for_seconds"] < DETECTION
     assert any(w.startswith(f"queue s/{q}") for q in lost for w in view["warnings"])
     assert victim.silo_address not in view["summed"]
 
