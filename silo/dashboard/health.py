@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from orleanspy.cluster.membership.voting import fresh_votes
+
 __all__ = ["FirstSeen", "silo_health", "unowned_queues", "warnings"]
 
 ACTIVE: Final = "active"
@@ -27,9 +29,8 @@ DEAD: Final = "dead"
 def silo_health(entry: Any, now: float, vote_expiration: float) -> dict[str, Any]:
     """The membership facts of one row (a ``MembershipEntry``) as plain values."""
     dead = entry.status.value == DEAD
-    newest = max((v.time for v in entry.suspect_votes), default=now)
-    fresh = [] if dead else [str(v.voter) for v in entry.suspect_votes
-                             if max(now, newest) - v.time <= vote_expiration]
+    fresh = [] if dead else [str(v.voter) for v in fresh_votes(entry.suspect_votes, now,
+                                                               vote_expiration)]
     seen = entry.i_am_alive_time or None
     return {
         "silo": str(entry.silo), "status": entry.status.value, "last_seen": seen,
