@@ -42,9 +42,13 @@ class SiloOperations:
         silo = self._silo
         cluster = self._cluster
         queues: dict[str, list[str]] = {}
+        all_queues: dict[str, list[str]] = {}  # every queue of the provider, pulled or not
         for name, provider in silo.stream_providers.items():
             agents = getattr(provider, "agents", {})
             queues[name] = sorted(str(q) for q in agents)
+            mapper = getattr(provider, "mapper", None)
+            if mapper is not None:
+                all_queues[name] = [str(q) for q in mapper.all_queues()]
         membership = cluster.membership
         snapshot = cluster.snapshot
         return {
@@ -53,6 +57,7 @@ class SiloOperations:
             "status": membership.status.value if membership and membership.status else None,
             "pid": os.getpid(),
             "queues": queues,
+            "all_queues": all_queues,
             "directory_entries": len(cluster.directory.partition),
             "view_version": snapshot.version,
             "active_silos": [str(s) for s in snapshot.active_silos],

@@ -13,20 +13,27 @@ from typing import Any
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url
 from orleanspy.cluster.membership import SiloStatus
+from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError, MessageRejectedError
-from orleanspy.hosting.builder import open_membership_table
+from orleanspy.hosting.builder import open_membership_table, queue_lease_store
 from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage
 from silo.config import find_config_file, load_config
+from silo.dashboard.health import silo_health, unowned_queues, warnings
 from silo.startup import configure_logging
 
 __all__ = ["add_arguments", "add_parser", "ask_silos", "cluster_options", "read_membership"]
 
 _EPILOG = """\
-Columns: SILO (host:port@generation), STATUS (joining, active, shutting_down, dead), UPTIME
-(now minus the start time in the table), ACTIVATIONS and QUEUES (asked of the silo itself;
-"-" if it does not answer), GATEWAY (client port). --json prints one JSON list instead.
+Columns: SILO (host:port@generation), STATUS (as the membership table says), UPTIME (now
+minus the start time in the table), LAST SEEN (its last I-am-alive in the table),
+ACTIVATIONS and QUEUES (asked of the silo itself; "-" if it does not answer), GATEWAY
+(client port), NOTE (when and by whom it was declared dead, who suspects it, "does not
+answer", and the queues it held last that no silo pulls now). Warnings follow the table:
+one line per unowned queue (how long, last holder) and per suspected or silent silo.
+--json prints one JSON list of silo rows instead (with last_seen, declared_dead_at,
+declared_dead_by, suspected_by, reachable, unowned_queues).
 Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
 
 Example:
@@ -109,27 +116,57 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
     now = time.time()
     entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
                                                      e.silo.generation))
-    answers = await ask_silos(options, entries, "status", timeout)
+    answers, leases = await asyncio.gather(ask_silos(options, entries, "status", timeout),
+                                           read_leases(options))
+    expiration = MembershipOptions().death_vote_expiration_timeout
     rows: list[dict[str, Any]] = []
+    all_queues: dict[str, set[str]] = {}
+    owned: set[tuple[str, str]] = set()
     for entry, answer in zip(entries, answers, strict=True):
         live = entry.status is not SiloStatus.DEAD
+        told = answer if isinstance(answer, dict) else None
+        for provider, names in ((told or {}).get("all_queues") or {}).items():
+            all_queues.setdefault(provider, set()).update(names)
+        for provider, names in ((told or {}).get("queues") or {}).items():
+            owned.update((provider, name) for name in names)
         rows.append({
-            "silo": str(entry.silo),
-            "status": entry.status.value,
+            **silo_health(entry, now, expiration),
             "uptime": round(now - entry.start_time, 1) if live else None,
-            "activations": answer["activations"] if answer else None,
-            "queues": answer["queues"] if answer else None,
+            "activations": told["activations"] if told else None,
+            "queues": told["queues"] if told else None,
             "gateway": (f"{entry.silo.host}:{entry.gateway_port}"
                         if entry.gateway_port else None),
-            "reachable": answer is not None,
+            "reachable": told is not None,
         })
+    unowned = unowned_queues(all_queues, owned, leases, {r["silo"]: r for r in rows}, now)
+    for row in rows:
+        row["unowned_queues"] = [f"{q['provider']}/{q['queue']}" for q in unowned
+                                 if q["last_owner"] == row["silo"]]
     if as_json:
         print(json.dumps(rows), flush=True)
         return EXIT_OK
     print(f"cluster {options.cluster_id}: {sum(r['status'] == 'active' for r in rows)} active, "
           f"{len(rows)} in the table (version {data.version.version})")
     _print_table(rows)
+    for line in warnings(rows, unowned):
+        print(f"warning: {line}", flush=True)
     return EXIT_OK
+
+
+async def read_leases(options: SiloOptions) -> dict[str, Any]:
+    """The stream-queue leases kept with the membership table (queue -> ``Lease``); empty
+    when they cannot be read (the table's rows are still shown)."""
+    assert options.membership is not None
+    table = open_membership_table(options.membership, options.cluster_id, options.data_dir)
+    store = queue_lease_store(table)
+    try:
+        leases: dict[str, Any] = await store.read_all()
+        return leases
+    except Exception:
+        return {}
+    finally:
+        await store.close()
+        await table.close()
 
 
 async def ask_silos(options: SiloOptions, entries: list[Any], op: str,
@@ -182,7 +219,8 @@ async def read_live_silos(options: SiloOptions) -> list[Any] | int:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    header = ("SILO", "STATUS", "UPTIME", "ACTIVATIONS", "QUEUES", "GATEWAY")
+    header = ("SILO", "STATUS", "UPTIME", "LAST SEEN", "ACTIVATIONS", "QUEUES", "GATEWAY",
+              "NOTE")
     lines: list[tuple[str, ...]] = [header]
     for r in rows:
         queues = r["queues"]
@@ -193,7 +231,24 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         lines.append((
             r["silo"], r["status"],
             "-" if r["uptime"] is None else f"{r['uptime']:.0f}s",
+            "-" if r["last_seen_ago"] is None else f"{r['last_seen_ago']:.0f}s ago",
             "-" if r["activations"] is None else str(r["activations"]),
-            queue_text, r["gateway"] or "-",
+            queue_text, r["gateway"] or "-", _note(r),
         ))
     print_table(lines)
+
+
+def _note(row: dict[str, Any]) -> str:
+    """Why a row needs a look: declared dead (when, by whom), suspected, not answering,
+    queues it held that nobody pulls."""
+    notes = []
+    if row["declared_dead_at"]:
+        ago = max(0.0, time.time() - row["declared_dead_at"])
+        notes.append(f"declared dead {ago:.0f}s ago by {', '.join(row['declared_dead_by'])}")
+    if row["suspected_by"]:
+        notes.append(f"suspected by {', '.join(row['suspected_by'])}")
+    if row["status"] == "active" and not row["reachable"]:
+        notes.append("does not answer")
+    if row["unowned_queues"]:
+        notes.append(f"unowned: {', '.join(row['unowned_queues'])}")
+    return "; ".join(notes) or "-"

@@ -17,7 +17,7 @@ from silo.commands.cluster_status import (
     read_membership,
 )
 from silo.commands.common import EXIT_OK, print_table, usage
-from silo.dashboard.view import queue_rows
+from silo.dashboard.view import queue_rows, subscription_order
 from silo.startup import configure_logging
 
 __all__ = ["add_parser"]
@@ -27,8 +27,11 @@ Columns: PROVIDER, QUEUE, SILO (its owner), CACHE (containers cached / bound, "!
 pressure), PULL (the agent's current pull period), READ, DELIVERED, ACKED (containers
 acknowledged to the queue), FAILED (failed delivery attempts), SUBS (subscriptions),
 LAG (the furthest a subscription is behind, in queue positions), AGE (how long ago the oldest
-event a subscription has yet to take was written). Queues of silos that do
-not answer are missing. --json prints one JSON list of rows instead.
+event a subscription has yet to take was written). A second table lists every subscription,
+failing first, then furthest behind: PROVIDER, QUEUE, STREAM, CONSUMER (the consumer grain),
+SUBSCRIPTION (its id within the stream), LAG, AGE, FAILING (failed attempts of the delivery
+under way). Queues of silos that do not answer are missing. --json prints one JSON list of
+queue rows instead, each with its subscriptions under "subs".
 Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
 
 Example:
@@ -98,3 +101,12 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         print("no stream queues are owned by a silo that answers", flush=True)
         return
     print_table(lines)
+    subs = sorted(({"provider": r["provider"], "queue": r["queue"], **s}
+                   for r in rows for s in r["subs"]), key=subscription_order)
+    if subs:
+        print(flush=True)
+        print_table([("PROVIDER", "QUEUE", "STREAM", "CONSUMER", "SUBSCRIPTION", "LAG", "AGE",
+                      "FAILING"), *(
+            (s["provider"], s["queue"], s["stream"], s["consumer"], s["subscription"],
+             str(s["lag"]), "-" if s["age"] is None else f"{s['age']:.1f}s",
+             str(s["failing"])) for s in subs)])

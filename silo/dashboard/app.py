@@ -23,18 +23,21 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import time
 from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
 
 from orleanspy import ConfigurationError
+from orleanspy.cluster.membership import SiloStatus
 from orleanspy.logging import get_logger
 from orleanspy.runtime.reports import plain, reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.bounds import CappedConnections, RateLimitedLog, ops_connection_cap
+from silo.dashboard.health import FirstSeen, silo_health, unowned_queues
 from silo.dashboard.metrics import metrics_text, registry_for
-from silo.dashboard.view import ClusterView, SiloAnswers
+from silo.dashboard.view import ClusterView, Membership, SiloAnswers
 
 __all__ = ["OpsServer", "install_ops_server", "ops_server_of"]
 
@@ -73,8 +76,10 @@ class OpsServer:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self.connections: CappedConnections | None = None
-        self._registry = registry_for(silo)
+        self._health: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        self._registry = registry_for(silo, lambda: self._health)
         self.view = ClusterView()
+        self._metrics_first_seen = FirstSeen()
         self._view_cache: tuple[float, asyncio.Future[str]] | None = None
         self.log = get_logger(__name__, silo=silo.name)
         self.refusals = RateLimitedLog(self.log)
@@ -163,6 +168,8 @@ class OpsServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._refuse()
+        if self.silo.cluster is not None:
+            self._health = await self.table_health()
         body = metrics_text(self._registry)  # reads loop-owned state: on the loop
         return web.Response(body=body, headers={"Content-Type": _PROMETHEUS})
 
@@ -208,8 +215,9 @@ class OpsServer:
 
     async def cluster_view(self) -> dict[str, Any]:
         """Every silo's figures, gathered through the runtime: this silo's own, and each
-        active peer's answers to the read-only ``status``, ``streams``, ``calls`` and
-        ``reminders`` requests (a peer that does not answer in time is left out)."""
+        live peer's answers to the read-only ``status``, ``streams``, ``calls`` and
+        ``reminders`` requests (a peer that does not answer in time is shown unreachable),
+        with every row of the membership table and the stream-queue leases."""
         silo = self.silo
         cluster = silo.cluster
         answers: list[SiloAnswers]
@@ -219,26 +227,79 @@ class OpsServer:
             answers = [(status, {"silo": stats.name, **streams_report(silo)},
                         {"silo": stats.name, "types": silo.call_statistics.snapshot()},
                         {"silo": stats.name, **reminders_report(silo)})]
-        else:
-            peers = [s for s in cluster.snapshot.active_silos if s != cluster.me]
+            return self.view.build(silo.options.cluster_id, answers)
+        snapshot = cluster.snapshot
+        peers = [s for s, e in snapshot.entries.items()
+                 if s != cluster.me and e.status is not SiloStatus.DEAD]
 
-            async def ask(peer: Any) -> SiloAnswers | None:
-                request = cluster.transport.request
-                try:
-                    got = await asyncio.gather(*(
-                        request(peer, op, [], 2.0)
-                        for op in ("status", "streams", "calls", "reminders")))
-                except Exception:
-                    return None
-                if not all(isinstance(g, dict) for g in got):
-                    return None  # a peer that answers nonsense is left out
-                return (got[0], got[1], got[2], got[3])
+        async def ask(peer: Any) -> SiloAnswers | None:
+            request = cluster.transport.request
+            try:
+                got = await asyncio.gather(*(
+                    request(peer, op, [], 2.0)
+                    for op in ("status", "streams", "calls", "reminders")))
+            except Exception:
+                return None
+            if not all(isinstance(g, dict) for g in got):
+                return None  # a peer that answers nonsense is shown unreachable
+            return (got[0], got[1], got[2], got[3])
 
-            ops = silo.operations
-            own: SiloAnswers = (ops.status(), ops.streams_status(),
-                                ops.call_statistics(), ops.reminders_status())
-            answers = [own, *[a for a in await asyncio.gather(*map(ask, peers)) if a]]
-        return self.view.build(silo.options.cluster_id, answers)
+        ops = silo.operations
+        own: SiloAnswers = (ops.status(), ops.streams_status(),
+                            ops.call_statistics(), ops.reminders_status())
+        asked, leases = await asyncio.gather(asyncio.gather(*map(ask, peers)),
+                                             self.leases())
+        answers = [own, *[a for a in asked if a]]
+        return self.view.build(silo.options.cluster_id, answers, self.membership(leases))
+
+    def membership(self, leases: dict[str, Any]) -> Membership:
+        """Every row of this silo's membership view as ``health.silo_health`` rows."""
+        cluster = self.silo.cluster
+        assert cluster is not None
+        now = time.time()
+        service = cluster.membership
+        expiration = (service.options.death_vote_expiration_timeout if service is not None
+                      else 120.0)
+        rows = [silo_health(e, now, expiration) for e in cluster.snapshot.entries.values()]
+        return Membership(rows, leases, now)
+
+    async def table_health(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """What ``/metrics`` says of the cluster, from this silo's membership view and the
+        leases alone (a scrape asks no peer): every row of the table, and the queues whose
+        lease is missing, expired or held by a silo that is no longer active."""
+        leases = await self.leases()
+        membership = self.membership(leases)
+        by_silo = {r["silo"]: r for r in membership.silos}
+        all_queues = {name: [str(q) for q in provider.mapper.all_queues()]
+                      for name, provider in self.silo.stream_providers.items()
+                      if getattr(provider, "mapper", None) is not None}
+        held = set()
+        for name, queues in all_queues.items():
+            for queue in queues:
+                lease = leases.get(queue)
+                holder = by_silo.get(lease.owner) if lease is not None else None
+                if (lease is not None and holder is not None
+                        and holder["status"] == "active" and lease.expiry >= membership.now):
+                    held.add((name, queue))
+        unowned = unowned_queues(all_queues, held, leases, by_silo, membership.now,
+                                 self._metrics_first_seen)
+        return membership.silos, unowned
+
+    async def leases(self) -> dict[str, Any]:
+        """The stream-queue leases (queue -> ``Lease``) as the first lease-balanced stream
+        provider reads them; empty without one, or when the store does not answer in 2 s."""
+        for provider in self.silo.stream_providers.values():
+            store = getattr(getattr(provider, "balancer", None), "store", None)
+            if store is None:
+                continue
+            try:
+                async with asyncio.timeout(2.0):
+                    leases: dict[str, Any] = await store.read_all()
+                    return leases
+            except Exception as exc:
+                self.log.warning("dashboard_leases_unread", error=repr(exc))
+                return {}
+        return {}
 
 
 def ops_server_of(silo: Silo) -> OpsServer | None:

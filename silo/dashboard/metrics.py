@@ -17,19 +17,31 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``stream_read_total``, ``stream_delivered_total``, ``stream_filtered_total``,
   ``stream_acknowledged_total``,
   ``stream_delivery_failures_total``, ``stream_subscriptions``, ``stream_spilled``
-- ``stream_subscription_lag{provider, queue, subscription}``: queue positions behind (the
-  backlog), ``stream_subscription_backlog_age_seconds{provider, queue, subscription}``: how
-  long ago its oldest undelivered cached event was written
+- ``stream_queue_max_lag{provider, queue}`` and
+  ``stream_queue_max_backlog_age_seconds{provider, queue}``: the furthest a subscription of
+  the queue is behind and its oldest backlog
+- ``stream_subscription_lag{provider, queue, stream, subscription, consumer}``: queue
+  positions behind (the backlog), ``stream_subscription_backlog_age_seconds{...}`` (same
+  labels): how long ago its oldest undelivered cached event was written; for at most
+  ``MAX_SUBSCRIPTION_SERIES`` subscriptions of the silo, the furthest behind, and
+  ``stream_subscription_series_omitted`` counts the others
 - per provider ``{provider}``: ``stream_publish_seconds`` (histogram: from a publish to the
   queue's acknowledgement, sampled after the first 1,024), ``stream_delivery_latency_seconds``
   (histogram: from the queue's write of a delivery's oldest event to the consumer's return)
+- on a clustered silo, from its membership view and the stream-queue leases (no peer is
+  asked): ``cluster_silo_status{peer, status}`` (1 per row of the table),
+  ``cluster_silo_last_seen_timestamp_seconds{peer}``,
+  ``cluster_silo_declared_dead_timestamp_seconds{peer, declared_by}``,
+  ``cluster_silo_suspicions{peer}``, and ``stream_queue_unowned_seconds{provider, queue,
+  last_owner}`` for each queue whose lease is missing, expired or held by a silo that is not
+  active
 - and prometheus-client's ``process_*`` figures (CPU seconds, resident memory, open fds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -45,16 +57,22 @@ from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.prober import StreamProber
 
-__all__ = ["SiloCollector", "metrics_text", "registry_for"]
+__all__ = ["MAX_SUBSCRIPTION_SERIES", "SiloCollector", "metrics_text", "registry_for"]
 
 P = "orleanspy_"
+#: the membership rows and unowned queues a clustered silo reports (``silo.dashboard.health``)
+Health = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+#: subscriptions of one silo that get their own lag and backlog-age series; past it, only
+#: the furthest behind (the per-queue maxima and the omitted count cover the rest)
+MAX_SUBSCRIPTION_SERIES: Final = 200
 
 
 class SiloCollector(Collector):
     """Turns one silo's statistics into metric families at each scrape."""
 
-    def __init__(self, silo: Silo) -> None:
+    def __init__(self, silo: Silo, health: Health | None = None) -> None:
         self.silo = silo
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         silo = self.silo
@@ -95,6 +113,8 @@ class SiloCollector(Collector):
                     "measured", silo.loop_lag)
         yield from _stream_metrics(stats.streams, labels, who)
         yield from _stream_latency(silo, [*labels, "provider"], who)
+        if self.health is not None:
+            yield from _cluster_metrics(*self.health(), labels, who)
         prober = silo.lifecycle.component(StreamProber)
         if prober is not None:
             yield from _probe_metrics(prober, [*labels, "provider"], [*who, prober.provider])
@@ -192,31 +212,95 @@ def _stream_metrics(streams: dict[str, list[Any]], labels: list[str],
         name: CounterMetricFamily(P + name, doc, labels=q_labels)
         for name, (doc, _) in counters.items()
     })
-    lag = GaugeMetricFamily(P + "stream_subscription_lag",
-                            "queue positions a subscription is behind",
-                            labels=[*q_labels, "subscription"])
-    age = GaugeMetricFamily(P + "stream_subscription_backlog_age_seconds",
-                            "how long ago a subscription's oldest undelivered cached event "
-                            "was written", labels=[*q_labels, "subscription"])
     for provider, agents in sorted(streams.items()):
         for agent in agents:
             key = [*who, provider, str(agent.queue)]
             for name, (_, attr) in (*gauges.items(), *counters.items()):
                 families[name].add_metric(key, float(getattr(agent, attr)))
-            for sub, behind in sorted(agent.lag.items()):
-                lag.add_metric([*key, sub], behind)
-            for sub, seconds in sorted(agent.age.items()):
-                age.add_metric([*key, sub], seconds)
     yield from families.values()
-    yield lag
-    yield age
+    yield from _subscription_metrics(streams, q_labels, who)
 
 
-def registry_for(silo: Silo) -> CollectorRegistry:
+def _subscription_metrics(streams: dict[str, list[Any]], q_labels: list[str],
+                          who: list[str], cap: int | None = None) -> Iterator[Metric]:
+    """Per queue the furthest lag and oldest backlog age; per (stream, subscription) its lag
+    and backlog age, for at most ``cap`` subscriptions of the silo (the furthest behind:
+    a silo with many streams keeps a bounded number of series), with the count left out."""
+    cap = MAX_SUBSCRIPTION_SERIES if cap is None else cap
+    max_lag = GaugeMetricFamily(P + "stream_queue_max_lag", "the furthest a subscription of "
+                                "the queue is behind, in queue positions", labels=q_labels)
+    max_age = GaugeMetricFamily(P + "stream_queue_max_backlog_age_seconds", "how long ago "
+                                "the oldest undelivered cached event of a subscription of "
+                                "the queue was written", labels=q_labels)
+    s_labels = [*q_labels, "stream", "subscription", "consumer"]
+    lag = GaugeMetricFamily(P + "stream_subscription_lag",
+                            "queue positions a subscription is behind", labels=s_labels)
+    age = GaugeMetricFamily(P + "stream_subscription_backlog_age_seconds",
+                            "how long ago a subscription's oldest undelivered cached event "
+                            "was written", labels=s_labels)
+    rows: list[tuple[list[str], Any]] = []
+    for provider, agents in sorted(streams.items()):
+        for agent in agents:
+            key = [*who, provider, str(agent.queue)]
+            max_lag.add_metric(key, agent.max_lag)
+            ages = [s.age for s in agent.subs if s.age is not None]
+            if ages:
+                max_age.add_metric(key, max(ages))
+            rows.extend((key, s) for s in agent.subs)
+    rows.sort(key=lambda r: (-r[1].lag, -(r[1].age or 0.0), r[0], r[1].stream,
+                             r[1].subscription))
+    for key, s in rows[:cap]:
+        labels = [*key, s.stream, s.subscription, s.consumer]
+        lag.add_metric(labels, s.lag)
+        if s.age is not None:
+            age.add_metric(labels, s.age)
+    omitted = GaugeMetricFamily(P + "stream_subscription_series_omitted",
+                                "subscriptions of the silo without lag series (over the cap "
+                                f"of {cap}: only the furthest behind have them)",
+                                labels=q_labels[:-2])
+    omitted.add_metric(who, max(0, len(rows) - cap))
+    yield from (max_lag, max_age, lag, age, omitted)
+
+
+def _cluster_metrics(silos: list[dict[str, Any]], unowned: list[dict[str, Any]],
+                     labels: list[str], who: list[str]) -> Iterator[Metric]:
+    """Every row of the membership table as this silo sees it, and the queues nobody
+    holds (``silo.dashboard.health``)."""
+    peer = [*labels, "peer"]
+    status = GaugeMetricFamily(P + "cluster_silo_status", "1 for each silo of the "
+                               "membership table, labelled with its status",
+                               labels=[*peer, "status"])
+    seen = GaugeMetricFamily(P + "cluster_silo_last_seen_timestamp_seconds",
+                             "when the silo last wrote I-am-alive (epoch)", labels=peer)
+    dead = GaugeMetricFamily(P + "cluster_silo_declared_dead_timestamp_seconds",
+                             "when the silo was declared dead (epoch)",
+                             labels=[*peer, "declared_by"])
+    suspected = GaugeMetricFamily(P + "cluster_silo_suspicions", "fresh suspect votes "
+                                  "against a silo that is not dead", labels=peer)
+    for row in silos:
+        key = [*who, row["silo"]]
+        status.add_metric([*key, row["status"]], 1.0)
+        if row["last_seen"]:
+            seen.add_metric(key, row["last_seen"])
+        if row["declared_dead_at"]:
+            dead.add_metric([*key, " ".join(row["declared_dead_by"])],
+                            row["declared_dead_at"])
+        suspected.add_metric(key, float(len(row["suspected_by"])))
+    q_labels = [*labels, "provider", "queue", "last_owner"]
+    queues = GaugeMetricFamily(P + "stream_queue_unowned_seconds", "how long a queue has "
+                               "had no live owner (only queues without one)", labels=q_labels)
+    for q in unowned:
+        queues.add_metric([*who, q["provider"], q["queue"], q["last_owner"] or ""],
+                          q["for_seconds"] or 0.0)
+    yield from (status, seen, dead, suspected, queues)
+
+
+def registry_for(silo: Silo, health: Health | None = None) -> CollectorRegistry:
     """A registry of its own (never the process-global one): several silos in one process
-    each export their own figures."""
+    each export their own figures. ``health`` gives the membership rows and unowned queues
+    of a clustered silo (read before each scrape)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SiloCollector(silo))
+    registry.register(SiloCollector(silo, health))
     ProcessCollector(registry=registry)
     return registry
 

@@ -10,21 +10,36 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from orleanspy._util.histogram import quantile
 from orleanspy.runtime.call_stats import figures, is_snapshot, merge
+from silo.dashboard.health import FirstSeen, unowned_queues, warnings
 
-__all__ = ["ClusterView", "SiloAnswers", "queue_rows"]
+__all__ = ["ClusterView", "Membership", "SiloAnswers", "queue_rows", "subscription_order"]
 
 WINDOW: Final = 10.0  # seconds that rates and quantiles cover
 HISTORY: Final = 60.0  # seconds of readings kept
 MAX_METHODS: Final = 50  # rows of the methods panel
 MAX_REMINDERS: Final = 200  # rows of the reminders panel
-MAX_SUBSCRIPTIONS: Final = 50  # rows of the subscriptions table: failing first, then lag
 
 # One silo's answers: status, streams, calls, reminders (each a dict, or None if missing).
 SiloAnswers = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]
+# A silo row's own figures (None for a silo that did not answer).
+_FIGURES: Final = ("uptime", "activations", "gateway", "cpu_seconds", "rss_bytes", "loop_lag",
+                   "reminders", "reminders_fired")
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """What the table says: one ``health.silo_health`` row per silo, the stream-queue
+    leases (queue -> ``Lease``), and the wall-clock time they were read at."""
+
+    silos: list[dict[str, Any]]
+    leases: Mapping[str, Any]
+    now: float
 
 
 class ClusterView:
@@ -33,8 +48,13 @@ class ClusterView:
     def __init__(self) -> None:
         # (time, merged call snapshot, merged latency histograms)
         self._readings: deque[tuple[float, dict[str, Any], dict[str, Any]]] = deque()
+        self._first_seen = FirstSeen()
 
-    def build(self, cluster_id: str, answers: list[SiloAnswers]) -> dict[str, Any]:
+    def build(self, cluster_id: str, answers: list[SiloAnswers],
+              membership: Membership | None = None) -> dict[str, Any]:
+        """The view of ``answers`` (the silos that answered); with ``membership``, every
+        row of the table too: dead, suspected and unreachable silos, and the queues no
+        answering silo pulls (``silo.dashboard.health``)."""
         now = time.monotonic()
         silos: list[dict[str, Any]] = []
         grains: dict[str, int] = {}
@@ -45,18 +65,21 @@ class ClusterView:
         probes: list[dict[str, Any]] = []
         call_snaps: list[dict[str, Any]] = []
         latency_parts: list[dict[str, Any]] = []
+        all_queues: dict[str, set[str]] = {}
         for status, streams, calls, rems in answers:
             name = status.get("silo")
             silos.append({k: status.get(k) for k in (
                 "silo", "status", "uptime", "activations", "gateway", "cpu_seconds",
                 "rss_bytes", "loop_lag")} | {
                 "reminders": (rems or {}).get("count"), "reminders_fired": (rems or {}).get(
-                    "fired")})
+                    "fired"), "reachable": True})
+            for provider, names in (status.get("all_queues") or {}).items():
+                all_queues.setdefault(str(provider), set()).update(map(str, names))
             by_type: dict[str, Any] = status.get("activations_by_type") or {}
             for type_name, count in by_type.items():
                 grains[type_name] = grains.get(type_name, 0) + int(count)
             for row in queue_rows(streams):
-                queues.append({k: v for k, v in row.items() if k not in _PER_SUBSCRIPTION})
+                queues.append({k: v for k, v in row.items() if k != "subs"})
                 subscriptions.extend(_subscriptions(row))
             latency_parts.append(streams.get("latency") or {})
             if calls is not None and is_snapshot(calls.get("types")):
@@ -68,8 +91,7 @@ class ClusterView:
             if isinstance(status.get("prober"), dict):
                 probes.append({"silo": name, **status["prober"]})
         queues.sort(key=lambda q: (q["provider"], q["queue"]))
-        subscriptions.sort(key=lambda r: (-r["failing"], -r["lag"], r["provider"], r["queue"],
-                                          r["subscription"]))
+        subscriptions.sort(key=subscription_order)
         reminders.sort(key=lambda r: (r["next_due"], r["grain"], r["name"]))
         merged_calls = merge(call_snaps)
         merged_latency = _merge_latency(latency_parts)
@@ -78,15 +100,54 @@ class ClusterView:
         while self._readings and now - self._readings[0][0] > HISTORY:
             self._readings.popleft()
         span = now - earlier[0] if earlier is not None else None
+        summed = sorted(str(s["silo"]) for s in silos)
+        unowned: list[dict[str, Any]] = []
+        if membership is not None:
+            silos = self._with_membership(silos, membership)
+        for row in silos:  # a lone silo, or one that is not in the table (yet)
+            for key in ("last_seen", "last_seen_ago", "declared_dead_at"):
+                row.setdefault(key, None)
+            row.setdefault("suspected_by", [])
+            row.setdefault("declared_dead_by", [])
+        if membership is not None:
+            owned = {(q["provider"], q["queue"]) for q in queues}
+            unowned = unowned_queues(all_queues, owned, membership.leases,
+                                     {s["silo"]: s for s in silos}, membership.now,
+                                     self._first_seen)
         return {
             "cluster": cluster_id, "silos": silos, "grains": dict(sorted(grains.items())),
+            # The silos whose figures the sums hold, and the live ones that could not be
+            # read: a chart marks a gap when either changes instead of drawing a fall.
+            "summed": summed,
+            "unread": [s["silo"] for s in silos if not s["reachable"]
+                       and s["status"] == "active"],
+            "unowned_queues": unowned, "warnings": warnings(silos, unowned),
             "window": span,
             "calls_total": sum(m["calls"] for ms in merged_calls.values() for m in ms.values()),
             "methods": _methods(merged_calls, earlier[1] if earlier else None, span),
-            "streams": queues, "subscriptions": subscriptions[:MAX_SUBSCRIPTIONS],
+            "streams": queues, "subscriptions": subscriptions,
             "stream_latency": _latency(merged_latency, earlier[2] if earlier else None),
             "reminders": reminders[:MAX_REMINDERS], "spark": spark, "probes": probes,
         }
+
+    @staticmethod
+    def _with_membership(silos: list[dict[str, Any]],
+                         membership: Membership) -> list[dict[str, Any]]:
+        """Every row of the table, with the figures of the silos that answered (their
+        status as the table says); live silos first, then by address."""
+        answered = {str(s["silo"]): s for s in silos}
+        rows = []
+        for health in membership.silos:
+            figures = answered.pop(health["silo"], None)
+            blank = dict.fromkeys(_FIGURES) | {"reachable": False}
+            row = {**(figures or blank), **health}
+            if figures is not None:  # it answered just now (heartbeats do not move the view)
+                row |= {"last_seen": membership.now, "last_seen_ago": 0.0}
+            rows.append(row)
+        rows.extend(answered.values())
+        rows.sort(key=lambda r: (r["status"] != "active", r["status"] == "dead",
+                                 str(r["silo"])))
+        return rows
 
     def _earlier(self, now: float) -> tuple[float, dict[str, Any], dict[str, Any]] | None:
         """The newest reading at least WINDOW old, else the oldest one (None: none yet)."""
@@ -103,40 +164,46 @@ class ClusterView:
 
 def queue_rows(streams: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per stream queue of a silo's ``streams`` answer (``orleanspy streams status``
-    prints them): its owner, cache, pull period, counters, and per subscription its lag,
-    backlog age, consumer and failing attempts, with the furthest lag and oldest age."""
+    prints them): its owner, cache, pull period, counters, the furthest lag and oldest
+    backlog age, and under ``subs`` every subscription: its stream, subscription id,
+    consumer grain, lag, backlog age and failing attempts (failing first, then furthest
+    behind)."""
     out = []
     for provider, agents in (streams.get("providers") or {}).items():
         for a in agents:
-            lag = a.get("lag") or {}
-            age = a.get("age") or {}
+            subs = [_subscription(s) for s in a.get("subs") or [] if isinstance(s, dict)]
+            subs.sort(key=subscription_order)
+            ages = [s["age"] for s in subs if s["age"] is not None]
             out.append({
                 "provider": provider, "queue": a["queue"], "silo": streams.get("silo"),
                 "cache": a["cache_size"], "cache_max": a["cache_max"],
                 "under_pressure": a["under_pressure"], "pull_period": a["pull_period"],
                 "read": a["read"], "delivered": a["delivered"],
                 "acknowledged": a["acknowledged"], "failures": a["failures"],
-                "subscriptions": a["subscriptions"], "lag": lag,
-                "max_lag": max(lag.values(), default=0), "age": age,
-                "max_age": max(age.values(), default=None),
-                "failing": a.get("failing") or {}, "consumers": a.get("consumers") or {},
+                "subscriptions": a["subscriptions"], "subs": subs,
+                "max_lag": max((s["lag"] for s in subs), default=0),
+                "max_age": max(ages, default=None),
                 "flow_control": a.get("flow_control"),
             })
     return out
 
 
-# Per-subscription figures: the view lists them under "subscriptions", not per queue.
-_PER_SUBSCRIPTION: Final = frozenset({"lag", "age", "failing", "consumers"})
+def subscription_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Failing first, then furthest behind, then oldest backlog."""
+    return (-row["failing"], -row["lag"], -(row["age"] or 0.0), row["stream"],
+            row["subscription"])
+
+
+def _subscription(s: dict[str, Any]) -> dict[str, Any]:
+    return {"stream": str(s.get("stream")), "subscription": str(s.get("subscription")),
+            "consumer": str(s.get("consumer")), "lag": int(s.get("lag") or 0),
+            "age": s.get("age"), "failing": int(s.get("failing") or 0)}
 
 
 def _subscriptions(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per subscription of a queue row: its consumer, lag, backlog age and the
-    failed attempts of the delivery under way."""
-    age, consumers, failing = row["age"], row["consumers"], row["failing"]
-    return [{"provider": row["provider"], "queue": row["queue"], "silo": row["silo"],
-             "subscription": sub, "consumer": consumers.get(sub), "lag": behind,
-             "age": age.get(sub), "failing": int(failing.get(sub, 0))}
-            for sub, behind in row["lag"].items()]
+    """One row per (stream, subscription) of a queue row."""
+    return [{"provider": row["provider"], "queue": row["queue"], "silo": row["silo"], **s}
+            for s in row["subs"]]
 
 
 def _methods(now: dict[str, Any], earlier: dict[str, Any] | None,

@@ -54,6 +54,9 @@ class MembershipEntry:
 
     ``gateway_port`` is the port clients connect to (None: the silo has no gateway).
     ``suspect_votes`` are the votes cast against this silo, oldest first.
+    ``declared_dead_at`` and ``declared_dead_by`` say when the row was written DEAD and by
+    which silos (the voters whose fresh votes declared it, the newer generation of its
+    endpoint that replaced it, or the silo itself); 0.0 and () while it is not DEAD.
     """
 
     silo: SiloAddress
@@ -64,6 +67,8 @@ class MembershipEntry:
     start_time: float = 0.0
     i_am_alive_time: float = 0.0
     suspect_votes: tuple[SuspectVote, ...] = field(default=())
+    declared_dead_at: float = 0.0
+    declared_dead_by: tuple[SiloAddress, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,8 @@ def encode_entry(entry: MembershipEntry) -> bytes:
                 [v.voter.host, v.voter.port, v.voter.generation, float(v.time)]
                 for v in entry.suspect_votes
             ],
+            "dead_at": float(entry.declared_dead_at),
+            "dead_by": [[s.host, s.port, s.generation] for s in entry.declared_dead_by],
         },
         use_bin_type=True,
     )
@@ -138,6 +145,9 @@ def decode_entry(data: bytes) -> MembershipEntry:
             suspect_votes=tuple(
                 SuspectVote(_silo(vote[:3]), float(vote[3])) for vote in raw["votes"]
             ),
+            # Rows written without them (by an older release) decode as never declared.
+            declared_dead_at=float(raw.get("dead_at", 0.0)),
+            declared_dead_by=tuple(_silo(s) for s in raw.get("dead_by", ())),
         )
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
         raise MembershipError(f"malformed membership row ({exc!r})") from exc

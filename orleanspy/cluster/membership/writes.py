@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 from orleanspy._util.clock import Clock
@@ -32,7 +32,7 @@ from orleanspy.cluster.membership.voting import add_vote, fresh_votes, votes_req
 from orleanspy.errors import MembershipError
 from orleanspy.ids import SiloAddress
 
-__all__ = ["MAX_WRITE_ATTEMPTS", "TableWriter", "VoteOutcome"]
+__all__ = ["MAX_WRITE_ATTEMPTS", "TableWriter", "VoteOutcome", "declared_dead"]
 
 _JOINING, _DEAD = SiloStatus.JOINING, SiloStatus.DEAD
 
@@ -131,7 +131,7 @@ class TableWriter:
                 older = (entry, etag)
             if older is not None:
                 entry, etag = older
-                dead = dataclasses.replace(entry, status=_DEAD)
+                dead = declared_dead(entry, (me,), self._clock.time())
                 if await self.table.update_row(dead, etag, data.version):
                     self._log.info("membership_old_generation_declared_dead",
                                    target=str(entry.silo))
@@ -181,6 +181,8 @@ class TableWriter:
             if entry.status is status:
                 return False
             new = dataclasses.replace(entry, status=status, i_am_alive_time=self._clock.time())
+            if status is _DEAD:
+                new = declared_dead(new, (self.silo,), new.i_am_alive_time)
             if await self.table.update_row(new, etag, data.version):
                 self._log.info("membership_status_written", status=status.value)
                 return True
@@ -212,8 +214,10 @@ class TableWriter:
                 i_am_alive_expiration=options.i_am_alive_expiration,
             )
             dead = len(fresh_votes(votes, now, expiration)) >= required
-            status = _DEAD if dead else entry.status
-            new = dataclasses.replace(entry, status=status, suspect_votes=votes)
+            new = dataclasses.replace(entry, suspect_votes=votes)
+            if dead:
+                new = declared_dead(new, [v.voter for v in fresh_votes(votes, now, expiration)],
+                                    now)
             if await self.table.update_row(new, etag, data.version):
                 self.votes_cast += 1 if also is None else 2
                 voters = [str(v.voter) for v in votes]
@@ -228,3 +232,10 @@ class TableWriter:
             await asyncio.sleep(0)
         self._log.warning("membership_vote_not_written", target=str(silo))
         return VoteOutcome.NOT_WRITTEN
+
+
+def declared_dead(entry: MembershipEntry, by: Iterable[SiloAddress],
+                  now: float) -> MembershipEntry:
+    """``entry`` written DEAD at ``now`` by the silos ``by``."""
+    return dataclasses.replace(entry, status=_DEAD, declared_dead_at=now,
+                               declared_dead_by=tuple(dict.fromkeys(by)))

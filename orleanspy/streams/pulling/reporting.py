@@ -4,7 +4,7 @@ built only while the silo's hub listens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.diagnostics import (
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from orleanspy.streams.options import StreamProviderOptions
     from orleanspy.streams.spill import Spiller
 
-__all__ = ["AgentStatistics", "Reported", "Reporter", "snapshot"]
+__all__ = ["AgentStatistics", "Reported", "Reporter", "SubscriptionFigures", "snapshot"]
 
 
 class Reported(Protocol):
@@ -63,6 +63,25 @@ class Reported(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionFigures:
+    """One subscription of a queue: which (stream, consumer) it is and how far behind.
+
+    A subscription id names a subscription only within its stream (every stream's implicit
+    subscription of a consumer type is ``implicit:TYPE``): the figures are per (stream,
+    subscription), and ``consumer`` is the consumer grain.
+    """
+
+    stream: str
+    subscription: str
+    consumer: str
+    lag: int  # queue positions behind the newest read (the backlog)
+    #: seconds since its oldest undelivered cached event was written (None: no such event,
+    #: or its write time is unknown)
+    age: float | None = None
+    failing: int = 0  # failed attempts of the delivery under way (0: none failing)
+
+
+@dataclass(frozen=True, slots=True)
 class AgentStatistics:
     queue: str
     cache_size: int
@@ -75,44 +94,40 @@ class AgentStatistics:
     failures: int
     streams: int
     subscriptions: int
-    lag: dict[str, int]
+    #: every subscription the agent serves, failing first, then furthest behind
+    subs: tuple[SubscriptionFigures, ...] = ()
     spilled: int = 0  # subscriptions served from the queue (they fell out of the cache)
     spill_count: int = 0  # subscriptions spilled since the agent started
-    #: subscription -> seconds since its oldest undelivered cached event was written (those
-    #: with such an event whose write time is known)
-    age: dict[str, float] = field(default_factory=dict)
-    #: subscription -> "stream -> consumer grain"
-    consumers: dict[str, str] = field(default_factory=dict)
-    #: subscription -> failed attempts of the delivery under way (those failing now)
-    failing: dict[str, int] = field(default_factory=dict)
     flow_control: str = "min"  # the provider's flow control (min, max or tagged)
     filtered: int = 0  # events a subscription's filter did not match (never sent to it)
 
+    @property
+    def max_lag(self) -> int:
+        return max((s.lag for s in self.subs), default=0)
+
 
 def snapshot(agent: Reported) -> AgentStatistics:
-    """Cache size and pressure, pull period, counters and per-subscription lag."""
+    """Cache size and pressure, pull period, counters and each subscription's figures."""
     stats = agent.cache.statistics()
-    subs = agent.table.subscriptions()
-    lag = {s.record.sub_id: _lag(agent, s) for s in subs}
     now = agent.clock.time()
-    age = {}
-    consumers = {}
-    failing = {}
-    for s in subs:
-        sub_id = s.record.sub_id
+    figures = []
+    for s in agent.table.subscriptions():
         item = s.cursor.item if s.cursor is not None else None
+        age = None
         if item is not None and item.container.enqueued_at:
-            age[sub_id] = max(0.0, now - item.container.enqueued_at)
-        consumers[sub_id] = f"{s.stream_id} -> {s.consumer.grain_id}"
-        if s.failing:
-            failing[sub_id] = s.failing
+            age = max(0.0, now - item.container.enqueued_at)
+        figures.append(SubscriptionFigures(
+            stream=str(s.stream_id), subscription=s.record.sub_id,
+            consumer=str(s.consumer.grain_id), lag=_lag(agent, s), age=age,
+            failing=s.failing))
+    figures.sort(key=lambda f: (-f.failing, -f.lag, f.stream, f.subscription))
     return AgentStatistics(
         queue=str(agent.queue), cache_size=stats.size, cache_max=stats.max_size,
         under_pressure=stats.under_pressure or agent.pressured, pull_period=agent.period,
         read=agent.read, delivered=agent.delivered, acknowledged=agent.acknowledged,
-        failures=agent.failures, streams=len(agent.table.streams), subscriptions=len(lag),
-        lag=lag, spilled=len(agent.spiller), spill_count=agent.spiller.count, age=age,
-        consumers=consumers, failing=failing, flow_control=str(agent.options.flow_control),
+        failures=agent.failures, streams=len(agent.table.streams),
+        subscriptions=len(figures), subs=tuple(figures), spilled=len(agent.spiller),
+        spill_count=agent.spiller.count, flow_control=str(agent.options.flow_control),
         filtered=agent.filtered,
     )
 

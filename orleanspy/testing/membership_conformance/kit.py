@@ -41,6 +41,9 @@ def sample_entry(
         start_time=T0,
         i_am_alive_time=T0 + 0.5,
     )
+    if status is SiloStatus.DEAD:  # who declared it, and when, survive the round trip
+        entry = dataclasses.replace(entry, declared_dead_at=T0 + 1.5, declared_dead_by=(
+            SiloAddress("10.0.0.9", 11111, 7), silo))
     return dataclasses.replace(entry, **changes)  # type: ignore[arg-type]
 
 

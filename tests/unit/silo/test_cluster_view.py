@@ -88,3 +88,51 @@ async def test_concurrent_requests_share_one_gathering(monkeypatch: pytest.Monke
         await silo.stop()
     assert gathered == 1
     assert all(v == views[0] for v in views)
+
+
+def test_every_row_of_the_table_is_shown_and_queues_nobody_pulls_are_unowned() -> None:
+    from orleanspy.cluster.membership import MembershipEntry, SiloStatus, SuspectVote
+    from orleanspy.ids import SiloAddress
+    from orleanspy.streams.leases import Lease
+    from silo.dashboard.health import silo_health
+    from silo.dashboard.view import Membership
+
+    a, b, c, d = (SiloAddress("127.0.0.1", port, 1) for port in (1, 2, 3, 4))
+    now = 1000.0
+    rows = [
+        MembershipEntry(silo=a, status=SiloStatus.ACTIVE, i_am_alive_time=999.0),
+        MembershipEntry(silo=b, status=SiloStatus.DEAD, i_am_alive_time=990.0,
+                        declared_dead_at=995.0, declared_dead_by=(a, c)),
+        MembershipEntry(silo=c, status=SiloStatus.ACTIVE, i_am_alive_time=980.0,
+                        suspect_votes=(SuspectVote(a, 998.0),)),
+        MembershipEntry(silo=d, status=SiloStatus.SHUTTING_DOWN, i_am_alive_time=970.0),
+    ]
+    status, streams, calls, rems = answers(str(a), 1)
+    status["all_queues"] = {"s": ["s-0", "s-1", "s-2", "s-3"]}
+    streams["providers"] = {"s": [{
+        "queue": "s-0", "cache_size": 0, "cache_max": 8, "under_pressure": False,
+        "pull_period": 0.1, "read": 0, "delivered": 0, "acknowledged": 0, "failures": 0,
+        "subscriptions": 0}]}
+    leases = {"s-0": Lease("s-0", str(a), now + 5), "s-1": Lease("s-1", str(b), now + 5),
+              "s-2": Lease("s-2", str(c), now + 5)}
+    membership = Membership([silo_health(e, now, 120.0) for e in rows], leases, now)
+    view = ClusterView().build("c", [(status, streams, calls, rems)], membership)
+
+    by_silo = {s["silo"]: s for s in view["silos"]}
+    assert [s["silo"] for s in view["silos"]] == [str(a), str(c), str(d), str(b)]
+    dead = by_silo[str(b)]
+    assert (dead["status"], dead["declared_dead_at"], dead["declared_dead_by"]) == (
+        "dead", 995.0, [str(a), str(c)])
+    assert dead["reachable"] is False and dead["activations"] is None
+    assert by_silo[str(c)]["suspected_by"] == [str(a)]
+    assert by_silo[str(a)]["last_seen_ago"] == 0.0  # it answered
+    assert view["summed"] == [str(a)] and view["unread"] == [str(c)]  # not the leaving d
+    unowned = {q["queue"]: q for q in view["unowned_queues"]}
+    assert set(unowned) == {"s-1", "s-2", "s-3"}
+    assert (unowned["s-1"]["state"], unowned["s-1"]["since"]) == ("unowned", 990.0)
+    assert unowned["s-1"]["last_owner_status"] == "dead"
+    assert (unowned["s-2"]["state"], unowned["s-2"]["last_owner"]) == ("unread", str(c))
+    assert (unowned["s-3"]["last_owner"], unowned["s-3"]["for_seconds"]) == (None, 0.0)
+    banner = "\n".join(view["warnings"])
+    assert "queue s/s-1 unowned for 10 s" in banner and f"suspected by {a}" in banner
+    assert f"silo {c} does not answer" in banner and str(d) not in banner

@@ -52,7 +52,7 @@ async def _run(factory: Any, slow: bool) -> tuple[PersistentStreamProvider, dict
             async with asyncio.timeout(WAIT):  # the first delivery waits at the gate
                 await STATE["entered"].wait()
             await asyncio.sleep(0.2)  # the backlog ages meanwhile
-            ages = agent.snapshot().age
+            ages = {f.stream: f.age for f in agent.snapshot().subs if f.age is not None}
             STATE["gate"].set()
         async with asyncio.timeout(WAIT):
             await STATE["done"].wait()
