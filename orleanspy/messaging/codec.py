@@ -31,6 +31,8 @@ from orleanspy.messaging.types import TypePolicy
 __all__ = [
     "DECODE_RATIO",
     "IMMUTABLE_TYPES",
+    "MAX_BYTE_COST",
+    "PEAK_RATIO",
     "UNCOUNTED_FRAME",
     "Codec",
     "DecodeBudget",
@@ -73,7 +75,11 @@ MAX_EXT_DEPTH: Final = 64
 #: A frame of n bytes from a peer decodes to at most ``DECODE_RATIO * n`` bytes of Python
 #: objects (``DecodeBudget``), or to at most ``UNCOUNTED_FRAME * MAX_BYTE_COST`` bytes when
 #: it is no longer than ``UNCOUNTED_FRAME`` (such frames are decoded without counting).
+#: While it decodes, the item slots of the containers still open (8 bytes an item, each
+#: item backed by a byte of the frame) come on top: the peak is within ``PEAK_RATIO * n``.
+#: Decoding runs on the event loop, one frame at a time, so peaks do not add up.
 DECODE_RATIO: Final = 32
+PEAK_RATIO: Final = DECODE_RATIO + 8
 UNCOUNTED_FRAME: Final = 512
 #: The most one encoded byte can cost decoded, without counting: an empty set (ext, 3
 #: bytes) costs 232 bytes; an empty map (1 byte) 72; a map of one entry (2 bytes) 192.
@@ -137,7 +143,8 @@ class DecodeBudget:
         )
 
     def on_list(self, value: list[Any]) -> list[Any]:
-        self.left -= getsizeof(value) + 16 + _items(value)
+        # the object (56 bytes) and its item array each rounded up to 16 bytes by pymalloc
+        self.left -= getsizeof(value) + 8 + (len(value) & 1) * 8 + _items(value)
         if self.left < 0:
             self._spent()
         return value
@@ -195,6 +202,23 @@ def _no_ext(code: int, data: bytes) -> Any:
     return None
 
 
+def _backed(data: bytes | bytearray | memoryview) -> None:
+    """Raise unless every length ``data`` declares is backed by its bytes. msgpack allocates
+    an array's item slots when it reads the header, so a frame of nested headers that each
+    declare a frame's length of items would otherwise reserve that many slots per level
+    before it fails; ``skip`` walks the structure without building anything.
+
+    Raises:
+        ValueError: the frame ends before its declared items (or nests too deeply).
+    """
+    unpacker = msgpack.Unpacker(max_buffer_size=len(data))
+    unpacker.feed(data)
+    try:
+        unpacker.skip()
+    except msgpack.OutOfData:
+        raise ValueError("the frame ends before the items it declares") from None
+
+
 def unpack_plain_bounded(data: bytes | bytearray) -> Any:
     """``data`` decoded as plain msgpack (ext values come out as None) within the decode
     bound (``DecodeBudget``): for frames of peers that have not authenticated.
@@ -205,6 +229,7 @@ def unpack_plain_bounded(data: bytes | bytearray) -> Any:
     """
     if len(data) <= UNCOUNTED_FRAME:
         return msgpack.unpackb(data, ext_hook=_no_ext, raw=False, strict_map_key=False)
+    _backed(data)
     budget = DecodeBudget(len(data))
     collecting = gc.isenabled()
     gc.disable()  # see Codec.unpack_frame
@@ -328,6 +353,8 @@ class Codec:
                     data, ext_hook=self._ext_hook, raw=False, strict_map_key=False,
                     use_list=True,
                 )
+            if len(data) > UNCOUNTED_FRAME:
+                _backed(data)
             return msgpack.unpackb(
                 data, ext_hook=self._counted_ext, raw=False, strict_map_key=False,
                 use_list=True, list_hook=budget.on_list, object_hook=budget.on_map,
