@@ -150,9 +150,12 @@ class DecodeBudget:
         return value
 
     def on_map(self, value: dict[Any, Any]) -> dict[Any, Any]:
-        # str keys are interned by msgpack: one more entry in the interpreter's table each
+        # msgpack interns str keys: each new one takes a slot of the interpreter's table of
+        # interned strings (up to 72 bytes with its index and free room; the table keeps its
+        # size), so keys longer than one character are charged that too
+        interned = sum(1 for k in value if type(k) is str and len(k) > 1)
         self.left -= (getsizeof(value) + 16 + _items(value) + _items(value.values())
-                      + 32 * len(value))
+                      + 72 * interned)
         if self.left < 0:
             self._spent()
         return value
