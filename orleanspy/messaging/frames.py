@@ -48,7 +48,7 @@ import msgpack
 
 from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import grain_id
-from orleanspy.messaging.codec import Codec, unpack_plain_bounded
+from orleanspy.messaging.codec import UNCOUNTED_FRAME, Codec, unpack_plain_bounded
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import chain_entry, decode_error, encode_error
 
@@ -330,7 +330,8 @@ def open_body(codec: Codec, msg: Message) -> None:
         msg.kwargs = None
         return
     try:
-        value = codec.unpack_frame(body)
+        value = (codec.unpackb(body) if len(body) <= UNCOUNTED_FRAME
+                 else codec.unpack_frame(body))
     except (SerializationError, ProtocolError) as exc:
         raise type(exc)(f"the silo cannot decode this request's arguments: {exc}") from exc
     except Exception as exc:
@@ -376,7 +377,8 @@ def read_value(codec: Codec, ok: bool, body: bytes) -> tuple[bool, Any]:
     """``(ok, value)`` of a reply body; a body that cannot be decoded here fails that call
     only (``(False, SerializationError | ProtocolError)``)."""
     try:
-        value = codec.unpack_frame(body)
+        value = (codec.unpackb(body) if len(body) <= UNCOUNTED_FRAME
+                 else codec.unpack_frame(body))
     except SerializationError as exc:
         return False, SerializationError(f"the result cannot be decoded here: {exc}")
     except ProtocolError as exc:
@@ -423,6 +425,8 @@ def decode(codec: Codec, payload: bytes | bytearray) -> Any:
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
     try:
+        if len(payload) <= UNCOUNTED_FRAME:  # (what unpack_frame does, a call less)
+            return codec.unpackb(payload)
         return codec.unpack_frame(payload)
     except (SerializationError, ProtocolError):
         raise
@@ -459,6 +463,8 @@ def decode_or_reject(
         except Exception as exc:
             raise undecodable(exc) from exc
     try:
+        if len(payload) <= UNCOUNTED_FRAME:  # (what unpack_frame does, a call less)
+            return codec.unpackb(payload)
         return codec.unpack_frame(payload)
     except SerializationError as exc:
         if reject_one(payload, exc):
