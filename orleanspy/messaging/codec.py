@@ -224,24 +224,29 @@ def _backed(data: bytes | bytearray | memoryview) -> None:
 
 def unpack_plain_bounded(data: bytes | bytearray) -> Any:
     """``data`` decoded as plain msgpack (ext values come out as None) within the decode
-    bound (``DecodeBudget``): for frames of peers that have not authenticated.
+    bound (``DecodeBudget``): for frames of peers that have not authenticated, and frame
+    headers that hold no ext value.
 
     Raises:
-        ProtocolError: the frame decodes beyond the bound.
-        Exception: anything msgpack raises for undecodable bytes.
+        ProtocolError: not decodable, or beyond the bound.
     """
-    if len(data) <= UNCOUNTED_FRAME:
-        return msgpack.unpackb(data, ext_hook=_no_ext, raw=False, strict_map_key=False)
-    _backed(data)
-    budget = DecodeBudget(len(data))
-    collecting = gc.isenabled()
-    gc.disable()  # see Codec.unpack_frame
     try:
-        return msgpack.unpackb(data, ext_hook=_no_ext, raw=False, strict_map_key=False,
-                               list_hook=budget.on_list, object_hook=budget.on_map)
-    finally:
-        if collecting:
-            gc.enable()
+        if len(data) <= UNCOUNTED_FRAME:
+            return msgpack.unpackb(data, ext_hook=_no_ext, raw=False, strict_map_key=False)
+        _backed(data)
+        budget = DecodeBudget(len(data))
+        collecting = gc.isenabled()
+        gc.disable()  # see Codec.unpack_frame
+        try:
+            return msgpack.unpackb(data, ext_hook=_no_ext, raw=False, strict_map_key=False,
+                                   list_hook=budget.on_list, object_hook=budget.on_map)
+        finally:
+            if collecting:
+                gc.enable()
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError(f"undecodable msgpack frame ({exc.__class__.__name__})") from exc
 
 
 class Codec:

@@ -107,12 +107,7 @@ def unpack_plain(payload: bytes | bytearray) -> Any:
     Raises:
         ProtocolError: not decodable.
     """
-    try:
-        return unpack_plain_bounded(payload)
-    except ProtocolError:
-        raise
-    except Exception as exc:
-        raise undecodable(exc) from exc
+    return unpack_plain_bounded(payload)
 
 
 class BadRequest(Exception):
@@ -425,8 +420,6 @@ def decode(codec: Codec, payload: bytes | bytearray) -> Any:
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
     try:
-        if len(payload) <= UNCOUNTED_FRAME:  # (what unpack_frame does, a call less)
-            return codec.unpackb(payload)
         return codec.unpack_frame(payload)
     except (SerializationError, ProtocolError):
         raise
@@ -456,12 +449,7 @@ def decode_or_reject(
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
     if not ready:
-        try:
-            return unpack_plain_bounded(payload)
-        except ProtocolError:
-            raise
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        return unpack_plain_bounded(payload)
     try:
         if len(payload) <= UNCOUNTED_FRAME:  # (what unpack_frame does, a call less)
             return codec.unpackb(payload)
