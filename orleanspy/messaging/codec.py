@@ -80,10 +80,12 @@ MAX_EXT_DEPTH: Final = 64
 #: Decoding runs on the event loop, one frame at a time, so peaks do not add up.
 DECODE_RATIO: Final = 32
 PEAK_RATIO: Final = DECODE_RATIO + 8
-UNCOUNTED_FRAME: Final = 512
-#: The most one encoded byte can cost decoded, without counting: an empty set (ext, 3
-#: bytes) costs 232 bytes; an empty map (1 byte) 72; a map of one entry (2 bytes) 192.
-MAX_BYTE_COST: Final = 96
+UNCOUNTED_FRAME: Final = 256
+#: The most one encoded byte can cost decoded, without counting: nested maps of one entry
+#: each (2 bytes a level) cost 287 bytes a level; an empty set (ext, 3 bytes) 232; an
+#: empty map (1 byte) 72. Nested array headers of an uncounted frame, each declaring as
+#: many items as the frame has bytes, reserve at most 85 x 2 KiB while it decodes.
+MAX_BYTE_COST: Final = 144
 IMMUTABLE_TYPES: Final = frozenset({int, str, float, bool, type(None), bytes})
 _IMMUTABLE_SCALARS: Final = IMMUTABLE_TYPES
 

@@ -150,10 +150,27 @@ def test_a_refused_frame_closes_the_connection_with_the_reason() -> None:
         decode_or_reject(Codec(), WORST["empty maps"], False, lambda payload, exc: True)
 
 
-def test_a_short_frame_decodes_uncounted_within_an_absolute_bound() -> None:
-    data = msgpack.packb([[]] * (UNCOUNTED_FRAME - 3))
-    assert len(data) == UNCOUNTED_FRAME
+SHORT: dict[str, bytes] = {
+    "empty arrays": msgpack.packb([[]] * (UNCOUNTED_FRAME - 3)),
+    "nested maps of one entry": b"\x81\x00" * (UNCOUNTED_FRAME // 2 - 1) + b"\x00",
+    "empty sets": array(ext(EXT_SET, b"\x90"), (UNCOUNTED_FRAME - 5) // 3),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHORT))
+def test_a_short_frame_decodes_uncounted_within_an_absolute_bound(shape: str) -> None:
+    data = SHORT[shape]
+    assert len(data) <= UNCOUNTED_FRAME
     codec = Codec()
+    codec.unpack_frame(b"\x90")
     peak, _, value = peak_of(lambda: codec.unpack_frame(data))
-    assert value == [[]] * (UNCOUNTED_FRAME - 3)
-    assert peak <= UNCOUNTED_FRAME * MAX_BYTE_COST
+    assert not isinstance(value, Exception)
+    assert peak <= UNCOUNTED_FRAME * MAX_BYTE_COST, f"{shape}: {peak}"
+
+
+def test_nested_headers_of_a_short_frame_reserve_a_bounded_amount() -> None:
+    frame = ((b"\xdc" + struct.pack(">H", UNCOUNTED_FRAME - 3)) * 100)[:UNCOUNTED_FRAME]
+    codec = Codec()
+    peak, _, value = peak_of(lambda: codec.unpack_frame(frame))
+    assert isinstance(value, Exception)
+    assert peak <= 85 * 2048 + 16384
