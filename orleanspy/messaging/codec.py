@@ -131,11 +131,12 @@ class DecodeBudget:
     70-80 x the frame.
     """
 
-    __slots__ = ("left", "size")
+    __slots__ = ("keys", "left", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.left = DECODE_RATIO * size
+        self.keys: set[str] = set()  # the str map keys met (interned: one object each)
 
     def _spent(self) -> None:
         raise ProtocolError(
@@ -152,12 +153,20 @@ class DecodeBudget:
         return value
 
     def on_map(self, value: dict[Any, Any]) -> dict[Any, Any]:
-        # msgpack interns str keys: each new one takes a slot of the interpreter's table of
-        # interned strings (up to 72 bytes with its index and free room; the table keeps its
-        # size), so keys longer than one character are charged that too
-        interned = sum(1 for k in value if type(k) is str and len(k) > 1)
-        self.left -= (getsizeof(value) + 16 + _items(value) + _items(value.values())
-                      + 72 * interned)
+        cost = getsizeof(value) + 16 + _items(value.values())
+        fresh = value.keys() - self.keys
+        if fresh:
+            for key in fresh:
+                if type(key) is str:
+                    # msgpack interns str keys: each distinct one is a single object, with a
+                    # slot in the interpreter's table of interned strings (up to 72 bytes
+                    # with its index and free room; the table keeps its size) and one in
+                    # ``keys``; a key met again costs nothing more
+                    self.keys.add(key)
+                    cost += getsizeof(key) + 15 + 72 + 48
+                else:
+                    cost += _items((key,))
+        self.left -= cost
         if self.left < 0:
             self._spent()
         return value

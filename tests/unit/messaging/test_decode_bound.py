@@ -88,6 +88,8 @@ FINE: dict[str, Any] = {
     "pairs of small ints": [[i % 100, 2] for i in range(N // 3)],
     "tuples": [(i % 100, 2) for i in range(N // 6)],
     "records": [{"x": i, "y": 2.5} for i in range(N // 14)],
+    "small records": [{"id": i % 100, "ok": True} for i in range(N // 9)],
+    "a map of distinct keys": {f"key{i}": i for i in range(N // 10)},
     "strings": [f"item-{i}" for i in range(N // 10)],
     "ints": list(range(N // 3)),
     "bytes": b"x" * N,
