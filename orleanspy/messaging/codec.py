@@ -216,15 +216,19 @@ def _no_ext(code: int, data: bytes) -> Any:
     return None
 
 
-def _backed(data: bytes | bytearray | memoryview) -> None:
+def _backed(data: bytes | bytearray) -> None:
     """Raise unless every length ``data`` declares is backed by its bytes. msgpack allocates
     an array's item slots when it reads the header, so a frame of nested headers that each
     declare a frame's length of items would otherwise reserve that many slots per level
-    before it fails; ``skip`` walks the structure without building anything.
+    before it fails; ``skip`` walks the structure without building anything. A frame with
+    no header of more than 15 items needs no walk: its open containers reserve at most 15
+    slots each, along one path no deeper than msgpack's nesting limit.
 
     Raises:
         ValueError: the frame ends before its declared items (or nests too deeply).
     """
+    if not (b"\xdc" in data or b"\xdd" in data or b"\xde" in data or b"\xdf" in data):
+        return
     unpacker = msgpack.Unpacker(max_buffer_size=len(data))
     unpacker.feed(data)
     try:
@@ -373,7 +377,7 @@ class Codec:
                     use_list=True,
                 )
             if len(data) > UNCOUNTED_FRAME:
-                _backed(data)
+                _backed(data if type(data) is not memoryview else bytes(data))
             return msgpack.unpackb(
                 data, ext_hook=self._counted_ext, raw=False, strict_map_key=False,
                 use_list=True, list_hook=budget.on_list, object_hook=budget.on_map,
