@@ -9,7 +9,7 @@ Bounds stated by these tests (docs/security.md):
   ``DECODE_RATIO`` (32) n, and its bytes (the read buffer, the frame, the body) take at most
   4 n more. Beyond the decode bound the connection is closed with a logged reason and the
   silo goes on serving.
-* ``FLOOD_RSS_BOUND`` (48 MiB): the growth of the silo's peak RSS under a flood of 200,000
+* ``FLOOD_RSS_BOUND`` (24 MiB): the growth of the silo's peak RSS under a flood of 200,000
   one-way calls to a slow grain (the flood client's sends block); meanwhile another client's
   p99 latency stays within twice its unloaded p99, taken as at least ``P99_FLOOR`` (5 ms)
   once the flood is held back and ``BUSY_FLOOR`` (50 ms) while the flood client still
@@ -42,7 +42,7 @@ SECRET = "client-secret"
 FRAME = 1 << 19  # about the size of each shape's frame
 RSS_RATIO = PEAK_RATIO + 4
 FLOOD = 200_000
-FLOOD_RSS_BOUND = 48 * 1024 * 1024
+FLOOD_RSS_BOUND = 24 * 1024 * 1024
 P99_FLOOR = 0.005
 #: While the flood client still sends (until its socket buffers fill) it competes for the
 #: machine's CPU with both processes: a looser floor for that phase.
