@@ -204,6 +204,7 @@ def build_silo(
     identity = SiloIdentity(SiloAddress(opts.advertised_host, opts.port, new_generation()),
                             opts.cluster_id)
     codec = Codec(silo.reference_factory, policy=TypePolicy())
+    codec.traceback_paths = opts.traceback_paths
     registry: dict[str, Any] = {}
     providers = dict(stream_providers or {})
     classes = [*grains, *(cls for module in modules for cls in grain_classes_in(module))]

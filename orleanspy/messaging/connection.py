@@ -61,6 +61,9 @@ class FramedConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.write_paused = False
         self._write_resumed: asyncio.Future[None] | None = None
+        #: True while this side does not read (``pause_reading``): frames already buffered
+        #: wait too, and the peer's writes fill the socket buffers (TCP back-pressure).
+        self.reading_paused = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -75,12 +78,16 @@ class FramedConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self._buf += data
+        self._parse()
+
+    def _parse(self) -> None:
+        """Hand every complete frame in the buffer to ``frame_received`` (until paused)."""
         buf = self._buf
-        buf += data
         pos = 0
         n = len(buf)
         try:
-            while n - pos >= 4:
+            while n - pos >= 4 and not self.reading_paused:
                 size = _frame_size(buf, pos)[0]
                 if size > self.frame_limit:
                     self._oversized(size)
@@ -127,6 +134,23 @@ class FramedConnection(asyncio.Protocol):
         if self._write_resumed is not None and not self._write_resumed.done():
             self._write_resumed.set_result(None)
         self.on_close(exc, was_closed)
+
+    def pause_reading(self) -> None:
+        """Stop reading: no further frame is handed on (the rest of the buffer waits) and the
+        transport reads no more from the socket, so the peer's writes block."""
+        if not self.reading_paused and not self.closed and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Hand on the buffered frames, then read from the socket again (unless a frame
+        paused reading once more)."""
+        if not self.reading_paused or self.closed or self.transport is None:
+            return
+        self.reading_paused = False
+        self._parse()
+        if not self.reading_paused and not self.closed:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.write_paused = True

@@ -49,7 +49,7 @@ import msgpack
 
 from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import grain_id
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import UNCOUNTED_FRAME, Codec, unpack_plain_bounded
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import chain_entry, decode_error, encode_error
 
@@ -108,10 +108,7 @@ def unpack_plain(payload: bytes | bytearray) -> Any:
     Raises:
         ProtocolError: not decodable.
     """
-    try:
-        return msgpack.unpackb(payload, raw=False)
-    except Exception as exc:
-        raise undecodable(exc) from exc
+    return unpack_plain_bounded(payload)
 
 
 class BadRequest(Exception):
@@ -315,7 +312,8 @@ def encode_body(codec: Codec, args: tuple[Any, ...] | list[Any], kwargs: dict[st
 
 def open_body(codec: Codec, msg: Message) -> None:
     """Decode the body of ``msg`` into its arguments, with ``codec``'s type policy (the silo
-    that runs the grain calls this, once).
+    that runs the grain calls this, once). A client's arguments decode within the frame
+    bound (``DecodeBudget``); a silo's, proven by the cluster key, as plain msgpack.
 
     Raises:
         SerializationError: a value cannot be rebuilt here (answer that one call).
@@ -329,10 +327,11 @@ def open_body(codec: Codec, msg: Message) -> None:
         msg.kwargs = None
         return
     try:
-        value = codec.unpackb(body)
-    except SerializationError as exc:
-        raise SerializationError(f"the silo cannot decode this request's arguments: {exc}") \
-            from exc
+        value = (codec.unpackb(body)
+                 if len(body) <= UNCOUNTED_FRAME or not msg.flags & FLAG_FROM_CLIENT
+                 else codec.unpack_frame(body))
+    except (SerializationError, ProtocolError) as exc:
+        raise type(exc)(f"the silo cannot decode this request's arguments: {exc}") from exc
     except Exception as exc:
         raise undecodable(exc) from exc
     if (type(value) is not list or len(value) != 2 or type(value[0]) is not list
@@ -374,11 +373,14 @@ def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
 
 def read_value(codec: Codec, ok: bool, body: bytes) -> tuple[bool, Any]:
     """``(ok, value)`` of a reply body; a body that cannot be decoded here fails that call
-    only (``(False, SerializationError | ProtocolError)``)."""
+    only (``(False, SerializationError | ProtocolError)``). Replies come from silos (a
+    client's cluster, or a peer proven by the cluster key): plain msgpack, no frame bound."""
     try:
         value = codec.unpackb(body)
     except SerializationError as exc:
         return False, SerializationError(f"the result cannot be decoded here: {exc}")
+    except ProtocolError as exc:
+        return False, exc
     except Exception as exc:
         return False, undecodable(exc)
     if ok:
@@ -421,8 +423,8 @@ def decode(codec: Codec, payload: bytes | bytearray) -> Any:
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
     try:
-        return codec.unpackb(payload)
-    except SerializationError:
+        return codec.unpack_frame(payload)
+    except (SerializationError, ProtocolError):
         raise
     except Exception as exc:
         raise undecodable(exc) from exc
@@ -450,28 +452,25 @@ def decode_or_reject(
         ProtocolError: anything else undecodable: the caller closes the connection.
     """
     if not ready:
-        try:
-            return msgpack.unpackb(payload, ext_hook=_no_ext, raw=False, strict_map_key=False)
-        except Exception as exc:
-            raise undecodable(exc) from exc
+        return unpack_plain_bounded(payload)
     try:
-        return codec.unpackb(payload)
+        if len(payload) <= UNCOUNTED_FRAME:  # (what unpack_frame does, a call less)
+            return codec.unpackb(payload)
+        return codec.unpack_frame(payload)
     except SerializationError as exc:
         if reject_one(payload, exc):
             return REJECTED
         raise ProtocolError(f"undecodable frame ({exc})") from exc
+    except ProtocolError:
+        raise
     except Exception as exc:
         raise undecodable(exc) from exc
-
-
-def _no_ext(code: int, data: bytes) -> Any:
-    return None
 
 
 def raw_header(payload: bytes | bytearray) -> tuple[Any, int] | None:
     """``(kind, id)`` of a frame read without rebuilding its values, or None if it has none."""
     try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_no_ext)
+        raw = unpack_plain_bounded(payload)
     except Exception:
         return None
     if type(raw) is not list or len(raw) < 2 or type(raw[1]) is not int:

@@ -11,11 +11,11 @@ import itertools
 import os
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from orleanspy.ids import GrainId
 
-__all__ = ["CallChainEntry", "Direction", "Message", "ResultKind", "new_message_id"]
+__all__ = ["CallChainEntry", "Direction", "Message", "ResultKind", "Sender", "new_message_id"]
 
 # Ids are unique across processes: a random 30-bit process prefix and a 33-bit counter.
 _BASE: Final = (int.from_bytes(os.urandom(4), "little") & 0x3FFFFFFF) << 33
@@ -47,10 +47,26 @@ FLAG_SELF_CALL: Final = 8
 FLAG_FROM_CLIENT: Final = 16
 
 
+class Sender(Protocol):
+    """The connection a message was read from, told when the message has to wait for room in
+    a full mailbox (``held``) and when it moved in (``released``): a gateway connection stops
+    reading while too many of its messages wait so. ``bad_frame``: the message's body is not
+    acceptable (beyond the decode bound): close the connection, saying why."""
+
+    def held(self) -> None: ...
+
+    def released(self) -> None: ...
+
+    def bad_frame(self, reason: str) -> None: ...
+
+
 class Message:
     """A request or one-way call addressed to a grain (or system target)."""
 
     hops: int
+    #: the connection it was read from, on gateway requests only (unset otherwise: read it
+    #: with ``getattr(msg, "sender", None)``, off the hot path)
+    sender: Sender
     started: float
     #: the activation running it as a turn (set by the activation when the turn starts)
     activation: Any
@@ -72,6 +88,7 @@ class Message:
         "method",
         "reply",
         "runner",
+        "sender",
         "started",
         "target",
         "timeout",

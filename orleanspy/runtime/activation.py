@@ -268,11 +268,8 @@ class Activation(Turns):
             self.silo.log.debug("grain_deactivated", grain=self.name,
                                 reason=self.reason.name if self.reason else None)
             pending = list(self.waiting) + [m for m, _ in self.blocked]
-            for _, fut in self.blocked:
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
+            self._release_blocked()
             self.waiting.clear()
-            self.blocked.clear()
             for msg in pending:
                 if msg.invoke is None:  # timer ticks die with their activation
                     self.silo.dispatcher.redispatch(msg)

@@ -21,6 +21,7 @@ from orleanspy._util.futures import reply_to
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
     MessageRejectedError,
+    ProtocolError,
     SiloUnavailableError,
 )
 from orleanspy.grains.context import current_turn, turn_chain
@@ -283,6 +284,10 @@ class Dispatcher:
             act = self._locate(msg.target, msg.method, msg)
             act.enqueue(msg)
         except Exception as exc:
+            if type(exc) is ProtocolError:  # a body beyond the decode bound: its client goes
+                sender = getattr(msg, "sender", None)
+                if sender is not None:
+                    sender.bad_frame(str(exc))
             diag = self.silo.diagnostics
             if diag.listening:
                 diag.emit(RequestDropped(

@@ -15,6 +15,13 @@ When the silo stops, the gateway stops accepting connections and sends each clie
 silo if their grain is gone from this one). The connection closes once the client has
 answered and its last request in flight is answered, so a graceful stop costs a client with
 another gateway no failed call.
+
+Back-pressure: a request that finds its grain's mailbox full waits for room (its sender is
+suspended, ``runtime/mailbox.py``). When ``MAX_BLOCKED`` requests of one connection wait so,
+the gateway stops reading that connection (the frames it has buffered wait too), so the
+client's writes fill the socket buffers and its sends block; reading resumes once half of them
+have moved into the mailbox. A flood of calls to a slow grain therefore costs the silo at most
+a mailbox and ``MAX_BLOCKED`` requests per connection, and other connections are read as ever.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgpack
 
@@ -55,7 +62,11 @@ from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.runtime.locator import fenced_error
 
-__all__ = ["CLIENT_CONSUMER_TYPE", "Gateway", "GatewayConnection", "GatewayHost"]
+__all__ = ["CLIENT_CONSUMER_TYPE", "MAX_BLOCKED", "Gateway", "GatewayConnection", "GatewayHost"]
+
+#: Requests of one connection that may wait for room in full mailboxes before the gateway
+#: stops reading that connection (see the module doc).
+MAX_BLOCKED: Final = 1000
 
 #: The grain that stands for a client's stream subscriptions, keyed by the client's id
 #: (``orleanspy.streams.client_consumer``): only a connection that proved that id may call it.
@@ -121,6 +132,7 @@ class GatewayConnection(FramedConnection):
         self.in_flight = 0  # requests delivered and not answered yet
         self.draining = False  # close once in_flight reaches 0 and the client acknowledged
         self.goaway_acked = False
+        self.blocked = 0  # requests waiting for room in a full mailbox (``held``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -177,6 +189,7 @@ class GatewayConnection(FramedConnection):
             if not one_way:
                 self.in_flight += 1
                 msg.reply = partial(self._answer, corr)
+            msg.sender = self
             self.dispatcher.deliver(msg)
         elif not one_way:
             self._reply(corr, False, SiloUnavailableError(
@@ -208,6 +221,34 @@ class GatewayConnection(FramedConnection):
                 f"the silo cannot decode this request's arguments: {exc}"
             ))
         return True
+
+    def held(self) -> None:
+        """One of this connection's requests waits for room in a full mailbox; at
+        ``MAX_BLOCKED`` of them, stop reading the connection."""
+        self.blocked += 1
+        if self.blocked >= MAX_BLOCKED and not self.reading_paused and not self.closed:
+            self.log.warning(
+                "gateway_connection_paused", peer=self.peer, client=self.client,
+                reason=f"{self.blocked} of its requests wait for room in full mailboxes "
+                       f"(at most {MAX_BLOCKED}): not reading until half have moved in",
+            )
+            self.pause_reading()
+
+    def released(self) -> None:
+        """One of this connection's waiting requests moved into its mailbox; below half of
+        ``MAX_BLOCKED``, read the connection again (soon: not inside the mailbox's refill)."""
+        self.blocked -= 1
+        if self.reading_paused and self.blocked == MAX_BLOCKED // 2:
+            self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self.blocked <= MAX_BLOCKED // 2:
+            self.log.info("gateway_connection_resumed", peer=self.peer, client=self.client)
+            self.resume_reading()
+
+    def bad_frame(self, reason: str) -> None:
+        """A request's arguments decode beyond the bound (``DecodeBudget``): close."""
+        self.protocol_error(reason)
 
     def _answer(self, corr: int, ok: bool, value: Any) -> None:
         """The reply of a delivered request; closes a draining connection after its last."""

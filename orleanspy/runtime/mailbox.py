@@ -1,9 +1,11 @@
 """Mailbox: an activation's queue, its capacity and the overflow policy.
 
 Requests that find the mailbox (``waiting``) full wait in ``blocked`` (their callers stay
-suspended) and move in as room frees; one-way messages follow the class's overflow policy
-(suspend, reject, drop newest, drop oldest). Calls a grain makes to itself and timer ticks
-are never held back. ``Mailbox`` is a base of ``Activation`` (see ``admission``).
+suspended) and move in as room frees (a gateway request's connection, ``Message.sender``, is
+told each time, and stops reading while too many of its requests wait); one-way messages
+follow the class's overflow policy (suspend, reject, drop newest, drop oldest). Calls a grain
+makes to itself and timer ticks are never held back. ``Mailbox`` is a base of ``Activation``
+(see ``admission``).
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ class Mailbox(Admission):
         self.suspended += 1
         room = asyncio.get_running_loop().create_future() if wait else None
         self.blocked.append((msg, room))
+        sender = getattr(msg, "sender", None)
+        if sender is not None:
+            sender.held()
         if self.silo.diagnostics.listening:
             self._report_queued(msg, True)
         return room
@@ -154,16 +159,26 @@ class Mailbox(Admission):
                 self.special_waiting += 1
             if room is not None and not room.done():
                 room.set_result(None)
+            sender = getattr(msg, "sender", None)
+            if sender is not None:
+                sender.released()
 
     def _take_pending(self) -> list[Message]:
         """Empty the mailbox (waiting and blocked messages, releasing blocked senders)."""
         pending = list(self.waiting) + [m for m, _ in self.blocked]
-        for _, room in self.blocked:
+        self._release_blocked()
+        self.waiting.clear()
+        return pending
+
+    def _release_blocked(self) -> None:
+        """Empty ``blocked``: wake the senders that wait for room, tell the connections."""
+        for msg, room in self.blocked:
             if room is not None and not room.done():
                 room.set_result(None)
-        self.waiting.clear()
+            sender = getattr(msg, "sender", None)
+            if sender is not None:
+                sender.released()
         self.blocked.clear()
-        return pending
 
     def _deliver(self, msg: Message, ok: bool, value: Any) -> None:
         reply = msg.reply

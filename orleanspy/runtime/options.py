@@ -68,6 +68,10 @@ class SiloOptions:
     ``cluster_key`` is not set) must not be readable by group or others; True accepts one
     (docs/security.md).
 
+    ``traceback_paths`` (default False): the server tracebacks in error replies to callers
+    keep absolute file paths; by default a file is named relative to the import path
+    (``myapp/grains.py``), with its line and function (docs/security.md).
+
     ``call_statistics`` (default True): count each grain method's calls, errors and a
     latency histogram (``orleanspy.runtime.call_stats``; ``orleanspy grains top``, the
     dashboard, ``/metrics``). It reads the clock twice per call; False saves that.
@@ -100,6 +104,7 @@ class SiloOptions:
     grain_error_log_level: str = "debug"
     gc_freeze: bool = True
     call_statistics: bool = True
+    traceback_paths: bool = False
     membership: str | None = None
     probe_period: float = 5.0
     probe_timeout: float | None = None

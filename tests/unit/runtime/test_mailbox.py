@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from orleanspy import Grain, MailboxFullError, mailbox, one_way
+from orleanspy.messaging.message import Direction, Message
 
 WAIT = 5.0
 POLICIES = ["suspend", "reject", "drop_newest", "drop_oldest"]
@@ -264,3 +265,38 @@ async def test_mailbox_timer_ticks_are_never_held_back(make_silo, probe):
 
     assert act.statistics().rejected == 0
     assert probe.log.index(("end", "blocker")) < probe.log.index("tick")
+
+
+# A gateway request's connection (Message.sender) is told when the request waits for room
+# in a full mailbox and when it moves in (the gateway stops reading on many waiting).
+class Counting:
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.events: list[str] = []
+
+    def held(self) -> None:
+        self.waiting += 1
+        self.events.append("held")
+
+    def released(self) -> None:
+        self.waiting -= 1
+        self.events.append("released")
+
+    def bad_frame(self, reason: str) -> None:
+        self.events.append(reason)
+
+
+async def test_a_sender_is_told_while_its_requests_wait_for_room(make_silo, probe) -> None:
+    silo, ref, act, blocker = await blocked_box(make_silo, probe, SuspendBox)
+    sender = Counting()
+    for i in range(4):  # capacity 2: two wait in the mailbox, two for room
+        msg = Message(Direction.ONE_WAY, ref.grain_id, "post", (f"p{i}",), None)
+        msg.sender = sender
+        silo.dispatcher.deliver_here(msg)
+    assert act.statistics().blocked_senders == 2
+    assert sender.waiting == 2 and sender.events == ["held", "held"]
+    probe.open("blocker")
+    async with asyncio.timeout(WAIT):
+        await blocker
+        await probe.wait_logged("post", "p3")
+    assert sender.waiting == 0 and sender.events == ["held", "held", "released", "released"]
