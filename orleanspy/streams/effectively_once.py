@@ -95,7 +95,7 @@ def effectively_once(cls: G | None = None, *, state: str | None = None) -> Any:
             spec.__set_name__(klass, attr)
         spec.stream_tokens = True
         setattr(klass, STATE_ATTR, attr)
-        setattr(klass, "__orleanspy_stream_deliver__", _deliver)
+        klass.__orleanspy_stream_deliver__ = _deliver  # type: ignore[method-assign]
         return klass
 
     return deco if cls is None else deco(cls)
@@ -160,8 +160,7 @@ async def _deliver(
                 _restore(ps, sub_id, last)
             raise
         return None
-    done = 0
-    for item, token in events:
+    for done, (item, token) in enumerate(events):
         tokens[sub_id] = (token.sequence, token.index)
         etag = ps.etag
         try:
@@ -175,7 +174,6 @@ async def _deliver(
             raise StreamDeliveryInterrupted(
                 done, f"on_next failed at token {token}: {exc!r}") from exc
         last = tokens[sub_id]
-        done += 1
     return None
 
 
