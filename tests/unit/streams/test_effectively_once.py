@@ -7,6 +7,7 @@ delivered again (what the queue's next owner does with unacknowledged events).""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -14,13 +15,19 @@ from typing import Any
 import pytest
 import structlog
 
-from orleanspy import Grain, persistent_state
+from orleanspy import Grain, Silo, SiloOptions, persistent_state, stream_handler
 from orleanspy.errors import ConfigurationError, StreamDeliveryInterrupted
 from orleanspy.grains.state import PersistentState
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import Codec
 from orleanspy.storage.memory import MemoryGrainStorage
-from orleanspy.streams import SequenceToken, effectively_once
+from orleanspy.streams import (
+    PersistentStreamProvider,
+    SequenceToken,
+    StreamProviderOptions,
+    effectively_once,
+)
+from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.effectively_once import handled_prefix
 from orleanspy.streams.provider import implicit_subscription
 
@@ -234,3 +241,80 @@ def test_effectively_once_needs_one_named_persistent_state() -> None:
     assert effectively_once(state="b")(two).b.stream_tokens is True
     with pytest.raises(ConfigurationError, match="Grain subclass"):
         effectively_once(type("NotAGrain", (), {}))
+
+
+# -- through a silo's pulling agent ----------------------------------------------------------
+HANDLED: list[int] = []
+TOKENS: dict[int, SequenceToken] = {}
+ARRIVED: dict[int, asyncio.Event] = {}
+RELEASE: list[asyncio.Event] = []
+
+
+def arrived(item: int) -> asyncio.Event:
+    return ARRIVED.setdefault(item, asyncio.Event())
+
+
+@effectively_once
+@implicit_subscription("eo")
+class Ledger(Grain):
+    state = persistent_state(Seen)
+
+    def stream(self) -> Any:
+        return self.get_stream_provider("s").get_stream("eo", self.key)
+
+    async def on_next(self, item: int, token: SequenceToken) -> None:
+        await self.again(item, token)
+
+    @stream_handler
+    async def again(self, item: int, token: SequenceToken) -> None:
+        HANDLED.append(item)
+        TOKENS[item] = token
+        self.state.value.items.append(item)
+        await self.state.write()
+        arrived(item).set()
+
+    async def rewind(self, token: SequenceToken) -> None:
+        (handle,) = await self.stream().get_subscriptions()
+        await handle.resume(self.again, token)
+
+    async def items(self) -> list[int]:
+        return list(self.state.value.items)
+
+
+class Holder(Grain):
+    """An explicit subscriber that keeps the stream's events cached until ``RELEASE``."""
+
+    async def join(self, key: str) -> None:
+        await self.get_stream_provider("s").get_stream("eo", key).subscribe(self.hold)
+
+    @stream_handler
+    async def hold(self, item: int, token: SequenceToken) -> None:
+        await RELEASE[0].wait()
+
+
+async def test_a_rewind_through_the_agent_redelivers_nothing_the_state_has() -> None:
+    HANDLED.clear()
+    ARRIVED.clear()
+    RELEASE[:] = [asyncio.Event()]
+    provider = PersistentStreamProvider(
+        MemoryAdapterFactory(), StreamProviderOptions(total_queues=1, pull_period=0.01))
+    silo = Silo(SiloOptions(gateway_port=None, shutdown_timeout=2.0),
+                grains=[Ledger, Holder], stream_providers={"s": provider})
+    await silo.start()
+    try:
+        await silo.get_grain(Holder, "h").join("k")
+        stream = provider.get_stream("eo", "k")
+        for i in range(6):
+            await stream.on_next(i)
+        async with asyncio.timeout(10):
+            await arrived(5).wait()
+        ledger = silo.get_grain(Ledger, "k")
+        await ledger.rewind(TOKENS[0])  # the agent delivers 0..5 again: all dropped
+        await stream.on_next(6)
+        async with asyncio.timeout(10):
+            await arrived(6).wait()
+        assert HANDLED[:] == list(range(7))
+        assert await ledger.items() == list(range(7))
+    finally:
+        RELEASE[0].set()
+        await silo.stop()
