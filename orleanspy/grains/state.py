@@ -81,8 +81,8 @@ class PersistentState(Generic[T]):
         self.etag: str | None = None
         self.record_exists = False
         self._last: bytes | None = None
-        #: with ``stream_tokens``: subscription id -> (sequence, index) of the last event of
-        #: it this grain handled, stored in the record beside ``value`` by the same write
+        #: with ``stream_tokens``: "namespace/subscription id" -> (sequence, index) of the last
+        #: event of it this grain handled, stored in the record beside ``value`` by the same write
         #: (``orleanspy.streams.effectively_once``); None otherwise
         self.stream_tokens: dict[str, tuple[int, int]] | None = {} if stream_tokens else None
 

@@ -2,12 +2,12 @@
 
 ``@effectively_once`` (opt-in, on a grain class with a persistent state) keeps, in that
 state's stored record, the token of the last event the grain handled per subscription (a
-small map ``subscription id -> (sequence, index)`` beside the value). The map is written by
-the state's own writes — the same etag-checked write, no second round trip — so a stored
-value and the tokens stored with it always agree: the value reflects exactly the events up to
-those tokens. A redelivery (after a crash, a failed acknowledgement, a hand-off) of an event
-at or before its subscription's stored token is dropped before the handler runs; a batch
-delivery loses its handled prefix and the rest is delivered.
+small map ``"namespace/subscription id" -> (sequence, index)`` beside the value). The map
+is written by the state's own writes — the same etag-checked write, no second round trip —
+so a stored value and the tokens stored with it always agree: the value reflects exactly the
+events up to those tokens. A redelivery (after a crash, a failed acknowledgement, a hand-off)
+of an event at or before its subscription's stored token is dropped before the handler runs;
+a batch delivery loses its handled prefix and the rest is delivered.
 
 Grains that do not opt in keep ``Grain.__orleanspy_stream_deliver__`` unchanged: the check
 costs them nothing. What is covered and what is not: docs/streams.md, "Effectively-once
@@ -138,7 +138,10 @@ async def _deliver(
     ps: PersistentState[Any] = self.__dict__["_orleanspy_states"][getattr(self, STATE_ATTR)]
     tokens = ps.stream_tokens
     assert tokens is not None  # the spec was marked by @effectively_once
-    last = tokens.get(sub_id)
+    # an implicit subscription's id names the grain class, not the stream: the namespace
+    # tells the streams of a class that subscribes to several apart
+    entry = f"{namespace}/{sub_id}"
+    last = tokens.get(entry)
     if last is not None:
         n = handled_prefix(events, last)
         if n:
@@ -151,36 +154,36 @@ async def _deliver(
     on_next, on_next_batch = _handlers(self, sub_id, namespace, key)
     if on_next_batch is not None:
         end = events[-1][1]
-        tokens[sub_id] = (end.sequence, end.index)
+        tokens[entry] = (end.sequence, end.index)
         etag = ps.etag
         try:
             await on_next_batch(events)
         except BaseException:
             if ps.etag == etag:  # not stored: the batch is not handled
-                _restore(ps, sub_id, last)
+                _restore(ps, entry, last)
             raise
         return None
     for done, (item, token) in enumerate(events):
-        tokens[sub_id] = (token.sequence, token.index)
+        tokens[entry] = (token.sequence, token.index)
         etag = ps.etag
         try:
             await on_next(item, token)
         except BaseException as exc:
             if ps.etag == etag:  # not stored: the event is not handled
-                _restore(ps, sub_id, last)
+                _restore(ps, entry, last)
             if done == 0 or not isinstance(exc, Exception):
                 raise
             # The events before it were handled: the agent retries from this one only.
             raise StreamDeliveryInterrupted(
                 done, f"on_next failed at token {token}: {exc!r}") from exc
-        last = tokens[sub_id]
+        last = tokens[entry]
     return None
 
 
-def _restore(ps: PersistentState[Any], sub_id: str, last: tuple[int, int] | None) -> None:
+def _restore(ps: PersistentState[Any], entry: str, last: tuple[int, int] | None) -> None:
     tokens = ps.stream_tokens
     assert tokens is not None
     if last is None:
-        tokens.pop(sub_id, None)
+        tokens.pop(entry, None)
     else:
-        tokens[sub_id] = last
+        tokens[entry] = last

@@ -102,8 +102,8 @@ def events(numbers: range, per_container: int = 1) -> list[tuple[int, SequenceTo
     return [(n, SequenceToken(n // per_container, n % per_container)) for n in numbers]
 
 
-async def deliver(grain: Any, evs: list[Any], sub: str = SUB) -> Any:
-    return await grain.__orleanspy_stream_deliver__(sub, "n", "k", evs)
+async def deliver(grain: Any, evs: list[Any], sub: str = SUB, namespace: str = "n") -> Any:
+    return await grain.__orleanspy_stream_deliver__(sub, namespace, "k", evs)
 
 
 async def stored(cls: type[Any], storage: MemoryGrainStorage) -> list[int]:
@@ -189,11 +189,20 @@ async def test_each_subscription_has_its_own_token() -> None:
     await deliver(grain, events(range(3)), sub="a")
     await deliver(grain, events(range(10, 12)), sub="b")
     again = subscribed(await activate(Tally, storage), "a", "b")
-    assert again.state.stream_tokens == {"a": (2, 0), "b": (11, 0)}
+    assert again.state.stream_tokens == {"n/a": (2, 0), "n/b": (11, 0)}
     await deliver(again, events(range(4)), sub="b")  # b is past these: all dropped
     await deliver(again, events(range(4)), sub="a")
     await deliver(again, events(range(11, 13)), sub="b")
     assert again.calls == [3, 12]
+
+
+async def test_the_streams_of_an_implicit_subscription_to_two_namespaces_are_apart() -> None:
+    storage = MemoryGrainStorage()
+    grain = await activate(Tally, storage)
+    await deliver(grain, events(range(5, 8)), namespace="n")
+    await deliver(grain, events(range(3)), namespace="m")  # same subscription id, another stream
+    assert grain.calls == [5, 6, 7, 0, 1, 2]
+    assert grain.state.stream_tokens == {"n/implicit:Tally": (7, 0), "m/implicit:Tally": (2, 0)}
 
 
 async def test_clearing_the_state_forgets_the_tokens() -> None:
