@@ -142,6 +142,7 @@ async def _deliver(
     # tells the streams of a class that subscribes to several apart
     entry = f"{namespace}/{sub_id}"
     last = tokens.get(entry)
+    n = 0
     if last is not None:
         n = handled_prefix(events, last)
         if n:
@@ -171,11 +172,11 @@ async def _deliver(
         except BaseException as exc:
             if ps.etag == etag:  # not stored: the event is not handled
                 _restore(ps, entry, last)
-            if done == 0 or not isinstance(exc, Exception):
+            if n + done == 0 or not isinstance(exc, Exception):
                 raise
-            # The events before it were handled: the agent retries from this one only.
+            # The events before it were handled (or dropped): the agent retries from this one.
             raise StreamDeliveryInterrupted(
-                done, f"on_next failed at token {token}: {exc!r}") from exc
+                n + done, f"on_next failed at token {token}: {exc!r}") from exc
         last = tokens[entry]
     return None
 

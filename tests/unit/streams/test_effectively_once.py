@@ -165,6 +165,16 @@ async def test_a_failed_handler_that_did_not_write_is_retried() -> None:
     assert await stored(Tally, storage) == [0, 1, 2, 3]
 
 
+async def test_a_failure_after_a_dropped_prefix_counts_the_prefix_as_handled() -> None:
+    storage = MemoryGrainStorage()
+    grain = await activate(Tally, storage)
+    await deliver(grain, events(range(2)))
+    grain.fail_on = 2
+    with pytest.raises(StreamDeliveryInterrupted) as caught:
+        await deliver(grain, events(range(4)))  # 0, 1 dropped; 2 fails
+    assert caught.value.args[0] == 2  # the agent retries from 2, not from 0
+
+
 async def test_a_failed_handler_that_wrote_first_counts_as_handled() -> None:
     storage = MemoryGrainStorage()
     grain = await activate(Tally, storage, fail_on=0, fail_after_write=True)
