@@ -58,6 +58,7 @@ class PersistentState(Generic[T]):
         "_storage",
         "etag",
         "record_exists",
+        "stream_tokens",
         "value",
     )
 
@@ -68,6 +69,8 @@ class PersistentState(Generic[T]):
         storage: StateStorage,
         grain_id: GrainId,
         codec: Codec,
+        *,
+        stream_tokens: bool = False,
     ) -> None:
         self._factory = factory
         self._name = name
@@ -78,6 +81,10 @@ class PersistentState(Generic[T]):
         self.etag: str | None = None
         self.record_exists = False
         self._last: bytes | None = None
+        #: with ``stream_tokens``: "namespace/subscription id" -> (sequence, index) of the last
+        #: event of it this grain handled, stored in the record beside ``value`` by the same write
+        #: (``orleanspy.streams.effectively_once``); None otherwise
+        self.stream_tokens: dict[str, tuple[int, int]] | None = {} if stream_tokens else None
 
     @property
     def name(self) -> str:
@@ -91,16 +98,26 @@ class PersistentState(Generic[T]):
             self.etag = None
             self.record_exists = False
             self._last = None
+            if self.stream_tokens is not None:
+                self.stream_tokens = {}
             return
-        self.value = self._codec.unpackb(stored.data)
+        if self.stream_tokens is None:
+            self.value = self._codec.unpackb(stored.data)
+            self._last = stored.data
+        else:
+            self.value, self.stream_tokens = _split(self._codec.unpackb(stored.data))
+            self._last = self._codec.packb(self.value)
         self.etag = stored.etag
         self.record_exists = True
-        self._last = stored.data
 
     async def write(self) -> None:
-        """Store ``value``; raises ``InconsistentStateError`` if someone else wrote first."""
+        """Store ``value``; raises ``InconsistentStateError`` if someone else wrote first.
+        With stream tokens, the record carries them too (one write, one etag check)."""
         data = self._codec.packb(self.value)
-        self.etag = await self._storage.write(self._grain_id, self._name, data, self.etag)
+        tokens = self.stream_tokens
+        record = data if tokens is None else self._codec.packb(
+            [_TOKENS_MARK, self.value, {s: list(t) for s, t in tokens.items()}])
+        self.etag = await self._storage.write(self._grain_id, self._name, record, self.etag)
         self.record_exists = True
         self._last = data
 
@@ -111,6 +128,8 @@ class PersistentState(Generic[T]):
         self.etag = None
         self.record_exists = False
         self._last = None
+        if self.stream_tokens is not None:
+            self.stream_tokens = {}
 
     def is_dirty(self) -> bool:
         """True if ``value`` differs from what was last read or written."""
@@ -120,10 +139,22 @@ class PersistentState(Generic[T]):
         return current != self._last
 
 
+#: the first item of a record that carries stream tokens: [mark, value, {sub id: [seq, idx]}]
+_TOKENS_MARK = "orleanspy.stream_tokens"
+
+
+def _split(record: Any) -> tuple[Any, dict[str, tuple[int, int]]]:
+    """(value, stream tokens) of a stored record; a record written without tokens (before
+    the grain opted in) is its value alone, with no tokens."""
+    if isinstance(record, list) and len(record) == 3 and record[0] == _TOKENS_MARK:
+        return record[1], {str(s): (int(t[0]), int(t[1])) for s, t in record[2].items()}
+    return record, {}
+
+
 class StateSpec(Generic[T]):
     """Class-level declaration of a persistent state (see ``persistent_state``)."""
 
-    __slots__ = ("attr", "factory", "name", "storage", "write_on_deactivate")
+    __slots__ = ("attr", "factory", "name", "storage", "stream_tokens", "write_on_deactivate")
 
     def __init__(
         self,
@@ -137,6 +168,8 @@ class StateSpec(Generic[T]):
         self.storage = storage
         self.write_on_deactivate = write_on_deactivate
         self.attr = ""
+        #: its record also keeps the grain's stream tokens (``streams.effectively_once``)
+        self.stream_tokens = False
 
     def __set_name__(self, owner: type, attr: str) -> None:
         self.attr = attr

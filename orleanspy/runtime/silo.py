@@ -250,7 +250,8 @@ class Silo:
                 f"grain {grain_id} declares state {spec.name!r} in storage {spec.storage!r}, "
                 f"but the silo has only {sorted(self.storage) or 'none'}; configure it"
             )
-        return PersistentState(spec.factory, spec.name or spec.attr, storage, grain_id, self.codec)
+        return PersistentState(spec.factory, spec.name or spec.attr, storage, grain_id, self.codec,
+                               stream_tokens=spec.stream_tokens)
 
     def log_grain_error(self, event: str, **fields: Any) -> None:
         """Log an exception a grain method raised, at ``options.grain_error_log_level``."""

@@ -30,6 +30,7 @@ from orleanspy.streams.balancer import (
     QueueBalancer,
     StaticQueueBalancer,
 )
+from orleanspy.streams.effectively_once import effectively_once
 from orleanspy.streams.filters import FilterError
 from orleanspy.streams.flow_control import FlowStrategy
 from orleanspy.streams.ids import QueueId, StreamId
@@ -67,6 +68,7 @@ __all__ = [
     "StreamObserver",
     "StreamProviderOptions",
     "StreamSubscriptionHandle",
+    "effectively_once",
     "implicit_subscription",
     "parse_flow_control",
 ]
