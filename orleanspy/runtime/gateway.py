@@ -182,8 +182,12 @@ class GatewayConnection(FramedConnection):
     def _handshake(self, obj: Any) -> None:
         opts = self.silo.options
         error = check_handshake(obj, opts.cluster_id, opts.secret)
-        if error is not None:
+        if error is None and not self.gateway.serving:  # retryable: the client tries later
+            error = (f"silo {self.silo.name} is starting (it serves clients once active): "
+                     "retry, or use another gateway")
+        elif error is not None:
             self.gateway.guard.report(self.peer, "gateway_handshake_rejected", error)
+        if error is not None:
             self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
             self.close()
             return
@@ -243,6 +247,9 @@ class Gateway:
         )
         self.connections: set[GatewayConnection] = set()
         self.accepting = False
+        #: False until ``open``: handshakes are refused with a retryable error (the silo
+        #: is starting), so that no client request runs before the silo is active.
+        self.serving = False
         self._server: asyncio.Server | None = None
         self.address = ""
         self.port = 0
@@ -252,6 +259,12 @@ class Gateway:
         return len(self.connections)
 
     async def start(self) -> None:
+        """Listen on the gateway port (so that a taken port fails the start early, and the
+        port goes into the membership row); clients are refused until ``open``.
+
+        Raises:
+            ConfigurationError: the port cannot be opened.
+        """
         opts = self.silo.options
         loop = asyncio.get_running_loop()
         try:
@@ -266,6 +279,10 @@ class Gateway:
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])
         self.address = f"{opts.advertised_host}:{self.port}"
+
+    async def open(self) -> None:
+        """Take client handshakes and requests (the silo is active)."""
+        self.serving = True
         self.accepting = True
 
     async def stop_accepting(self) -> None:
@@ -278,7 +295,7 @@ class Gateway:
 
     async def abort(self) -> None:
         """Close the listener and every connection at once, as a crash would (no GOAWAY)."""
-        self.accepting = False
+        self.accepting = self.serving = False
         if self._server is not None:
             self._server.close()
         await self.close()
@@ -286,7 +303,7 @@ class Gateway:
     async def close(self) -> None:
         """Close the listener (if still open) and every connection; return once closed.
         Also the rollback of a failed start, which may come before ``stop_accepting``."""
-        self.accepting = False
+        self.accepting = self.serving = False
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

@@ -28,8 +28,9 @@ async def test_components_join_in_start_order():
     silo = Silo(SiloOptions(gateway_port=0, port=0, shutdown_timeout=5.0),
                 grains=[Counter], membership_table=MemoryMembershipTable())
     names = _names(silo)
-    order = ["storage", "gateway", "cluster", "gateway.connections", "grains", "reminders",
-             "collector"]
+    # Ports first; ACTIVE in membership after every component; clients last.
+    order = ["gateway", "storage", "cluster", "gateway.connections", "grains", "reminders",
+             "collector", "cluster.active", "gateway.accepting"]
     assert [n for n in names if n in order] == order
 
 

@@ -1,0 +1,153 @@
+"""A silo's start is all or nothing, and a stop is recorded as such: real silo processes.
+
+One clustered silo runs (SQLite membership, a stream provider on a SQLite queue file). A
+second, started from the CLI with a dashboard port that another socket holds, exits 2 within
+seconds naming the port; it never appears in the membership table and never leases a queue.
+A third, on a table holding an unreachable "active" silo, waits to join: its gateway refuses
+clients with a retryable "starting" error, and SIGTERM stops it at once. The running silo,
+stopped with SIGTERM, leaves its row ``stopped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from orleanspy import ClusterClient
+from orleanspy.cluster.membership import (
+    MembershipEntry,
+    SiloStatus,
+    SqliteMembershipTable,
+)
+from orleanspy.errors import SiloUnavailableError
+from orleanspy.ids import SiloAddress
+from orleanspy.streams.leases import SqliteQueueLeaseStore
+
+from .silo_process import SiloLauncher, free_port, poll_until, run_cli
+
+pytestmark = pytest.mark.integration
+
+APP = "tests.integration.cluster_stream_app"
+CLUSTER = "startup"
+FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5",
+        "--table-refresh-period", "0.5")
+CONFIG = """
+[streams.s]
+adapter = "sqlite:streams.db"
+total_queues = 4
+pull_period = 0.05
+balance_settle_time = 0.1
+lease_duration = 3.0
+lease_retry_period = 0.1
+"""
+EXIT_BOUND = 5.0  # seconds a failed start may take to exit
+
+
+async def rows(path: Path) -> list[MembershipEntry]:
+    table = SqliteMembershipTable(str(path), cluster_id=CLUSTER)
+    try:
+        return list((await table.read_all()).entries())
+    finally:
+        await table.close()
+
+
+async def lease_owners(path: Path) -> set[str]:
+    store = SqliteQueueLeaseStore(str(path), CLUSTER)
+    try:
+        return {lease.owner for lease in (await store.read_all()).values()}
+    finally:
+        await store.close()
+
+
+@contextlib.contextmanager
+def held_port() -> socket.socket:  # type: ignore[misc]
+    """A port another process would find taken: bound and listening."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+    finally:
+        sock.close()
+
+
+async def test_a_failed_start_leaves_no_trace_and_sigterm_stops_a_start(
+    silo_launcher: SiloLauncher, tmp_path: Path
+) -> None:
+    data = silo_launcher.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    config = data / "streams.toml"
+    config.write_text(CONFIG)
+    membership = data / "membership.db"
+    common = ("--membership", f"sqlite:{membership}", "--cluster-id", CLUSTER,
+              "--storage", "memory", "--reminders", "memory", "--config", str(config), *FAST)
+    running = await silo_launcher.start(*common, app=APP)
+    await poll_until(lambda: lease_owners(membership),
+                     lambda owners: owners == {running.silo_address}, timeout=10)
+
+    # A taken dashboard port: exit 2 within seconds, naming the port; no row, no lease.
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        silo_port = free_port()
+        started = time.monotonic()
+        proc = await run_cli(
+            "silo", "start", "--app", APP, "--data-dir", str(data), "--port", str(silo_port),
+            "--gateway-port", str(free_port()), "--dashboard-port", str(port), *common,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(EXIT_BOUND):
+            out, err = await proc.communicate()
+        elapsed = time.monotonic() - started
+    assert proc.returncode == 2, err.decode()
+    assert elapsed < EXIT_BOUND
+    errors = [line for line in err.decode().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(port) in errors[0] and "--dashboard-port" in errors[0]
+    assert b"ready" not in out
+    assert "spark_session_stopped" not in err.decode()  # no session was started
+    assert [str(e.silo) for e in await rows(membership)] == [running.silo_address]
+    assert await lease_owners(membership) == {running.silo_address}
+    assert not any(f":{silo_port}@" in owner for owner in await lease_owners(membership))
+
+    # A start that waits to join: clients are refused as "starting"; SIGTERM stops it.
+    lonely = data / "lonely.db"
+    table = SqliteMembershipTable(str(lonely), cluster_id=CLUSTER)
+    try:
+        version = (await table.read_all()).version
+        now = time.time()
+        ghost = SiloAddress("127.0.0.1", free_port(), 1)  # nobody listens there
+        assert await table.insert_row(MembershipEntry(
+            silo=ghost, status=SiloStatus.ACTIVE, start_time=now, i_am_alive_time=now + 60,
+        ), version)
+    finally:
+        await table.close()
+    gateway = free_port()
+    waiting = await run_cli(
+        "silo", "start", "--app", APP, "--data-dir", str(data), "--port", str(free_port()),
+        "--gateway-port", str(gateway), "--membership", f"sqlite:{lonely}",
+        "--cluster-id", CLUSTER, "--storage", "memory", "--reminders", "memory", *FAST,
+        "--log-format", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert waiting.stderr is not None
+    async with asyncio.timeout(15):
+        while b"membership_join_silos_unreachable" not in await waiting.stderr.readline():
+            pass
+    client = ClusterClient(gateways=[f"127.0.0.1:{gateway}"], cluster_id=CLUSTER)
+    with pytest.raises(SiloUnavailableError, match="is starting"):
+        await client.connect()
+    await client.close()
+    waiting.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(EXIT_BOUND):
+        _, rest = await waiting.communicate()
+    assert waiting.returncode == 0, rest.decode()
+    statuses = {e.silo.port: e.status for e in await rows(lonely)}
+    assert SiloStatus.ACTIVE not in {s for p, s in statuses.items() if p != ghost.port}
+
+    # A graceful stop is recorded as stopped, not dead.
+    assert await running.terminate() == 0
+    (entry,) = await rows(membership)
+    assert entry.status is SiloStatus.STOPPED
