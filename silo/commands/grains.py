@@ -10,7 +10,7 @@ import asyncio
 import json
 from typing import Any
 
-from orleanspy import SiloOptions
+from orleanspy import ConfigurationError, SiloOptions
 from orleanspy.errors import MessageRejectedError
 from orleanspy.runtime.call_stats import MethodFigures, figures, is_snapshot, merge
 from silo.commands.cluster_status import (
@@ -18,6 +18,7 @@ from silo.commands.cluster_status import (
     ask_silos,
     cluster_options,
     read_live_silos,
+    refusals,
 )
 from silo.commands.common import EXIT_OK, EXIT_USAGE, error, parse_key, print_table, usage
 from silo.startup import configure_logging
@@ -107,6 +108,8 @@ async def _locate(options: SiloOptions, type_name: str, key: Any, timeout: float
         if isinstance(answer, MessageRejectedError):
             error(str(answer))
             return EXIT_USAGE
+        if refusals([answer]):
+            return EXIT_USAGE
         if isinstance(answer, dict):
             if as_json:
                 print(json.dumps(answer), flush=True)
@@ -138,6 +141,8 @@ async def _read_calls(options: SiloOptions, entries: list[Any],
                       timeout: float) -> dict[str, dict[str, Any]]:
     """Each answering silo's call statistics, by silo."""
     answers = await ask_silos(options, entries, "calls", timeout)
+    if refusals(answers):
+        raise ConfigurationError("the silos refused this tool (see above)")
     return {a["silo"]: a["types"] for a in answers
             if isinstance(a, dict) and isinstance(a.get("silo"), str)
             and is_snapshot(a.get("types"))}

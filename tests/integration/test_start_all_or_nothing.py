@@ -1,19 +1,28 @@
-"""A silo's start is all or nothing, and a stop is recorded as such: real silo processes.
+"""A silo's start is all or nothing, a stop is recorded as such, and the tools find the
+cluster: real silo processes.
 
-One clustered silo runs (SQLite membership, a stream provider on a SQLite queue file). A
-second, started from the CLI with a dashboard port that another socket holds, exits 2 within
-seconds naming the port; it never appears in the membership table and never leases a queue.
-A third, on a table holding an unreachable "active" silo, waits to join: its gateway refuses
-clients with a retryable "starting" error, and SIGTERM stops it at once. The running silo,
-stopped with SIGTERM, leaves its row ``stopped``.
+One clustered silo runs, configured by an ``orleanspy.toml`` in its data dir (SQLite
+membership, a secret, a stream provider on a SQLite queue file, a short
+``defunct_silo_expiration``). A second, started from the CLI with a dashboard port that
+another socket holds, exits 2 within seconds naming the port; it never appears in the
+membership table and never leases a queue. A third, on a table holding an unreachable
+"active" silo, waits to join: its gateway refuses clients with a retryable "starting" error,
+and SIGTERM stops it at once. A fourth, stopped with SIGTERM, leaves its row ``stopped``
+(``cluster status`` says so and why), and the running silo deletes that row once it is older
+than the expiration. ``orleanspy call`` run in the folder of the ``orleanspy.toml`` finds the
+cluster through its membership table; ``cluster status`` without the secret says the silos
+refused it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +38,15 @@ from orleanspy.errors import SiloUnavailableError
 from orleanspy.ids import SiloAddress
 from orleanspy.streams.leases import SqliteQueueLeaseStore
 
-from .silo_process import SiloLauncher, free_port, poll_until, run_cli
+from .silo_process import (
+    REPO_ROOT,
+    SiloLauncher,
+    child_env,
+    free_port,
+    poll_until,
+    run_cli,
+    run_cli_to_end,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +54,14 @@ APP = "tests.integration.cluster_stream_app"
 CLUSTER = "startup"
 FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5",
         "--table-refresh-period", "0.5")
-CONFIG = """
+SECRET = "start-all-or-nothing"
+EXPIRATION = 5.0  # defunct_silo_expiration: long enough to read the stopped row first
+CONFIG = f"""
+membership = "sqlite:membership.db"
+[silo]
+cluster_id = "{CLUSTER}"
+secret = "{SECRET}"
+defunct_silo_expiration = {EXPIRATION}
 [streams.s]
 adapter = "sqlite:streams.db"
 total_queues = 4
@@ -83,11 +107,10 @@ async def test_a_failed_start_leaves_no_trace_and_sigterm_stops_a_start(
 ) -> None:
     data = silo_launcher.data_dir
     data.mkdir(parents=True, exist_ok=True)
-    config = data / "streams.toml"
+    config = data / "orleanspy.toml"
     config.write_text(CONFIG)
     membership = data / "membership.db"
-    common = ("--membership", f"sqlite:{membership}", "--cluster-id", CLUSTER,
-              "--storage", "memory", "--reminders", "memory", "--config", str(config), *FAST)
+    common = ("--storage", "memory", "--reminders", "memory", "--config", str(config), *FAST)
     running = await silo_launcher.start(*common, app=APP)
     await poll_until(lambda: lease_owners(membership),
                      lambda owners: owners == {running.silo_address}, timeout=10)
@@ -147,7 +170,38 @@ async def test_a_failed_start_leaves_no_trace_and_sigterm_stops_a_start(
     statuses = {e.silo.port: e.status for e in await rows(lonely)}
     assert SiloStatus.ACTIVE not in {s for p, s in statuses.items() if p != ghost.port}
 
-    # A graceful stop is recorded as stopped, not dead.
-    assert await running.terminate() == 0
-    (entry,) = await rows(membership)
-    assert entry.status is SiloStatus.STOPPED
+    # A graceful stop is recorded as stopped, not dead; cluster status says why; the
+    # running silo deletes the row once it is older than defunct_silo_expiration.
+    leaving = await silo_launcher.start(*common, app=APP)
+    assert await leaving.terminate() == 0
+    statuses = {str(e.silo): e.status for e in await rows(membership)}
+    assert statuses == {running.silo_address: SiloStatus.ACTIVE,
+                        leaving.silo_address: SiloStatus.STOPPED}
+    code, out, err = await run_cli_to_end("cluster", "status", "--config", str(config),
+                                          "--json")
+    assert code == 0, err
+    why = {r["silo"]: (r["status"], r["why"]) for r in json.loads(out)}
+    assert why[running.silo_address] == ("active", None)
+    assert why[leaving.silo_address][0] == "stopped"
+    assert why[leaving.silo_address][1].startswith("stopped gracefully at ")
+    await poll_until(lambda: rows(membership),
+                     lambda entries: [str(e.silo) for e in entries] == [running.silo_address],
+                     timeout=3 * EXPIRATION)
+
+    # Without the secret, cluster status says the silo refused it (exit 2), not "-".
+    code, out, err = await run_cli_to_end(
+        "cluster", "status", "--membership", f"sqlite:{membership}", "--cluster-id", CLUSTER)
+    assert code == 2
+    assert "refused" in err and "secret" in err and "--secret" in err
+    assert "wrong or missing secret" in out
+
+    # orleanspy call in the folder of orleanspy.toml: the gateways come from its membership.
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    call = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "silo", "call", "ExplicitSink", "7", "subscribe", cwd=data,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    async with asyncio.timeout(15):
+        out_b, err_b = await call.communicate()
+    assert call.returncode == 0, err_b.decode()
+    assert json.loads(out_b) == running.silo_address
