@@ -112,7 +112,8 @@ def figures(snapshot: dict[str, dict[str, dict[str, Any]]],
             timed = sum(buckets)
             out.append(MethodFigures(type_name, method, calls, errors,
                                      max(0.0, seconds) / timed if timed > 0 else None,
-                                     quantile(buckets, 0.5), quantile(buckets, 0.99)))
+                                     quantile(buckets, 0.5, seconds),
+                                     quantile(buckets, 0.99, seconds)))
     return out
 
 
