@@ -12,7 +12,13 @@ from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy.errors import MessageRejectedError
-from orleanspy.runtime.call_stats import MethodFigures, figures, is_snapshot, merge
+from orleanspy.runtime.call_stats import (
+    MethodFigures,
+    figures,
+    is_snapshot,
+    merge,
+    method_label,
+)
 from silo.commands.cluster_status import (
     add_arguments,
     ask_silos,
@@ -174,14 +180,14 @@ async def _top(options: SiloOptions, interval: float, limit: int, timeout: float
         return EXIT_OK
     header = ("TYPE", "METHOD", "CALLS/S" if per else "CALLS", "ERRORS", "P50", "P99", "MEAN")
     print_table([header, *(
-        (f.type_name, f.method, f"{f.calls / per:.1f}" if per else str(f.calls),
+        (f.type_name, method_label(f.method), f"{f.calls / per:.1f}" if per else str(f.calls),
          str(f.errors), _ms(f.p50), _ms(f.p99), _ms(f.mean))
         for f in rows)])
     return EXIT_OK
 
 
 def _row(f: MethodFigures, per: float | None) -> dict[str, Any]:
-    return {"type": f.type_name, "method": f.method, "calls": f.calls,
+    return {"type": f.type_name, "method": method_label(f.method), "calls": f.calls,
             "calls_per_second": f.calls / per if per else None, "errors": f.errors,
             "p50_seconds": f.p50, "p99_seconds": f.p99, "mean_seconds": f.mean}
 

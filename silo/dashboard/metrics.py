@@ -40,7 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from orleanspy._util.histogram import Histogram, cumulative
-from orleanspy.runtime.call_stats import MethodStats
+from orleanspy.runtime.call_stats import MethodStats, method_label
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.prober import StreamProber
 
@@ -122,7 +122,7 @@ def _call_metrics(types: dict[str, dict[str, MethodStats]], labels: list[str],
                                     labels=labels)
     for type_name, methods in sorted(types.items()):
         for method, stats in sorted(methods.items()):
-            key = [*who, type_name, method]
+            key = [*who, type_name, method_label(method)]
             calls.add_metric(key, stats.calls)
             errors.add_metric(key, stats.errors)
             seconds.add_metric(key, cumulative(stats.buckets), sum_value=stats.seconds)

@@ -50,6 +50,26 @@ def test_rates_cover_the_window_and_never_go_negative(monkeypatch: pytest.Monkey
     assert m["calls"] == 300 and m["calls_per_second"] == 0.0
 
 
+def test_the_window_is_ten_seconds_whenever_the_readings_span_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readings come when pages ask, at no fixed period: the figures of 10 s ago are
+    interpolated between the readings around that moment, so the page's "last 10 s" is 10 s
+    (not the 13 s back to the newest reading at least 10 s old)."""
+    now = [1000.0]
+    monkeypatch.setattr(view_module.time, "monotonic", lambda: now[0])
+    view = ClusterView()
+    view.build("c", [answers("a", 100)])
+    now[0] += 4.0
+    early = view.build("c", [answers("a", 140)])
+    assert early["window"] == pytest.approx(4.0)  # less history than a window: what it has
+    now[0] += 9.0
+    later = view.build("c", [answers("a", 230)])  # 10 s ago: 130 calls, interpolated
+    assert later["window"] == pytest.approx(view_module.WINDOW)
+    (m,) = later["methods"]
+    assert m["calls_per_second"] == pytest.approx(10.0)
+
+
 def test_malformed_peer_rows_are_left_out() -> None:
     bad = [{"grain": 5, "name": "x", "period": 1, "next_due": 2},
            {"grain": "G/1", "name": "r", "period": 60.0, "next_due": 10.0}, "junk"]
