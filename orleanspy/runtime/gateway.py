@@ -17,6 +17,7 @@ another gateway no failed call.
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
@@ -273,8 +274,10 @@ class Gateway:
             )
         except OSError as exc:
             raise ConfigurationError(
-                f"gateway_port {opts.gateway_port} on {opts.host}: cannot listen ({exc}); "
-                "pick a free port (0 picks one) or stop the process that holds it"
+                f"gateway port {opts.host}:{opts.gateway_port} "
+                + ("is in use" if exc.errno == errno.EADDRINUSE else f"cannot listen ({exc})")
+                + ": pick another with --gateway-port or gateway_port (0 picks a free one), "
+                "or stop the process that holds it"
             ) from exc
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])

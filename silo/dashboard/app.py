@@ -20,6 +20,7 @@ a connection cap, a head deadline and an idle timeout.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import json
@@ -109,9 +110,12 @@ class OpsServer:
                                                 reuse_address=True, backlog=128)
         except OSError as exc:
             await runner.cleanup()
+            why = ("is in use" if exc.errno == errno.EADDRINUSE
+                   else f"cannot be opened ({exc.strerror})")
             raise ConfigurationError(
-                f"dashboard port {self.host}:{self.port} cannot be opened ({exc.strerror}); "
-                "pick another with --dashboard-port (0: any free port)") from None
+                f"dashboard port {self.host}:{self.port} {why}: pick another with "
+                "--dashboard-port (0: any free port), or stop the process that holds it"
+            ) from None
         self._runner = runner
         self._listener = listener
         self.port = int(listener.sockets[0].getsockname()[1])
