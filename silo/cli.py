@@ -6,8 +6,9 @@ Each command lives in its own module under ``silo.commands``; this module builds
 from them and maps errors to exit codes.
 
 Exit codes: 0 success; 1 the grain call failed (or a forced/failed silo shutdown);
-2 bad usage or configuration, a storage or membership back end that cannot be used, or the
-gateway cannot be reached. Errors are one line on
+2 bad usage or configuration, a silo that cannot start (a port is taken), a storage or
+membership back end that cannot be used, a silo that refused the secret, or the gateway
+cannot be reached. Errors are one line on
 stderr (``error: ...``), never a traceback.
 """
 

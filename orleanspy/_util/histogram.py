@@ -16,7 +16,7 @@ from time import monotonic
 from typing import Any, Final
 
 __all__ = ["BOUNDS", "LAST", "ROLL_MASK", "SAMPLE_MASK", "SCALE", "TIME_ALL", "WINDOW",
-           "Histogram", "cumulative", "quantile"]
+           "Histogram", "cumulative", "observed_range", "quantile"]
 
 # Upper bounds in seconds: 10 µs * 2**i, 10 µs .. ~84 s; one more bucket holds the rest.
 BOUNDS: Final[tuple[float, ...]] = tuple(1e-5 * 2**i for i in range(24))
@@ -82,24 +82,52 @@ class Histogram:
         return {"count": self.count, "seconds": self.seconds, "buckets": list(self.buckets)}
 
     def quantile(self, q: float) -> float | None:
-        return quantile(self.buckets, q)
+        return quantile(self.buckets, q, self.seconds)
 
 
-def quantile(buckets: Sequence[int], q: float) -> float | None:
+def _lower(i: int) -> float:
+    return 0.0 if i == 0 else BOUNDS[min(i, LAST) - 1]
+
+
+def observed_range(buckets: Sequence[int], seconds: float) -> tuple[float, float]:
+    """Bounds of the smallest and the largest observation that the buckets and the sum
+    ``seconds`` allow: each observation lies within its bucket, and together they add up to
+    ``seconds``. Exact for a single observation; the width of one bucket at worst."""
+    filled = [i for i, count in enumerate(buckets) if count]
+    low_i, high_i = filled[0], filled[-1]
+    lowers = sum(_lower(i) * buckets[i] for i in filled)
+    # the largest: the sum less what the others take at least
+    largest = min(BOUNDS[min(high_i, LAST - 1)] if high_i < LAST else float("inf"),
+                  seconds - (lowers - _lower(high_i)))
+    smallest = _lower(low_i)
+    if high_i < LAST:  # the smallest: the sum less what the others take at most
+        uppers = sum(BOUNDS[i] * buckets[i] for i in filled)
+        smallest = max(smallest, seconds - (uppers - BOUNDS[low_i]))
+    return smallest, max(smallest, largest)
+
+
+def quantile(buckets: Sequence[int], q: float, seconds: float | None = None) -> float | None:
     """The ``q`` quantile of a bucket array, interpolated within its bucket (None if
-    empty); a value past the last bound reads as that bound."""
+    empty); a value past the last bound reads as that bound. Given the observations' sum
+    ``seconds``, the result is clamped to the range they can span (``observed_range``): a
+    single 24 s call reads 24 s, not the middle of its 21-42 s bucket."""
     total = sum(buckets)
     if total <= 0:
         return None
     rank = q * total
     seen = 0.0
+    value = BOUNDS[-1]
     for i, count in enumerate(buckets):
         if count and seen + count >= rank:
             upper = BOUNDS[min(i, LAST - 1)]
             lower = 0.0 if i == 0 else BOUNDS[i - 1] if i < LAST else upper
-            return lower + (upper - lower) * max(0.0, rank - seen) / count
+            value = lower + (upper - lower) * max(0.0, rank - seen) / count
+            break
         seen += count
-    return BOUNDS[-1]
+    if seconds is not None:
+        smallest, largest = observed_range(buckets, max(0.0, seconds))
+        value = min(max(value, smallest), largest)
+    return value
 
 
 def cumulative(buckets: Sequence[int]) -> list[tuple[str, float]]:

@@ -26,6 +26,10 @@ C = TypeVar("C")
 class SiloStage(IntEnum):
     """The silo's stages, in start order (stop runs them backwards)."""
 
+    LISTEN = 500
+    """Every port the silo was asked for is bound (client gateway, operations endpoints):
+    a port that is taken fails the start before anything else has started. A listener
+    bound here serves nothing a client or peer could act on until ``ACTIVE``."""
     STORAGE = 1000
     """Grain storage and the reminder table open; they close last."""
     CLUSTER = 2000
@@ -34,7 +38,7 @@ class SiloStage(IntEnum):
     """The grain directory follows membership."""
     GATEWAY = 4000
     """On stop, the client gateway's connections close once answered (the gateway listens
-    just before ``CLUSTER``, so that its port goes into the silo's membership row)."""
+    from ``LISTEN``, so that its port goes into the silo's membership row)."""
     GRAINS = 5000
     """On stop: running requests finish and every activation deactivates."""
     SERVICES = 6000
@@ -44,7 +48,9 @@ class SiloStage(IntEnum):
     APPLICATION = 8000
     """Extensions and application services (Spark)."""
     ACTIVE = 9000
-    """The silo serves: idle collection runs; on stop, accepting ends and peers are told."""
+    """Every component has started: idle collection runs, the silo's membership row reads
+    ACTIVE (others place work and lease stream queues here), then the gateway takes client
+    handshakes. On stop, accepting ends and peers are told."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,8 @@ def membership_options_of(options: SiloOptions) -> MembershipOptions:
         # Fast detection (tests, demos) also gives up joining and forgets votes sooner.
         max_join_attempt_time=20.0 if fast else 300.0,
         death_vote_expiration_timeout=10.0 if fast else 120.0,
+        defunct_silo_expiration=options.defunct_silo_expiration,
+        defunct_silo_cleanup_period=min(3600.0, options.defunct_silo_expiration),
     )
 
 

@@ -15,10 +15,20 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import PROTOCOL_VERSION, Control, Response, read_frame, read_value
 from orleanspy.messaging.types import TypePolicy
 
-__all__ = ["query_silo"]
+__all__ = ["SiloRefusedError", "query_silo"]
 
 #: The largest answer a tool reads (a status report of a large cluster fits).
 MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+
+class SiloRefusedError(SiloUnavailableError):
+    """The silo refused the tool's handshake; ``reason`` says why (a wrong or missing
+    secret, another cluster id)."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"silo {address} refused: {reason}")
+        self.address = address
+        self.reason = reason
 
 
 async def query_silo(
@@ -30,7 +40,8 @@ async def query_silo(
     ``clock`` bounds the wait (default: the real clock; a tool runs outside any silo).
 
     Raises:
-        SiloUnavailableError: unreachable, or it refused the handshake.
+        SiloUnavailableError: unreachable (``SiloRefusedError``: it refused the
+            handshake).
         TimeoutError: no answer within ``timeout``.
         ProtocolError: the silo's answer is not a valid frame.
     """
@@ -50,7 +61,7 @@ async def query_silo(
             reply = await read_frame(reader, codec, MAX_FRAME_SIZE)
             if not isinstance(reply, dict) or not reply.get("ok"):
                 error = reply.get("error") if isinstance(reply, dict) else repr(reply)
-                raise SiloUnavailableError(f"silo {host}:{port} refused: {error}")
+                raise SiloRefusedError(f"{host}:{port}", str(error))
             request = Control(True, 1, op, args).encode(codec)
             writer.write(len(request).to_bytes(4, "big") + request)
             obj = await read_frame(reader, codec, MAX_FRAME_SIZE)

@@ -62,7 +62,7 @@ MembershipFactory = Callable[[SiloAddress], MembershipService]
 #: How often a silo tells the others its activation count (activation-count placement).
 LOAD_PERIOD: Final = 1.0
 
-_DEAD, _ACTIVE = SiloStatus.DEAD, SiloStatus.ACTIVE
+_ACTIVE = SiloStatus.ACTIVE
 
 
 @final
@@ -134,8 +134,8 @@ class ClusterRuntime:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Listen, bind this silo's address, then join the cluster (returns once this silo
-        is ACTIVE)."""
+        """Listen, bind this silo's address, then join the cluster: the row reads JOINING
+        until ``become_active``, which the silo calls once every component has started."""
         opts = self.silo.options
         transport = self.transport
         try:
@@ -153,7 +153,7 @@ class ClusterRuntime:
         transport.set_log(self._identity.log)
         membership = self.membership = self._make_membership(me)
         try:
-            await membership.start()
+            await membership.join()
         except BaseException:
             await transport.close()
             if self._owns_table:
@@ -162,6 +162,12 @@ class ClusterRuntime:
         self._apply(membership.snapshot)
         membership.add_listener(self._on_view)
         self._spawn(self._publish_load())
+
+    async def become_active(self) -> None:
+        """Write ACTIVE: others place work here, and stream queues may be leased here."""
+        assert self.membership is not None, "become_active before start"
+        await self.membership.become_active()
+        self._apply(self.membership.snapshot)  # the view has this silo active from here
 
     def _stop_registrations(self) -> None:  # no new work: hand-overs and reregistrations end
         self._stopping = True
@@ -266,7 +272,7 @@ class ClusterRuntime:
             return
         view.snapshot = snapshot
         for change in snapshot.changes_since(previous):
-            if change.current is _DEAD and change.silo != self.me:
+            if change.current.is_gone and change.silo != self.me:
                 if change.previous is SiloStatus.SHUTTING_DOWN:
                     self.transport.retire_peer(change.silo)  # it answers what is in flight
                 else:
@@ -280,7 +286,7 @@ class ClusterRuntime:
         """A message that could not be sent to ``silo``: when that silo is dead or leaving,
         route it anew (it was never delivered); else let it fail."""
         status = self.snapshot.status_of(silo)
-        if status is not _DEAD and status is not SiloStatus.SHUTTING_DOWN:
+        if status is None or not status.is_terminating:
             return False
         self.directory.cache.invalidate(msg.target, silo)
         self.route(msg, forwarded=True)

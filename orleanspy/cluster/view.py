@@ -12,15 +12,12 @@ from collections.abc import Callable
 from typing import Protocol, final
 
 from orleanspy._util.clock import Clock
-from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.ids import SiloAddress
 from orleanspy.runtime.identity import SiloIdentity
 
 __all__ = ["ClusterView"]
-
-_DEAD = SiloStatus.DEAD
 
 
 class _Host(Protocol):
@@ -50,7 +47,8 @@ class ClusterView:
         self._listeners: list[Callable[[], None]] = []
 
     def is_dead(self, silo: SiloAddress) -> bool:
-        return self.snapshot.status_of(silo) is _DEAD
+        status = self.snapshot.status_of(silo)
+        return status is not None and status.is_gone
 
     def valid(self, silo: SiloAddress) -> bool:
         """Do entries on ``silo`` still count? Until it is dead: a silo that is shutting
@@ -58,7 +56,8 @@ class ClusterView:
         so a second activation never starts beside one still finishing its requests."""
         if silo == self._identity.address:
             return not self._silo.declared_dead
-        return self.snapshot.status_of(silo) is not _DEAD
+        status = self.snapshot.status_of(silo)
+        return status is None or not status.is_gone
 
     async def verify_peer(self, peer: SiloAddress) -> str | None:
         """None if ``peer`` may connect: membership lists that silo and generation, not dead."""
@@ -69,8 +68,8 @@ class ClusterView:
         if status is None:
             return (f"silo {peer} is not in the membership table of cluster "
                     f"{self._identity.cluster_id!r}")
-        if status is _DEAD:
-            return f"silo {peer} was declared dead"
+        if status.is_gone:
+            return f"silo {peer} is {status.value}"
         return None
 
     def add_listener(self, listener: Callable[[], None]) -> None:

@@ -95,7 +95,8 @@ class Grain:
         except KeyError:
             raise KeyError(
                 f"no stream provider {name!r} on this silo (configured: "
-                f"{sorted(providers) or 'none'}); add it to Silo(stream_providers=...)"
+                f"{sorted(providers) or 'none'}); add it to the silo's orleanspy.toml as a "
+                f"[streams.{name}] table, or to Silo(stream_providers=...) in code"
             ) from None
 
     async def __orleanspy_stream_deliver__(

@@ -106,9 +106,10 @@ __all__ = [
     "open_reminder_table", "queue_lease_store",
 ]
 
-#: Stage at which the gateway listens: before the cluster joins, so that the membership
-#: entry carries the gateway's port.
-GATEWAY_LISTEN = SiloStage.CLUSTER - 100
+#: Stage at which the gateway listens (it takes clients only once the silo is active):
+#: with every other port, before anything starts, so that a taken port fails the start
+#: at once, and before the cluster joins, so that the membership entry carries its port.
+GATEWAY_LISTEN = SiloStage.LISTEN
 
 _STATE_BACKENDS = BACKENDS_OF["storage"]
 
@@ -320,12 +321,15 @@ def build_silo(
         manager = (spark if isinstance(spark, SparkSessionManager)
                    else SparkSessionManager(spark, clock=clock))
 
-    # 6. The lifecycle. Start runs the stages upwards: storage opens → the gateway listens
-    # → transport listens and membership joins → reminders → stream providers → collector.
-    # Stop runs them downwards, and one stage's steps in reverse: the gateway stops
+    # 6. The lifecycle. Start runs the stages upwards: the gateway listens (refusing
+    # clients) → storage opens → transport listens and membership joins (JOINING) →
+    # reminders → stream providers → collector → membership ACTIVE → the gateway takes
+    # clients. Nothing a client or another silo can act on happens before every component
+    # has started, so a failed start leaves no ACTIVE row, no queue lease and no request
+    # served. Stop runs them downwards, and one stage's steps in reverse: the gateway stops
     # accepting, membership says SHUTTING_DOWN, the collector stops → stream providers →
     # reminders → every activation deactivates → the gateway closes → the cluster is left
-    # → storage closes.
+    # (STOPPED) → storage closes.
     async def open_storage() -> None:
         for store in stores.values():
             await store.open()
@@ -375,10 +379,16 @@ def build_silo(
 
     lc.subscribe(COLLECTOR, SiloStage.ACTIVE, on_start=start_collector,
                  on_stop=collector.stop, statistics=lambda: collector.collected)
-    if cluster is not None:
-        lc.subscribe("cluster.leaving", SiloStage.ACTIVE, on_stop=cluster.begin_shutdown)
-    if gateway is not None:
-        lc.subscribe("gateway.accepting", SiloStage.ACTIVE, on_stop=gateway.stop_accepting)
+    if cluster is not None:  # after every component: the row reads ACTIVE
+        lc.subscribe("cluster.active", SiloStage.ACTIVE, on_start=cluster.become_active,
+                     on_stop=cluster.begin_shutdown)
+        for name, provider in providers.items():  # queue leases: only an ACTIVE silo's
+            take = getattr(provider, "take_queues", None)
+            if take is not None:
+                lc.subscribe(f"{STREAMS_PREFIX}{name}.queues", SiloStage.ACTIVE, on_start=take)
+    if gateway is not None:  # last: clients are served once the silo is active
+        lc.subscribe("gateway.accepting", SiloStage.ACTIVE, on_start=gateway.open,
+                     on_stop=gateway.stop_accepting)
 
     return SiloParts(
         options=opts, clock=clock, identity=identity, codec=codec, registry=registry,

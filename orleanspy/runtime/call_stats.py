@@ -30,8 +30,9 @@ from orleanspy._util.histogram import (
 )
 
 __all__ = [
-    "BOUNDS", "LAST", "ROLL_MASK", "SAMPLE_MASK", "SCALE", "TIME_ALL", "UNKNOWN", "WINDOW",
-    "CallStatistics", "MethodFigures", "MethodStats", "figures", "is_snapshot", "merge", "quantile",
+    "BOUNDS", "LAST", "METHOD_LABELS", "ROLL_MASK", "SAMPLE_MASK", "SCALE", "TIME_ALL",
+    "UNKNOWN", "WINDOW", "CallStatistics", "MethodFigures", "MethodStats", "figures",
+    "is_snapshot", "merge", "method_label", "quantile",
 ]
 
 UNKNOWN: Final = "<unknown>"  # the entry of names that are not the grain's methods
@@ -53,6 +54,19 @@ class MethodStats(Histogram):
     def to_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "errors": self.errors, "seconds": self.seconds,
                 "buckets": list(self.buckets)}
+
+
+#: How the runtime's own grain methods are named wherever figures are shown (``grains
+#: top``, the dashboard, ``/metrics``): one name for stream delivery everywhere.
+METHOD_LABELS: Final[dict[str, str]] = {
+    "__orleanspy_stream_deliver__": "(stream delivery)",
+    "__orleanspy_stream_error__": "(stream error)",
+}
+
+
+def method_label(method: str) -> str:
+    """The name a method's figures are shown under (``METHOD_LABELS``, else its own)."""
+    return METHOD_LABELS.get(method, method)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +126,8 @@ def figures(snapshot: dict[str, dict[str, dict[str, Any]]],
             timed = sum(buckets)
             out.append(MethodFigures(type_name, method, calls, errors,
                                      max(0.0, seconds) / timed if timed > 0 else None,
-                                     quantile(buckets, 0.5), quantile(buckets, 0.99)))
+                                     quantile(buckets, 0.5, seconds),
+                                     quantile(buckets, 0.99, seconds)))
     return out
 
 

@@ -27,6 +27,7 @@ a mailbox and ``MAX_BLOCKED`` requests per connection, and other connections are
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, Protocol
@@ -202,8 +203,14 @@ class GatewayConnection(FramedConnection):
         client = ""
         if error is None:
             error, client = check_client(obj)
-        if error is not None:
+            if error is not None:
+                self.gateway.guard.report(self.peer, "gateway_handshake_rejected", error)
+            elif not self.gateway.serving:  # retryable: the client tries later
+                error = (f"silo {self.silo.name} is starting (it serves clients once active): "
+                         "retry, or use another gateway")
+        else:
             self.gateway.guard.report(self.peer, "gateway_handshake_rejected", error)
+        if error is not None:
             self.send_now(msgpack.packb({"v": PROTOCOL_VERSION, "ok": False, "error": error}))
             self.close()
             return
@@ -291,6 +298,9 @@ class Gateway:
         )
         self.connections: set[GatewayConnection] = set()
         self.accepting = False
+        #: False until ``open``: handshakes are refused with a retryable error (the silo
+        #: is starting), so that no client request runs before the silo is active.
+        self.serving = False
         self._server: asyncio.Server | None = None
         self.address = ""
         self.port = 0
@@ -300,6 +310,12 @@ class Gateway:
         return len(self.connections)
 
     async def start(self) -> None:
+        """Listen on the gateway port (so that a taken port fails the start early, and the
+        port goes into the membership row); clients are refused until ``open``.
+
+        Raises:
+            ConfigurationError: the port cannot be opened.
+        """
         opts = self.silo.options
         loop = asyncio.get_running_loop()
         try:
@@ -308,12 +324,18 @@ class Gateway:
             )
         except OSError as exc:
             raise ConfigurationError(
-                f"gateway_port {opts.gateway_port} on {opts.host}: cannot listen ({exc}); "
-                "pick a free port (0 picks one) or stop the process that holds it"
+                f"gateway port {opts.host}:{opts.gateway_port} "
+                + ("is in use" if exc.errno == errno.EADDRINUSE else f"cannot listen ({exc})")
+                + ": pick another with --gateway-port or gateway_port (0 picks a free one), "
+                "or stop the process that holds it"
             ) from exc
         sock = self._server.sockets[0].getsockname()
         self.port = int(sock[1])
         self.address = f"{opts.advertised_host}:{self.port}"
+
+    async def open(self) -> None:
+        """Take client handshakes and requests (the silo is active)."""
+        self.serving = True
         self.accepting = True
 
     async def stop_accepting(self) -> None:
@@ -326,7 +348,7 @@ class Gateway:
 
     async def abort(self) -> None:
         """Close the listener and every connection at once, as a crash would (no GOAWAY)."""
-        self.accepting = False
+        self.accepting = self.serving = False
         if self._server is not None:
             self._server.close()
         await self.close()
@@ -334,7 +356,7 @@ class Gateway:
     async def close(self) -> None:
         """Close the listener (if still open) and every connection; return once closed.
         Also the rollback of a failed start, which may come before ``stop_accepting``."""
-        self.accepting = False
+        self.accepting = self.serving = False
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

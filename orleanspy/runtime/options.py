@@ -51,7 +51,10 @@ class SiloOptions:
     ``probe_period``, ``probe_timeout`` (None: the probe period), ``i_am_alive_period`` and
     ``table_refresh_period`` are the main failure-detection settings
     (``orleanspy.cluster.config.membership_options_of`` turns them into
-    ``orleanspy.cluster.membership.MembershipOptions``).
+    ``orleanspy.cluster.membership.MembershipOptions``). ``defunct_silo_expiration`` (default
+    7 days) is the age at which the rows of stopped and dead silos are deleted from the
+    membership table (by one active silo, at most hourly, or every ``defunct_silo_expiration``
+    if that is shorter).
 
     ``grain_error_log_level`` (default debug): the level at which an exception a grain method
     raises is logged (``grain_call_failed``, with the grain, method and error); the caller
@@ -110,6 +113,7 @@ class SiloOptions:
     probe_timeout: float | None = None
     i_am_alive_period: float = 30.0
     table_refresh_period: float = 10.0
+    defunct_silo_expiration: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
         n = "SiloOptions"
@@ -122,7 +126,8 @@ class SiloOptions:
             )
         for name in ("response_timeout", "collection_age", "collection_quantum",
                      "shutdown_timeout", "minimum_reminder_period", "probe_period",
-                     "i_am_alive_period", "table_refresh_period", "handshake_timeout"):
+                     "i_am_alive_period", "table_refresh_period", "handshake_timeout",
+                     "defunct_silo_expiration"):
             value = getattr(self, name)
             _check(n, name, value > 0, value, "must be > 0 seconds")
         _check(n, "mailbox_capacity", self.mailbox_capacity >= 1, self.mailbox_capacity,

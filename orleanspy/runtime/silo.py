@@ -151,6 +151,8 @@ class Silo:
         self.declared_dead = False
         self.stopping = False
         self.started = False
+        #: True from the end of a successful start until the stop begins.
+        self.active = False
         self._started_at = 0.0
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -294,6 +296,7 @@ class Silo:
         if self.options.gc_freeze:
             gc_freeze.acquire()
             self._gc_frozen = True
+        self.active = True
         self._status("active")
         self._lag_timer = self.loop.call_later(LAG_INTERVAL, self._sample_lag,
                                                self.loop.time() + LAG_INTERVAL)
@@ -312,6 +315,7 @@ class Silo:
                 await self._stopped.wait()
             return
         self.stopping = True
+        self.active = False
         assert self._stopped is not None
         if self._lag_timer is not None:
             self._lag_timer.cancel()

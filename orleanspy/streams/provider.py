@@ -140,7 +140,8 @@ class PersistentStreamProvider:
 
     async def start(self) -> None:
         """Open the adapter and start an agent for every queue the balancer gives us (on a
-        clustered silo: start following membership and take this silo's share of leases)."""
+        clustered silo: start following membership; ``take_queues`` takes this silo's share
+        of the leases once it is ACTIVE)."""
         await self.adapter.open()
         self.log = get_logger(__name__, provider=self.name, silo=self.silo.name)  # final name
         self.silo.add_system_target(StreamPublisher(self), self.name)
@@ -163,6 +164,13 @@ class PersistentStreamProvider:
             await manager.start_static(balancer)
         self.log.info("stream_provider_started", queues=len(manager.agents),
                       balancer=type(self.balancer).__name__)
+
+    async def take_queues(self) -> None:
+        """Take this silo's share of the queues (the silo calls it once its membership row
+        reads ACTIVE: a silo leases no queue before; the balancer follows membership from
+        then on). A silo without membership has started its agents in ``start``."""
+        if self.manager is not None:
+            await self.manager.take_share()
 
     async def stop(self) -> None:
         """Stop every agent (deliveries finish, acknowledgements commit), release this silo's

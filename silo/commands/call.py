@@ -67,7 +67,7 @@ async def _call(settings: ClientSettings) -> int:
             try:
                 result = await ref.invoke(settings.method, *settings.args)
             except SiloUnavailableError as exc:
-                error(f"lost the silo gateway at {', '.join(settings.gateways)}: {exc}")
+                error(f"lost the silo gateway ({settings.source}): {exc}")
                 return EXIT_USAGE
             except Exception as exc:
                 error(error_text(exc))

@@ -12,8 +12,9 @@ from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url
-from orleanspy.cluster.membership import SiloStatus
+from orleanspy.cluster.membership import MembershipEntry, SiloStatus
 from orleanspy.cluster.membership.options import MembershipOptions
+from orleanspy.cluster.query import SiloRefusedError
 from orleanspy.cluster.transport import query_silo
 from orleanspy.errors import MembershipError, MessageRejectedError
 from orleanspy.hosting.builder import open_membership_table, queue_lease_store
@@ -23,22 +24,32 @@ from silo.config import find_config_file, load_config
 from silo.dashboard.health import silo_health, unowned_queues, warnings
 from silo.startup import configure_logging
 
-__all__ = ["add_arguments", "add_parser", "ask_silos", "cluster_options", "read_membership"]
+__all__ = [
+    "add_arguments", "add_parser", "ask_silos", "cluster_options", "read_membership",
+    "refusals",
+]
 
 _EPILOG = """\
-Columns: SILO (host:port@generation), STATUS (as the membership table says), UPTIME (now
-minus the start time in the table), LAST SEEN (its last I-am-alive in the table),
-ACTIVATIONS and QUEUES (asked of the silo itself; "-" if it does not answer), GATEWAY
-(client port), NOTE (when and by whom it was declared dead, who suspects it, "does not
-answer", and the queues it held last that no silo pulls now). Warnings follow the table:
-one line per unowned queue (how long, last holder) and per suspected or silent silo.
---json prints one JSON list of silo rows instead (with last_seen, declared_dead_at,
+Columns: SILO (host:port@generation), STATUS (joining, active, shutting_down, stopped: it
+left gracefully, dead: the others declared it dead), UPTIME (now minus the start time in the
+table), LAST SEEN (its last I-am-alive in the table), ACTIVATIONS and QUEUES (asked of the
+silo itself; "-" if it does not answer), GATEWAY (client port), NOTE (why a row is not an
+active silo that answers, and since when: stopped gracefully, declared dead by whom, joining,
+shutting down, did not answer, refused this tool; who suspects it; the queues it held last
+that no silo pulls now). Warnings follow the table: one line per unowned queue (how
+long, last holder) and per suspected or silent silo. Rows of stopped and dead silos are
+deleted once older than defunct_silo_expiration (7 days).
+--json prints one JSON list of silo rows instead (with why, last_seen, declared_dead_at,
 declared_dead_by, suspected_by, reachable, unowned_queues).
-Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
+Exit codes: 0 ok; 2 the membership table cannot be read, a silo refused the secret, or the
+arguments are wrong.
 
 Example:
   orleanspy cluster status --membership sqlite:cluster.db --cluster-id prod
 """
+
+
+_NO_CONFIG = "none found: --config, $ORLEANSPY_CONFIG or ./orleanspy.toml"
 
 
 def add_parser(commands: Any) -> None:
@@ -94,17 +105,21 @@ def cluster_options(args: argparse.Namespace, command: str) -> SiloOptions | int
         membership = anchor_sqlite(membership, args.data_dir or str(CLI_DEFAULTS["data_dir"]))
     flags = {"membership": membership, "cluster_id": args.cluster_id,
              "secret": args.secret, "data_dir": args.data_dir}
-    options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
+    config = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS,
+                         flag_names={"membership": "--membership", "data_dir": "--data-dir"})
+    options = config.options
     if options.membership is None:
         raise ConfigurationError(
-            f"{command} needs the membership table: pass --membership sqlite:PATH "
-            "(the silos' --membership), or set membership in orleanspy.toml"
+            f"{command} needs the membership table: pass --membership URL (the silos' "
+            "--membership), set ORLEANSPY_MEMBERSHIP, or set membership in the config file "
+            f"({config.config_file or _NO_CONFIG})"
         )
     parsed = parse_backend_url(options.membership, key="membership", data_dir=options.data_dir,
                                allow=BACKENDS_OF["membership"])
     if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
         error(f"no membership table at {parsed.path} (membership = {options.membership}, "
-              f"relative to --data-dir {options.data_dir}): give the file the silos use")
+              f"from {config.sources['membership']}; a relative path is relative to the "
+              f"data dir {options.data_dir}): give the file the silos use")
         return EXIT_USAGE  # and do not create an empty one
     return options
 
@@ -123,7 +138,7 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
     all_queues: dict[str, set[str]] = {}
     owned: set[tuple[str, str]] = set()
     for entry, answer in zip(entries, answers, strict=True):
-        live = entry.status is not SiloStatus.DEAD
+        live = not entry.status.is_gone
         told = answer if isinstance(answer, dict) else None
         for provider, names in ((told or {}).get("all_queues") or {}).items():
             all_queues.setdefault(provider, set()).update(names)
@@ -137,20 +152,87 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
             "gateway": (f"{entry.silo.host}:{entry.gateway_port}"
                         if entry.gateway_port else None),
             "reachable": told is not None,
+            "why": why(entry, answer, entries, now),
         })
     unowned = unowned_queues(all_queues, owned, leases, {r["silo"]: r for r in rows}, now)
     for row in rows:
         row["unowned_queues"] = [f"{q['provider']}/{q['queue']}" for q in unowned
                                  if q["last_owner"] == row["silo"]]
+    refused = refusals(answers)
     if as_json:
         print(json.dumps(rows), flush=True)
-        return EXIT_OK
-    print(f"cluster {options.cluster_id}: {sum(r['status'] == 'active' for r in rows)} active, "
-          f"{len(rows)} in the table (version {data.version.version})")
-    _print_table(rows)
-    for line in warnings(rows, unowned):
-        print(f"warning: {line}", flush=True)
-    return EXIT_OK
+    else:
+        print(f"cluster {options.cluster_id}: {sum(r['status'] == 'active' for r in rows)} "
+              f"active, {len(rows)} in the table (version {data.version.version})")
+        _print_table(rows)
+        for line in warnings(rows, unowned):
+            print(f"warning: {line}", flush=True)
+    return EXIT_USAGE if refused else EXIT_OK
+
+
+def refusals(answers: list[Any]) -> bool:
+    """Print one error line per reason the silos refused this tool's handshake (a wrong or
+    missing secret, say) with the fix; True if any refused."""
+    reasons = sorted({a.reason for a in answers if isinstance(a, SiloRefusedError)})
+    for reason in reasons:
+        silos = [a.address for a in answers
+                 if isinstance(a, SiloRefusedError) and a.reason == reason]
+        error(f"silo {', '.join(silos)} refused this tool: {reason}; pass the silos' "
+              "secret with --secret, ORLEANSPY_SECRET or secret in orleanspy.toml"
+              if "secret" in reason else f"silo {', '.join(silos)} refused this tool: {reason}")
+    return bool(reasons)
+
+
+def _when(now: float, then: float) -> str:
+    ago = max(0.0, now - then)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(then))
+    if ago < 120:
+        return f"{stamp} ({ago:.0f}s ago)"
+    if ago < 7200:
+        return f"{stamp} ({ago / 60:.0f}min ago)"
+    return f"{stamp} ({ago / 3600:.1f}h ago)"
+
+
+def why(entry: MembershipEntry, answer: Any, entries: list[MembershipEntry],
+        now: float) -> str | None:
+    """Why a row is not an active silo that answers, and since when (None: it is one). A
+    dead row names the silos that declared it dead and when, as the row records them (a
+    newer generation of its endpoint is its restart); a row without that record, by the
+    votes against it."""
+    status = entry.status
+    last = entry.i_am_alive_time
+    if status is SiloStatus.STOPPED:
+        return f"stopped gracefully at {_when(now, last)}"
+    if status is SiloStatus.DEAD:
+        here = (entry.silo.host, entry.silo.port)
+        by = entry.declared_dead_by
+        if by and entry.declared_dead_at:
+            at = _when(now, entry.declared_dead_at)
+            if all((s.host, s.port) == here and s.generation > entry.silo.generation
+                   for s in by):
+                return f"replaced by its restart {by[0]} at {at}; last alive {_when(now, last)}"
+            voters = ", ".join(str(s) for s in by)
+            return f"declared dead by {voters} at {at}; last alive {_when(now, last)}"
+        newer = [e for e in entries if (e.silo.host, e.silo.port) == here
+                 and e.silo.generation > entry.silo.generation]
+        if entry.suspect_votes:
+            voters = ", ".join(sorted({str(v.voter) for v in entry.suspect_votes}))
+            stamp = _when(now, max(v.time for v in entry.suspect_votes))
+            return f"declared dead by {voters} at {stamp}; last alive {_when(now, last)}"
+        if newer:
+            return f"replaced by its restart {newer[0].silo}; last alive {_when(now, last)}"
+        return f"declared dead; last alive {_when(now, last)}"
+    if status is SiloStatus.JOINING:
+        return f"joining since {_when(now, entry.start_time)}"
+    if status is SiloStatus.SHUTTING_DOWN:
+        return f"shutting down since {_when(now, last)}"
+    if isinstance(answer, SiloRefusedError):
+        return f"refused this tool: {answer.reason}"
+    if isinstance(answer, MessageRejectedError):
+        return f"refused the request: {answer}"
+    if answer is None:
+        return f"did not answer; last alive {_when(now, last)}"
+    return None
 
 
 async def read_leases(options: SiloOptions) -> dict[str, Any]:
@@ -171,17 +253,18 @@ async def read_leases(options: SiloOptions) -> dict[str, Any]:
 
 async def ask_silos(options: SiloOptions, entries: list[Any], op: str,
                     timeout: float, args: list[Any] | None = None) -> list[Any]:
-    """Each live silo's answer to the read-only control request ``op`` (None for a dead or
-    silent one; the error itself for a request the silo refused), asked at once."""
+    """Each live silo's answer to the read-only control request ``op`` (None for a stopped,
+    dead or silent one; the error itself for a request or a handshake the silo refused:
+    ``MessageRejectedError``, ``SiloRefusedError``), asked at once."""
 
     async def ask(entry: Any) -> Any:
-        if entry.status is SiloStatus.DEAD:
+        if entry.status.is_gone:
             return None
         try:
             return await query_silo(entry.silo.host, entry.silo.port, op, list(args or []),
                                     cluster_id=options.cluster_id, secret=options.secret,
                                     timeout=timeout)
-        except MessageRejectedError as exc:
+        except (MessageRejectedError, SiloRefusedError) as exc:
             return exc
         except (Exception, TimeoutError):
             return None
@@ -239,16 +322,11 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _note(row: dict[str, Any]) -> str:
-    """Why a row needs a look: declared dead (when, by whom), suspected, not answering,
-    queues it held that nobody pulls."""
-    notes = []
-    if row["declared_dead_at"]:
-        ago = max(0.0, time.time() - row["declared_dead_at"])
-        notes.append(f"declared dead {ago:.0f}s ago by {', '.join(row['declared_dead_by'])}")
+    """Why a row needs a look: why it is not an active silo that answers (stopped, declared
+    dead, joining, silent, refusing), who suspects it, queues it held that nobody pulls."""
+    notes = [row["why"]] if row["why"] else []
     if row["suspected_by"]:
         notes.append(f"suspected by {', '.join(row['suspected_by'])}")
-    if row["status"] == "active" and not row["reachable"]:
-        notes.append("does not answer")
     if row["unowned_queues"]:
         notes.append(f"unowned: {', '.join(row['unowned_queues'])}")
     return "; ".join(notes) or "-"

@@ -25,7 +25,10 @@ from orleanspy import (
     RemoteGrainError,
     SiloUnavailableError,
 )
+from orleanspy._util.urls import anchor_sqlite
+from orleanspy.client.discovery import GatewayDiscovery
 from orleanspy.grains.proxy import GrainProxy
+from orleanspy.logging import get_logger
 from silo.config import find_config_file, load_config
 
 __all__ = [
@@ -114,10 +117,17 @@ def add_client_arguments(
     """The arguments of a command that calls one grain method through a gateway."""
     p.add_argument("--gateway", metavar="HOST:PORT", action="append",
                    help="gateway to connect to; repeat it to name several gateways of a "
-                   "cluster: the call goes through one that answers (default: host and "
-                   "gateway_port from the config file and environment, else 127.0.0.1:30000)")
+                   "cluster: the call goes through one that answers (default: the gateways "
+                   "of the active silos in the membership table, if one is configured; else "
+                   "host and gateway_port from the environment and config file, else "
+                   "127.0.0.1:30000)")
+    p.add_argument("--membership", metavar="URL",
+                   help="membership table to find the gateways in: sqlite:PATH, "
+                   "redis://HOST:PORT/DB?prefix=P or postgresql://USER@HOST:PORT/DB?schema=S "
+                   "(default: ORLEANSPY_MEMBERSHIP, else membership in the config file)")
     p.add_argument("--config", metavar="FILE",
-                   help="TOML config file to take cluster_id, secret and gateway from")
+                   help="TOML config file to take cluster_id, secret, membership and gateway "
+                   "from (default: $ORLEANSPY_CONFIG, else ./orleanspy.toml if present)")
     p.add_argument("--cluster-id", help="cluster id (default: dev)")
     p.add_argument("--secret", help="shared secret of the silo, if it has one")
     p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
@@ -135,6 +145,10 @@ class ClientSettings:
     """The parsed client argument block: where to connect and what to call."""
 
     gateways: tuple[str, ...]
+    #: Where the gateways come from, for errors: a flag, a setting's source, the table.
+    source: str
+    #: The membership table whose active silos' gateways to use (``gateways`` is empty).
+    membership: str | None
     cluster_id: str
     secret: str | None
     timeout: float
@@ -145,24 +159,43 @@ class ClientSettings:
 
 
 def client_settings(args: argparse.Namespace) -> ClientSettings:
-    """The client block of ``args``, with the config file filling what no flag gives.
+    """The client block of ``args``: flags, then ``ORLEANSPY_*`` environment variables, then
+    the config file (as ``silo start`` reads them). The gateways are the ``--gateway`` flags;
+    else those of the active silos in the membership table, if one is configured; else
+    ``host:gateway_port``.
 
     Raises:
         ConfigurationError: KEY does not parse as ``--key-type``, or the config is invalid.
     """
-    options = load_config(find_config_file(args.config)).options
+    membership_flag = getattr(args, "membership", None)
+    if membership_flag is not None:  # a relative SQLite path names a file here
+        membership_flag = anchor_sqlite(membership_flag, os.getcwd())
+    flags = {"cluster_id": args.cluster_id, "secret": args.secret,
+             "membership": membership_flag}
+    config = load_config(find_config_file(args.config), flags,
+                         flag_names={"membership": "--membership"})
+    options = config.options
     gateways: list[str] = args.gateway or []
-    if not gateways:
+    membership: str | None = None
+    if gateways:
+        source = "--gateway"
+    elif options.membership is not None and options.membership != "memory":
+        membership = options.membership
+        source = f"membership table {membership} (membership: {config.sources['membership']})"
+    else:
         host = options.advertised_host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         gateways = [f"{host}:{options.gateway_port or 30000}"]
+        source = f"gateway_port: {config.sources['gateway_port']}"
     try:
         key = parse_key(args.key, args.key_type)
     except ValueError:
         raise ConfigurationError(f"KEY {args.key!r} is not a valid {args.key_type}") from None
     return ClientSettings(
         gateways=tuple(gateways),
+        source=source,
+        membership=membership,
         cluster_id=args.cluster_id or options.cluster_id,
         secret=args.secret if args.secret is not None else options.secret,
         timeout=args.timeout,
@@ -184,9 +217,20 @@ async def connect(settings: ClientSettings) -> AsyncIterator[ClusterClient]:
     Raises:
         GatewayUnreachable: none answered (the command prints it and exits with 2).
     """
+    gateways = settings.gateways
+    if settings.membership is not None:
+        discovery = GatewayDiscovery(settings.membership, settings.cluster_id,
+                                     get_logger("silo.commands"))
+        found = await discovery.gateways()
+        if not found:
+            raise GatewayUnreachable(
+                f"no active silo with a gateway in cluster {settings.cluster_id!r} of "
+                f"the {settings.source}" + (" (the table cannot be read)" if found is None else "")
+                + ": start a silo, or name a gateway with --gateway")
+        gateways = tuple(found)
     # One call needs one gateway: connect to the first that answers, not to all of them.
     client = ClusterClient(ClientOptions(
-        gateways=settings.gateways, cluster_id=settings.cluster_id, secret=settings.secret,
+        gateways=gateways, cluster_id=settings.cluster_id, secret=settings.secret,
         response_timeout=settings.timeout, gateway_count=1,
     ))
     try:
@@ -194,7 +238,8 @@ async def connect(settings: ClientSettings) -> AsyncIterator[ClusterClient]:
             await client.connect()
         except SiloUnavailableError as exc:
             raise GatewayUnreachable(
-                f"cannot reach the silo gateway at {', '.join(settings.gateways)}: {exc}"
+                f"cannot reach the silo gateway at {', '.join(gateways)} ({settings.source}): "
+                f"{exc}"
             ) from None
         yield client
     finally:

@@ -10,14 +10,21 @@ import asyncio
 import json
 from typing import Any
 
-from orleanspy import SiloOptions
+from orleanspy import ConfigurationError, SiloOptions
 from orleanspy.errors import MessageRejectedError
-from orleanspy.runtime.call_stats import MethodFigures, figures, is_snapshot, merge
+from orleanspy.runtime.call_stats import (
+    MethodFigures,
+    figures,
+    is_snapshot,
+    merge,
+    method_label,
+)
 from silo.commands.cluster_status import (
     add_arguments,
     ask_silos,
     cluster_options,
     read_live_silos,
+    refusals,
 )
 from silo.commands.common import EXIT_OK, EXIT_USAGE, error, parse_key, print_table, usage
 from silo.startup import configure_logging
@@ -107,6 +114,8 @@ async def _locate(options: SiloOptions, type_name: str, key: Any, timeout: float
         if isinstance(answer, MessageRejectedError):
             error(str(answer))
             return EXIT_USAGE
+        if refusals([answer]):
+            return EXIT_USAGE
         if isinstance(answer, dict):
             if as_json:
                 print(json.dumps(answer), flush=True)
@@ -138,6 +147,8 @@ async def _read_calls(options: SiloOptions, entries: list[Any],
                       timeout: float) -> dict[str, dict[str, Any]]:
     """Each answering silo's call statistics, by silo."""
     answers = await ask_silos(options, entries, "calls", timeout)
+    if refusals(answers):
+        raise ConfigurationError("the silos refused this tool (see above)")
     return {a["silo"]: a["types"] for a in answers
             if isinstance(a, dict) and isinstance(a.get("silo"), str)
             and is_snapshot(a.get("types"))}
@@ -169,14 +180,14 @@ async def _top(options: SiloOptions, interval: float, limit: int, timeout: float
         return EXIT_OK
     header = ("TYPE", "METHOD", "CALLS/S" if per else "CALLS", "ERRORS", "P50", "P99", "MEAN")
     print_table([header, *(
-        (f.type_name, f.method, f"{f.calls / per:.1f}" if per else str(f.calls),
+        (f.type_name, method_label(f.method), f"{f.calls / per:.1f}" if per else str(f.calls),
          str(f.errors), _ms(f.p50), _ms(f.p99), _ms(f.mean))
         for f in rows)])
     return EXIT_OK
 
 
 def _row(f: MethodFigures, per: float | None) -> dict[str, Any]:
-    return {"type": f.type_name, "method": f.method, "calls": f.calls,
+    return {"type": f.type_name, "method": method_label(f.method), "calls": f.calls,
             "calls_per_second": f.calls / per if per else None, "errors": f.errors,
             "p50_seconds": f.p50, "p99_seconds": f.p99, "mean_seconds": f.mean}
 

@@ -47,8 +47,12 @@ tools never need. See docs/security.md.
 Once serving, the silo prints one line to stdout:
   orleanspy silo ready gateway=HOST:PORT
 (a clustered silo first prints "orleanspy silo cluster silo=HOST:PORT@GENERATION").
-Logs go to stderr. SIGINT/SIGTERM stop it gracefully (changed grain state is written);
-a second signal exits at once with code 1.
+Logs go to stderr. SIGINT/SIGTERM stop it gracefully (changed grain state is written;
+its membership row reads stopped); a second signal exits at once with code 1. A start is
+all or nothing: every port is bound first, and a silo that cannot start (a port is taken,
+say) rolls back and exits 2 with one "error: ..." line, without ever reading active in
+the membership table, leasing a queue or serving a request; a signal during the start
+rolls it back too. Clients are served once the silo is active.
 """
 
 

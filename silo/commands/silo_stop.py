@@ -59,11 +59,12 @@ def add_subcommand(silo_commands: Any) -> None:
     stop.set_defaults(handler=run)
 
 
-def _data_dir(args: argparse.Namespace) -> Path:
-    if args.data_dir:
-        return Path(args.data_dir)
-    config = load_config(find_config_file(args.config), {}, defaults={})
-    return Path(config.options.data_dir)
+def _data_dir(args: argparse.Namespace) -> tuple[Path, str]:
+    """The silos' data dir and where it comes from: the flag, then ORLEANSPY_DATA_DIR,
+    then the config file, then the default."""
+    config = load_config(find_config_file(args.config), {"data_dir": args.data_dir},
+                         defaults={}, flag_names={"data_dir": "--data-dir"})
+    return Path(config.options.data_dir), config.sources["data_dir"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
     if args.all and args.silos:
         error("name silos or give --all, not both")
         return EXIT_USAGE
-    data_dir = _data_dir(args)
+    data_dir, source = _data_dir(args)
     records = read_records(data_dir)
     if not records:
         error(f"no silo started by `orleanspy silo start` runs from data dir {data_dir} "
-              "(pass the silos' --data-dir)")
+              f"(data_dir: {source}; pass the silos' --data-dir)")
         return EXIT_USAGE
     chosen = _choose(records, args.silos, args.all)
     if isinstance(chosen, int):

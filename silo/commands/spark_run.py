@@ -76,7 +76,7 @@ async def _spark_run(settings: ClientSettings, interval: float) -> int:
                     settings.args, interval=interval,
                 )
             except SiloUnavailableError as exc:
-                error(f"lost the silo gateway at {', '.join(settings.gateways)}: {exc}")
+                error(f"lost the silo gateway ({settings.source}): {exc}")
                 return EXIT_USAGE
             except Exception as exc:
                 error(error_text(exc))

@@ -15,8 +15,9 @@ from silo.commands.cluster_status import (
     ask_silos,
     cluster_options,
     read_membership,
+    refusals,
 )
-from silo.commands.common import EXIT_OK, print_table, usage
+from silo.commands.common import EXIT_OK, EXIT_USAGE, print_table, usage
 from silo.dashboard.view import queue_rows, subscription_order
 from silo.startup import configure_logging
 
@@ -74,11 +75,12 @@ async def _streams_status(options: SiloOptions, timeout: float, as_json: bool) -
     rows = [row for answer in answers if isinstance(answer, dict)
             for row in queue_rows(answer)]
     rows.sort(key=lambda r: (r["provider"], _queue_order(r["queue"])))
+    refused = refusals(answers)
     if as_json:
         print(json.dumps(rows), flush=True)
-        return EXIT_OK
-    _print_table(rows)
-    return EXIT_OK
+    else:
+        _print_table(rows)
+    return EXIT_USAGE if refused else EXIT_OK
 
 
 def _queue_order(queue: str) -> tuple[str, int]:

@@ -20,6 +20,7 @@ a connection cap, a head deadline and an idle timeout.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import json
@@ -30,7 +31,6 @@ from typing import Any, Final
 from aiohttp import web
 
 from orleanspy import ConfigurationError
-from orleanspy.cluster.membership import SiloStatus
 from orleanspy.logging import get_logger
 from orleanspy.runtime.reports import plain, reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
@@ -61,8 +61,8 @@ def _loopback(host: str) -> bool:
 
 
 class OpsServer:
-    """One silo's HTTP server: a lifecycle participant that starts after the silo's
-    components and stops first."""
+    """One silo's HTTP server: a lifecycle participant that listens before the silo's
+    components start and closes after they stop."""
 
     def __init__(self, silo: Silo, host: str = "127.0.0.1", port: int = 0) -> None:
         if not _loopback(host) and silo.options.secret is None:
@@ -114,9 +114,12 @@ class OpsServer:
                                                 reuse_address=True, backlog=128)
         except OSError as exc:
             await runner.cleanup()
+            why = ("is in use" if exc.errno == errno.EADDRINUSE
+                   else f"cannot be opened ({exc.strerror})")
             raise ConfigurationError(
-                f"dashboard port {self.host}:{self.port} cannot be opened ({exc.strerror}); "
-                "pick another with --dashboard-port (0: any free port)") from None
+                f"dashboard port {self.host}:{self.port} {why}: pick another with "
+                "--dashboard-port (0: any free port), or stop the process that holds it"
+            ) from None
         self._runner = runner
         self._listener = listener
         self.port = int(listener.sockets[0].getsockname()[1])
@@ -154,7 +157,7 @@ class OpsServer:
     async def _readyz(self, request: web.Request) -> web.Response:
         silo = self.silo
         reasons = []
-        if not silo.started or silo.stopping:
+        if not silo.active:
             reasons.append("the silo is not active")
         if silo.gateway is not None and not silo.gateway.address:
             reasons.append("the gateway does not listen")
@@ -165,9 +168,20 @@ class OpsServer:
             return web.json_response({"ready": False, "reasons": reasons}, status=503)
         return web.json_response({"ready": True})
 
+    def _starting(self) -> web.Response | None:
+        """503 while the silo starts (the port is bound early; the figures come once its
+        components run), else None."""
+        if self.silo.active or self.silo.stopping:
+            return None
+        return web.json_response(
+            {"error": f"silo {self.silo.name} is starting; its figures follow once it is "
+             "active"}, status=503, headers={"Retry-After": "1"})
+
     async def _metrics(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._refuse()
+        if (starting := self._starting()) is not None:
+            return starting
         if self.silo.cluster is not None:
             self._health = await self.table_health()
         body = metrics_text(self._registry)  # reads loop-owned state: on the loop
@@ -176,6 +190,8 @@ class OpsServer:
     async def _api_silo(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._refuse()
+        if (starting := self._starting()) is not None:
+            return starting
         stats = self.silo.statistics()
         return web.Response(text=json.dumps(plain(stats)), content_type="application/json")
 
@@ -190,6 +206,8 @@ class OpsServer:
     async def _api_cluster(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return self._refuse()
+        if (starting := self._starting()) is not None:
+            return starting
         return web.Response(text=await self._cluster_json(), content_type="application/json")
 
     async def _cluster_json(self) -> str:
@@ -230,7 +248,7 @@ class OpsServer:
             return self.view.build(silo.options.cluster_id, answers)
         snapshot = cluster.snapshot
         peers = [s for s, e in snapshot.entries.items()
-                 if s != cluster.me and e.status is not SiloStatus.DEAD]
+                 if s != cluster.me and not e.status.is_gone]
 
         async def ask(peer: Any) -> SiloAnswers | None:
             request = cluster.transport.request
@@ -309,12 +327,14 @@ def ops_server_of(silo: Silo) -> OpsServer | None:
 
 
 def install_ops_server(silo: Silo, host: str = "127.0.0.1", port: int = 0) -> OpsServer:
-    """Serve ``silo``'s operations endpoints once it has started (last stage), stopping
-    first on the way down."""
+    """Serve ``silo``'s operations endpoints from its first stage (with its other ports, so
+    that a taken port fails the start before anything else starts): ``/healthz`` at once,
+    ``/readyz`` 503 until the silo is active, the figures once it is active. It closes
+    last on the way down, so that ``/readyz`` tells a stopping silo apart."""
     from orleanspy._util.lifecycle import SiloStage
 
     server = OpsServer(silo, host, port)
     silo.lifecycle.set_component(OpsServer, server)
-    silo.lifecycle.subscribe("dashboard", SiloStage.STREAMS + 1000,
+    silo.lifecycle.subscribe("dashboard", SiloStage.LISTEN,
                              on_start=server.start, on_stop=server.stop)
     return server

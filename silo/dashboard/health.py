@@ -3,14 +3,17 @@ the dashboard's view (``/api/cluster``, the page, ``/metrics`` of the silo that 
 ``orleanspy cluster status`` build their rows here, from the same inputs, so they agree.
 
 - A silo row carries its membership status and, read from the table: when it was last seen
-  (its last I-am-alive), who suspects it (fresh votes), and for a DEAD row when it was
-  declared dead and by which silos. ``reachable`` says whether it answered the tool.
+  (its last I-am-alive), who suspects it (fresh votes, for a silo that is not gone), and for
+  a DEAD row when it was declared dead and by which silos. ``reachable`` says whether it
+  answered the tool. A silo is *gone* when its row is STOPPED (it left gracefully) or DEAD
+  (the others declared it dead): only a DEAD row is called dead.
 - A queue is *unowned* while no silo that answers pulls it. Its stream-queue lease (kept with
-  the membership table) names the silo that held it last: if that silo is no longer active,
-  the queue has been unowned since that silo was last seen; if the lease expired, since its
-  expiry. A queue whose lease holder is active but did not answer is *unread* (it may be
-  pulled; nobody can tell). Without a lease, the time is the first time the tool found it
-  unowned.
+  the membership table) names the silo that held it last: if that silo is no longer active
+  (stopped, dead, or on its way), the queue has been unowned since that silo was last seen,
+  until a live silo takes it; if the lease expired, since its expiry. A queue whose lease
+  holder is active but did not answer is *unread* (it may be pulled; nobody can tell).
+  Without a lease (a silo that stops gracefully releases its leases), the time is the first
+  time the tool found it unowned.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ from typing import Any, Final
 
 from orleanspy.cluster.membership.voting import fresh_votes
 
-__all__ = ["FirstSeen", "silo_health", "unowned_queues", "warnings"]
+__all__ = ["GONE", "FirstSeen", "silo_health", "unowned_queues", "warnings"]
 
 ACTIVE: Final = "active"
 DEAD: Final = "dead"
+GONE: Final = frozenset({"stopped", DEAD})  # statuses final for an address (is_gone)
 
 
 def silo_health(entry: Any, now: float, vote_expiration: float) -> dict[str, Any]:
     """The membership facts of one row (a ``MembershipEntry``) as plain values."""
     dead = entry.status.value == DEAD
-    fresh = [] if dead else [str(v.voter) for v in fresh_votes(entry.suspect_votes, now,
+    gone = entry.status.value in GONE  # a stopped or dead silo is suspected no more
+    fresh = [] if gone else [str(v.voter) for v in fresh_votes(entry.suspect_votes, now,
                                                                vote_expiration)]
     seen = entry.i_am_alive_time or None
     return {
@@ -91,8 +96,9 @@ def unowned_queues(
 
 
 def warnings(silos: Iterable[dict[str, Any]], unowned: Iterable[dict[str, Any]]) -> list[str]:
-    """The banner: one line per unowned or unread queue, suspected, unreachable or
-    recently dead silo (empty while the cluster is whole)."""
+    """The banner: one line per unowned or unread queue (with the status of the silo that
+    held it last: stopped or dead), and per suspected or unreachable live silo (empty while
+    the cluster is whole; a gone silo's row is no warning by itself)."""
     out = []
     for q in unowned:
         held = f" (last held by {q['last_owner']}, {q['last_owner_status']})" if q[

@@ -53,7 +53,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from orleanspy._util.histogram import Histogram, cumulative
-from orleanspy.runtime.call_stats import MethodStats
+from orleanspy.runtime.call_stats import MethodStats, method_label
 from orleanspy.runtime.silo import Silo
 from silo.dashboard.prober import StreamProber
 
@@ -143,7 +143,7 @@ def _call_metrics(types: dict[str, dict[str, MethodStats]], labels: list[str],
                                     labels=labels)
     for type_name, methods in sorted(types.items()):
         for method, stats in sorted(methods.items()):
-            key = [*who, type_name, method]
+            key = [*who, type_name, method_label(method)]
             calls.add_metric(key, stats.calls)
             errors.add_metric(key, stats.errors)
             seconds.add_metric(key, cumulative(stats.buckets), sum_value=stats.seconds)
@@ -276,7 +276,7 @@ def _cluster_metrics(silos: list[dict[str, Any]], unowned: list[dict[str, Any]],
                              "when the silo was declared dead (epoch)",
                              labels=[*peer, "declared_by"])
     suspected = GaugeMetricFamily(P + "cluster_silo_suspicions", "fresh suspect votes "
-                                  "against a silo that is not dead", labels=peer)
+                                  "against a silo that is neither stopped nor dead", labels=peer)
     for row in silos:
         key = [*who, row["silo"]]
         status.add_metric([*key, row["status"]], 1.0)

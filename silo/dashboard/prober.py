@@ -185,7 +185,7 @@ def install_prober(silo: Silo, provider: str, period: float = 10.0,
     prober = StreamProber(silo, provider, period, bound)
     silo.register_grain_class(ProbeConsumer)
     silo.lifecycle.set_component(StreamProber, prober)
-    silo.lifecycle.subscribe("stream-prober", SiloStage.STREAMS + 500,
+    silo.lifecycle.subscribe("stream-prober", SiloStage.ACTIVE + 100,  # probes an active silo
                              on_start=prober.start, on_stop=prober.stop,
                              statistics=prober.report)
     return prober

@@ -2,8 +2,11 @@
 (``status``, ``streams``, ``calls``, ``reminders``) turned into the page's panels.
 
 Call and latency figures are cumulative on each silo; the view keeps its recent readings
-(``HISTORY`` seconds) and reports rates and quantiles over the last ``WINDOW`` seconds (or
-since the oldest reading it has), as a Prometheus ``rate`` would.
+(``HISTORY`` seconds) and reports rates and quantiles over exactly the last ``WINDOW``
+seconds, as a Prometheus ``rate`` would: the reading of ``WINDOW`` seconds ago is
+interpolated between the two readings around it (readings come when someone asks, at no
+fixed period). Until the view holds ``WINDOW`` seconds of readings, the window is the span
+it has.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from orleanspy._util.histogram import quantile
-from orleanspy.runtime.call_stats import figures, is_snapshot, merge
-from silo.dashboard.health import FirstSeen, unowned_queues, warnings
+from orleanspy.runtime.call_stats import figures, is_snapshot, merge, method_label
+from silo.dashboard.health import GONE, FirstSeen, unowned_queues, warnings
 
 __all__ = ["ClusterView", "Membership", "SiloAnswers", "queue_rows", "subscription_order"]
 
@@ -145,21 +148,43 @@ class ClusterView:
                 row |= {"last_seen": membership.now, "last_seen_ago": 0.0}
             rows.append(row)
         rows.extend(answered.values())
-        rows.sort(key=lambda r: (r["status"] != "active", r["status"] == "dead",
+        rows.sort(key=lambda r: (r["status"] != "active", r["status"] in GONE,
                                  str(r["silo"])))
         return rows
 
     def _earlier(self, now: float) -> tuple[float, dict[str, Any], dict[str, Any]] | None:
-        """The newest reading at least WINDOW old, else the oldest one (None: none yet)."""
+        """The reading of WINDOW seconds ago (interpolated between the readings around
+        that moment), else the oldest one (None: none yet, or too recent)."""
         chosen = None
         for reading in self._readings:
             if now - reading[0] >= WINDOW or chosen is None:
                 chosen = reading
             else:
+                if now - chosen[0] > WINDOW:  # WINDOW ago lies between chosen and reading
+                    at = now - WINDOW
+                    share = (at - chosen[0]) / (reading[0] - chosen[0])
+                    return (at, _between(chosen[1], reading[1], share),
+                            _between(chosen[2], reading[2], share))
                 break
         if chosen is not None and now - chosen[0] < 0.2:
             return None  # too recent to make a rate of
         return chosen
+
+
+def _between(old: Any, new: Any, share: float) -> Any:
+    """Cumulative figures ``share`` of the way from ``old`` to ``new`` (dicts and lists of
+    numbers; what ``old`` lacks counts as zero, what ``new`` lacks is left out)."""
+    if isinstance(new, dict):
+        old_map = old if isinstance(old, dict) else {}
+        return {k: _between(old_map.get(k), v, share) for k, v in new.items()}
+    if isinstance(new, list):
+        old_list = old if isinstance(old, list) else []
+        return [_between(old_list[i] if i < len(old_list) else None, v, share)
+                for i, v in enumerate(new)]
+    if isinstance(new, (int, float)) and not isinstance(new, bool):
+        start = old if isinstance(old, (int, float)) and not isinstance(old, bool) else 0
+        return start + (new - start) * share
+    return new
 
 
 def queue_rows(streams: dict[str, Any]) -> list[dict[str, Any]]:
@@ -216,7 +241,7 @@ def _methods(now: dict[str, Any], earlier: dict[str, Any] | None,
         total = totals[(f.type_name, f.method)]
         latest = f if f.p50 is not None else total
         rows.append({
-            "type": f.type_name, "method": _method_name(f.method), "calls": total.calls,
+            "type": f.type_name, "method": method_label(f.method), "calls": total.calls,
             "calls_per_second": max(0, f.calls) / span if span else None,
             "errors": total.errors, "p50": latest.p50, "p99": latest.p99,
             "mean": latest.mean,
@@ -224,14 +249,6 @@ def _methods(now: dict[str, Any], earlier: dict[str, Any] | None,
     rows.sort(key=lambda r: (-(r["calls_per_second"] or 0), -r["calls"], r["type"],
                              r["method"]))
     return rows[:MAX_METHODS]
-
-
-_RUNTIME_NAMES: Final = {"__orleanspy_stream_deliver__": "(stream delivery)",
-                         "__orleanspy_stream_error__": "(stream error)"}
-
-
-def _method_name(method: str) -> str:
-    return _RUNTIME_NAMES.get(method, method)
 
 
 def _reminder_row(r: Any) -> bool:

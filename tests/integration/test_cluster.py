@@ -212,4 +212,5 @@ async def test_cluster_status_lists_every_silo_with_activations(silo_launcher: S
     await silos[0].terminate()
     rows = await cluster_status(silo_launcher.data_dir)
     gone = next(r for r in rows if r["silo"] == silos[0].silo_address)
-    assert gone["status"] == "dead" and gone["activations"] is None
+    assert gone["status"] == "stopped" and gone["activations"] is None  # SIGTERM: graceful
+    assert gone["why"].startswith("stopped gracefully at ")

@@ -89,8 +89,12 @@ async def test_one_silos_page_shows_the_whole_cluster(
             view: dict[str, Any] = await r.json()
             return view
 
+    # Until the second silo is ACTIVE and the first has handed it its share, queues move
+    # (a queue in hand-off is owned by neither): wait for both to own theirs.
     view = await poll_until(
-        api, lambda v: len(v["silos"]) == 2 and len(v["reminders"]) == REMINDERS, timeout=20)
+        api, lambda v: len(v["silos"]) == 2 and len(v["reminders"]) == REMINDERS
+        and len(v["streams"]) == 4 and len({q["silo"] for q in v["streams"]}) == 2,
+        timeout=20)
     assert view["grains"]["SpreadSpot"] == GRAINS
     assert {s["silo"] for s in view["silos"]} == {first.silo_address, second.silo_address}
     assert sum(s["activations"] for s in view["silos"]) >= GRAINS
@@ -132,6 +136,7 @@ async def test_one_silos_page_shows_the_whole_cluster(
             await page.goto(f"{first.dashboard}/")
             await _until_count(page, "#silos tbody tr", 2)
             await _until_count(page, "#reminders tbody tr", REMINDERS)
+            await _until_count(page, "#streams tbody tr", 4)
             grains = await page.locator("#grains tbody tr").all_inner_texts()
             silos = await page.locator("#silos tbody tr td:first-child").all_inner_texts()
             queues = await page.locator("#streams tbody tr").count()

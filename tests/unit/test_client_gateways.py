@@ -165,7 +165,8 @@ async def test_gateway_that_comes_back_is_reconnected(make_silo, probe):
         await clock.run_for(1.0)  # several refused reconnects, backing off
         assert len(client.connected_gateways) == 2
 
-        await victim.gateway.start()
+        await victim.gateway.start()  # listens; clients are taken once open
+        await victim.gateway.open()
         async with asyncio.timeout(WAIT):
             while len(client.connected_gateways) < 3:
                 await clock.run_for(0.2)  # the longest back-off: an attempt is under way
@@ -179,7 +180,8 @@ async def test_lost_gateway_is_retried_only_after_its_back_off(make_silo, probe)
         victim = silos[0]
         await kill_gateway(victim)
         await client.wait_gateways(lambda live: len(live) == 1, WAIT)
-        await victim.gateway.start()
+        await victim.gateway.start()  # listens; clients are taken once open
+        await victim.gateway.open()
 
         await clock.run_for(0.7)  # the first back-off is 1.0 s +-25 %: no attempt yet
         assert len(client.connected_gateways) == 1
@@ -229,6 +231,7 @@ async def test_first_call_connects_lazily_and_fails_when_every_gateway_is_gone(m
             async with asyncio.timeout(WAIT):
                 await client.get_grain(Where, "lazy").where()
         await silos[1].gateway.start()
+        await silos[1].gateway.open()
         async with asyncio.timeout(WAIT):
             assert await client.get_grain(Where, "lazy").where() == name(silos[1])
     finally:

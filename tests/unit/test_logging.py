@@ -64,3 +64,19 @@ def test_logging_logger_created_before_configure_honours_it():
                         "silo='s1'",), {},
         )
     ]
+
+
+def test_logging_without_configuration_drops_debug_lines_and_keeps_info(capsys):
+    """A script that only uses a client (and never configures structlog) sees the library's
+    info and warnings, not its debug lines (structlog's own default prints every level)."""
+    previous = structlog.get_config()
+    structlog.reset_defaults()
+    log = get_logger("orleanspy.client", client="c1")
+    try:
+        log.debug("client_gateway_connected", gateway="127.0.0.1:30000")
+        log.bind(gateway="g").info("client_connected")
+    finally:
+        structlog.configure(**previous)
+    out = capsys.readouterr().out
+    assert "client_gateway_connected" not in out
+    assert "client_connected" in out

@@ -28,16 +28,26 @@ __all__ = [
 
 
 class SiloStatus(enum.Enum):
-    """Where a silo is in its life. ``DEAD`` is final for an address (host, port, generation)."""
+    """Where a silo is in its life. ``STOPPED`` and ``DEAD`` are final for an address
+    (host, port, generation): ``STOPPED`` is written by the silo itself when it leaves
+    gracefully (or rolls back a start), ``DEAD`` by the others when they declared it dead
+    (it crashed or could not be reached). Both rows are deleted by the defunct-row cleanup
+    once older than ``defunct_silo_expiration``."""
 
     JOINING = "joining"
     ACTIVE = "active"
     SHUTTING_DOWN = "shutting_down"
+    STOPPED = "stopped"
     DEAD = "dead"
 
     @property
     def is_terminating(self) -> bool:
-        return self is SiloStatus.SHUTTING_DOWN or self is SiloStatus.DEAD
+        return self is SiloStatus.SHUTTING_DOWN or self.is_gone
+
+    @property
+    def is_gone(self) -> bool:
+        """Final: the silo stopped or was declared dead, and never serves again."""
+        return self is SiloStatus.DEAD or self is SiloStatus.STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +65,8 @@ class MembershipEntry:
     ``gateway_port`` is the port clients connect to (None: the silo has no gateway).
     ``suspect_votes`` are the votes cast against this silo, oldest first.
     ``declared_dead_at`` and ``declared_dead_by`` say when the row was written DEAD and by
-    which silos (the voters whose fresh votes declared it, the newer generation of its
-    endpoint that replaced it, or the silo itself); 0.0 and () while it is not DEAD.
+    which silos (the voters whose fresh votes declared it, or the newer generation of its
+    endpoint that replaced it); 0.0 and () while it is not DEAD.
     """
 
     silo: SiloAddress

@@ -10,7 +10,6 @@ from typing import Any, final
 from orleanspy.cluster.membership.entry import (
     MembershipEntry,
     MembershipTableData,
-    SiloStatus,
     TableVersion,
 )
 from orleanspy.cluster.membership.table import MembershipTable
@@ -94,7 +93,7 @@ class MemoryMembershipTable(MembershipTable):
         doomed = [
             silo
             for silo, (entry, _) in self._rows.items()
-            if entry.status is SiloStatus.DEAD and entry.i_am_alive_time < before
+            if entry.status.is_gone and entry.i_am_alive_time < before
         ]
         for silo in doomed:
             del self._rows[silo]

@@ -71,7 +71,8 @@ ON CONFLICT (cluster_id, silo) DO UPDATE SET etag = excluded.etag, row = exclude
 """
 _BUMP = "UPDATE membership_version SET version = version + 1, etag = $2 WHERE cluster_id = $1"
 _ALIVE = "UPDATE membership SET alive = $3 WHERE cluster_id = $1 AND silo = $2"
-_CLEANUP = ("DELETE FROM membership WHERE cluster_id = $1 AND status = $2 AND alive < $3")
+_CLEANUP = ("DELETE FROM membership WHERE cluster_id = $1 AND status IN ($2, $3) "
+            "AND alive < $4")
 _RESET = """
 INSERT INTO membership_version (cluster_id, version, etag) VALUES ($1, 0, $2)
 ON CONFLICT (cluster_id) DO UPDATE SET version = 0, etag = excluded.etag
@@ -185,7 +186,8 @@ class PostgresMembershipTable(MembershipTable):
 
     async def cleanup_defunct(self, before: float) -> int:
         status = await self._run("delete defunct rows", lambda c: c.execute(
-            _CLEANUP, self.cluster_id, SiloStatus.DEAD.value, float(before)))
+            _CLEANUP, self.cluster_id, SiloStatus.DEAD.value, SiloStatus.STOPPED.value,
+            float(before)))
         return _count(status)
 
     async def delete_table(self) -> None:

@@ -70,7 +70,7 @@ local n = 0
 local status = redis.call('HGETALL', KEYS[3])
 for i = 1, #status, 2 do
   local silo = status[i]
-  if status[i + 1] == 'dead' then
+  if status[i + 1] == 'dead' or status[i + 1] == 'stopped' then
     local alive = tonumber(redis.call('HGET', KEYS[2], silo) or '0')
     if alive < tonumber(ARGV[1]) then
       redis.call('HDEL', KEYS[1], silo)

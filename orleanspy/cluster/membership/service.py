@@ -16,7 +16,10 @@ How it works (Orleans' membership protocol, see docs/cluster.md "Membership"):
   DEAD in the same swap, so exactly one write declares a death.
 * A silo that reads its own row as DEAD (or finds it gone) stops at once and calls
   ``on_declared_dead``: the others have re-homed its work, and it must not keep serving it.
-* Leave: SHUTTING_DOWN (``begin_shutdown``), then DEAD (``stop``).
+* Leave: SHUTTING_DOWN (``begin_shutdown``), then STOPPED (``stop``): a graceful stop is
+  told apart from a crash, which the others record as DEAD.
+* Cleanup: every ``defunct_silo_cleanup_period`` the active silo with the lowest address
+  deletes STOPPED and DEAD rows older than ``defunct_silo_expiration`` (one silo, not all).
 
 Time comes from the injected ``Clock``: decisions use ``clock.time()`` (wall time, comparable
 across processes); loops sleep, and probes and gossip time out, on the same clock. Tests
@@ -61,6 +64,7 @@ __all__ = ["MembershipService", "MembershipStatistics"]
 
 _JOINING, _ACTIVE = SiloStatus.JOINING, SiloStatus.ACTIVE
 _SHUTTING_DOWN, _DEAD = SiloStatus.SHUTTING_DOWN, SiloStatus.DEAD
+_STOPPED = SiloStatus.STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +222,23 @@ class MembershipService:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        """Join: JOINING, reach every active silo, ACTIVE; then run the periodic loops.
+        """Join, then become active (``join`` and ``become_active`` in one step).
+
+        Raises:
+            MembershipError: as ``join`` and ``become_active``.
+        """
+        await self.join()
+        await self.become_active()
+
+    async def join(self) -> None:
+        """Write this silo's row as JOINING and reach every active silo. Others place no
+        work here yet: a silo host starts its components now, and calls ``become_active``
+        once all of them have started.
 
         Raises:
             MembershipError: a newer generation of this endpoint is in the table, this address
                 is already DEAD, or some active silo stayed unreachable for
-                ``max_join_attempt_time`` (this silo's row is then marked DEAD).
+                ``max_join_attempt_time`` (this silo's row is then marked STOPPED).
         """
         if self._started:
             raise RuntimeError(f"{self!r}: start() was already called")
@@ -237,10 +252,24 @@ class MembershipService:
             await self._write_joining_row(deadline)
             self._loops.start("i_am_alive", options.i_am_alive_period, self.heartbeat)
             await self._validate_connectivity(deadline)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()  # marks the row STOPPED: nobody waits for it
+            raise
+
+    async def become_active(self) -> None:
+        """Write ACTIVE (others may place work here from now on); run the periodic loops.
+
+        Raises:
+            MembershipError: the row was declared dead meanwhile (the row is then left as
+                the others wrote it).
+        """
+        options = self.options
+        try:
             await self._write_own_status(_ACTIVE)
         except BaseException:
             with contextlib.suppress(Exception):
-                await self.stop()  # marks the row DEAD: nobody waits for a silo that failed
+                await self.stop()
             raise
         self._loops.start("table_refresh", options.table_refresh_period, self.refresh)
         self._loops.start("probe_round", options.probe_period, self.probe_round)
@@ -256,7 +285,7 @@ class MembershipService:
             await self._write_own_status(_SHUTTING_DOWN)
 
     async def stop(self) -> None:
-        """Leave gracefully: SHUTTING_DOWN (if not yet), stop the loops, write DEAD.
+        """Leave gracefully: SHUTTING_DOWN (if not yet), stop the loops, write STOPPED.
 
         Idempotent. After a declared death or ``abort`` it only stops the tasks.
         """
@@ -272,9 +301,10 @@ class MembershipService:
                 self._stopping = True
                 await self._cancel_tasks()
                 try:
-                    await self._write_own_status(_DEAD)
+                    await self._write_own_status(_STOPPED)
                 except Exception as exc:
-                    self._log.warning("membership_leave_failed", step="dead", error=repr(exc))
+                    self._log.warning("membership_leave_failed", step="stopped",
+                                      error=repr(exc))
             self._stopping = True
             self._publisher.close()
             await self._cancel_tasks()
@@ -307,7 +337,12 @@ class MembershipService:
             await self._detector.probe_round()
 
     async def cleanup_defunct(self) -> int:
-        """Delete DEAD rows older than ``defunct_silo_expiration``; return how many."""
+        """Delete STOPPED and DEAD rows older than ``defunct_silo_expiration``; return how
+        many. Only the active silo with the lowest address deletes (the others return 0), so
+        that a cluster of many silos sends the table one delete per period, not one each."""
+        active = self.snapshot.active_silos
+        if self._status is not _ACTIVE or not active or active[0] != self.silo:
+            return 0
         before = self._clock.time() - self.options.defunct_silo_expiration
         removed = await self.table.cleanup_defunct(before)
         if removed:
@@ -335,7 +370,7 @@ class MembershipService:
     # -- answering other silos (the transport calls these) ---------------------------------
     def handle_probe(self) -> bool:
         """The answer to another silo's ping: True while this silo is a live member."""
-        return self._status is not None and self._status is not _DEAD and not self._stopped
+        return self._status is not None and not self._status.is_gone and not self._stopped
 
     async def handle_indirect_probe(self, target: SiloAddress, timeout: float) -> bool:
         """Probe ``target`` on behalf of another silo that cannot reach it."""
@@ -379,7 +414,7 @@ class MembershipService:
         data = await self.table.read_all()
         self._apply(data)
         mine = data.get(self.silo)
-        if mine is not None and mine[0].status is not _DEAD and not self._declared_dead:
+        if mine is not None and not mine[0].status.is_gone and not self._declared_dead:
             self.confirmed_at = max(self.confirmed_at, began)
         return data
 
@@ -425,7 +460,7 @@ class MembershipService:
         if self._status is None or self._stopping or snapshot.version < self._own_version:
             return
         mine = snapshot.entries.get(self.silo)
-        if mine is None or mine.status is _DEAD:
+        if mine is None or mine.status.is_gone:
             self._found_myself_dead(mine)
 
     def _found_myself_dead(self, entry: MembershipEntry | None) -> None:
@@ -434,7 +469,7 @@ class MembershipService:
         self._status = _DEAD
         self._log.error(
             "membership_found_myself_dead",
-            row="missing" if entry is None else "dead",
+            row="missing" if entry is None else entry.status.value,
             voters=[] if entry is None else [str(v.voter) for v in entry.suspect_votes],
         )
         self._publisher.close()  # listeners end after the snapshot that says so

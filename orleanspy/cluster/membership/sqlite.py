@@ -87,7 +87,8 @@ _UPDATE = (
     "WHERE cluster_id = ? AND silo = ? AND etag = ?"
 )
 _UPDATE_ALIVE = "UPDATE membership SET i_am_alive = ? WHERE cluster_id = ? AND silo = ?"
-_CLEANUP = "DELETE FROM membership WHERE cluster_id = ? AND status = ? AND i_am_alive < ?"
+_CLEANUP = ("DELETE FROM membership WHERE cluster_id = ? AND status IN (?, ?) "
+            "AND i_am_alive < ?")
 _DELETE_ROWS = "DELETE FROM membership WHERE cluster_id = ?"
 _RESET_VERSION = "UPDATE membership_version SET version = 0, etag = ? WHERE cluster_id = ?"
 
@@ -298,7 +299,8 @@ class SqliteMembershipTable(MembershipTable):
         await self.open()
         try:
             return await self._db.execute(
-                _CLEANUP, (self._cluster_id, SiloStatus.DEAD.value, float(before))
+                _CLEANUP, (self._cluster_id, SiloStatus.DEAD.value, SiloStatus.STOPPED.value,
+                           float(before))
             )
         except (sqlite3.Error, StorageError) as exc:
             raise self._failed("delete defunct rows", exc) from exc

@@ -36,8 +36,8 @@ class MembershipTable(ABC):
       ``etag``; the row gets a new etag. Etags of a row differ from all its earlier etags.
     * ``update_i_am_alive(silo, time)`` sets only the row's I-am-alive time: the row etag and
       the table version stay as they are. False if there is no such row.
-    * ``cleanup_defunct(before)`` deletes the rows with status DEAD whose I-am-alive time is
-      older than ``before`` and returns how many; it changes no version.
+    * ``cleanup_defunct(before)`` deletes the rows with status DEAD or STOPPED whose
+      I-am-alive time is older than ``before`` and returns how many; it changes no version.
     * ``delete_table`` removes every row and resets the version to 0 (with a new etag).
     * Every call that returns has been committed: another instance on the same storage (for
       durable back ends, another process) sees it at once. Back-end failures raise
@@ -76,7 +76,8 @@ class MembershipTable(ABC):
 
     @abstractmethod
     async def cleanup_defunct(self, before: float) -> int:
-        """Delete DEAD rows whose I-am-alive time is before ``before``; return the count."""
+        """Delete DEAD and STOPPED rows whose I-am-alive time is before ``before``; return
+        the count."""
 
     @abstractmethod
     async def delete_table(self) -> None:

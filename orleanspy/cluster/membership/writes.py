@@ -120,7 +120,7 @@ class TableWriter:
                 other = entry.silo
                 if (other.host, other.port) != (me.host, me.port) or other == me:
                     continue
-                if entry.status is _DEAD:
+                if entry.status.is_gone:
                     continue
                 if other.generation > me.generation:
                     raise MembershipError(
@@ -138,7 +138,7 @@ class TableWriter:
                     continue
             else:
                 mine = data.get(me)
-                if mine is not None and mine[0].status is _DEAD:
+                if mine is not None and mine[0].status.is_gone:
                     raise MembershipError(
                         f"{me} is already DEAD in the membership table, and a dead address "
                         "never comes back: restart the silo with a new generation"
@@ -172,7 +172,7 @@ class TableWriter:
         for _ in range(MAX_WRITE_ATTEMPTS):
             data = await self.table.read_row(self.silo)
             row = data.get(self.silo)
-            if row is None or (row[0].status is _DEAD and status is not _DEAD):
+            if row is None or (row[0].status.is_gone and not status.is_gone):
                 await self._read_all()  # publishes the truth, and finds this silo dead
                 raise MembershipError(
                     f"{self.silo} cannot become {status.value}: it was declared dead"
@@ -203,7 +203,7 @@ class TableWriter:
             if self._stopping() or row is None:
                 return VoteOutcome.NOT_WRITTEN
             entry, etag = row
-            if entry.status is _DEAD:
+            if entry.status.is_gone:
                 return VoteOutcome.ALREADY_DEAD
             now = self._clock.time()
             votes = add_vote(entry.suspect_votes, self.silo, now, expiration=expiration)

@@ -80,6 +80,12 @@ class PullingManager:
             self._remove_listener = membership.add_listener(self._on_view)
         self._balance_task = asyncio.get_running_loop().create_task(self._balance_loop())
 
+    async def take_share(self) -> None:
+        """One balancing round now (clustered silos): the silo has just become ACTIVE, and
+        takes its share of the queues before it reports itself started."""
+        if self._leases is not None:
+            await self._rebalance()
+
     async def stop(self) -> None:
         """Stop every agent (deliveries finish, acknowledgements commit), then release this
         silo's leases so that other silos take the queues over."""
@@ -215,7 +221,7 @@ class PullingManager:
             if me not in active:
                 return  # joining or leaving: the stop hands everything off
 
-            dead = {str(s) for s in snapshot.silos(SiloStatus.DEAD)}
+            dead = {str(s) for s in snapshot.silos(SiloStatus.DEAD, SiloStatus.STOPPED)}
             queues = self.provider.mapper.all_queues()
             target = await leases.plan(queues, me, active)
             wanted = set(target)

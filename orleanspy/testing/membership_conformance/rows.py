@@ -263,22 +263,33 @@ class RowClauses(MembershipTableKit):
         assert (await table.read_all()).rows == ()
 
     # -- cleanup and delete --------------------------------------------------------------
-    async def test_cleanup_defunct_deletes_only_dead_rows_older_than_the_cutoff(
+    async def test_cleanup_defunct_deletes_only_dead_and_stopped_rows_older_than_the_cutoff(
         self, table: MembershipTable
     ) -> None:
         old_dead = SiloAddress("10.0.0.9", 1, 1)
         old_active = SiloAddress("10.0.0.9", 2, 1)
         new_dead = SiloAddress("10.0.0.9", 3, 1)
+        old_stopped = SiloAddress("10.0.0.9", 4, 1)
+        new_stopped = SiloAddress("10.0.0.9", 5, 1)
+        old_leaving = SiloAddress("10.0.0.9", 6, 1)
         await self._insert(table, sample_entry(old_dead, SiloStatus.DEAD, i_am_alive_time=100.0))
         await self._insert(table, sample_entry(old_active, i_am_alive_time=100.0))
         await self._insert(table, sample_entry(new_dead, SiloStatus.DEAD, i_am_alive_time=500.0))
+        await self._insert(table, sample_entry(old_stopped, SiloStatus.STOPPED,
+                                               i_am_alive_time=100.0))
+        await self._insert(table, sample_entry(new_stopped, SiloStatus.STOPPED,
+                                               i_am_alive_time=500.0))
+        await self._insert(table, sample_entry(old_leaving, SiloStatus.SHUTTING_DOWN,
+                                               i_am_alive_time=100.0))
         before = (await table.read_all()).version
 
         removed = await table.cleanup_defunct(before=200.0)
 
-        assert removed == 1
+        assert removed == 2
         data = await table.read_all()
-        assert {e.silo for e in data.entries()} == {old_active, new_dead}
+        assert {e.silo for e in data.entries()} == {old_active, new_dead, new_stopped,
+                                                    old_leaving}
+        assert {e.silo: e.status for e in data.entries()}[new_stopped] is SiloStatus.STOPPED
         assert data.version == before
 
     async def test_cleanup_defunct_uses_the_latest_i_am_alive_time(

@@ -233,7 +233,7 @@ async def test_membership_join_waits_for_an_unreachable_active_silo(cluster: Har
     assert b.status is ACTIVE
 
 
-async def test_membership_join_gives_up_after_max_join_attempt_time_and_marks_itself_dead(
+async def test_membership_join_gives_up_after_max_join_attempt_time_and_marks_itself_stopped(
     cluster: Harness,
 ) -> None:
     await cluster.start(A)
@@ -248,7 +248,7 @@ async def test_membership_join_gives_up_after_max_join_attempt_time_and_marks_it
         async with asyncio.timeout(WAIT):
             await joining
 
-    assert await cluster.status(B) is DEAD
+    assert await cluster.status(B) is SiloStatus.STOPPED
     assert not b.handle_probe()
 
 
@@ -306,7 +306,7 @@ async def test_membership_start_twice_raises(cluster: Harness) -> None:
 # -- leave -------------------------------------------------------------------------------
 
 
-async def test_membership_graceful_leave_writes_shutting_down_then_dead(
+async def test_membership_graceful_leave_writes_shutting_down_then_stopped(
     cluster: Harness,
 ) -> None:
     a, b = await cluster.start(A, B)
@@ -317,12 +317,12 @@ async def test_membership_graceful_leave_writes_shutting_down_then_dead(
     await b.stop()
     await b.stop()  # idempotent
 
-    assert await cluster.status(B) is DEAD
+    assert await cluster.status(B) is SiloStatus.STOPPED  # a crash would read DEAD
     assert not b.handle_probe()
     before = a.snapshot
     after = await a.refresh()
     assert [(c.silo, c.previous, c.current) for c in after.changes_since(before)] == [
-        (B, ACTIVE, DEAD)
+        (B, ACTIVE, SiloStatus.STOPPED)
     ]
     assert after.active_silos == (A,)
 
@@ -689,16 +689,22 @@ async def test_membership_gossip_makes_other_silos_refresh_at_once(cluster: Harn
 # -- defunct rows ------------------------------------------------------------------------
 
 
-async def test_membership_cleanup_deletes_old_dead_rows(cluster: Harness) -> None:
-    a, b = await cluster.start(A, B)
-    await b.stop()
+async def test_membership_cleanup_deletes_old_stopped_rows_by_the_lowest_active_silo(
+    cluster: Harness,
+) -> None:
+    a, b, c = await cluster.start(A, B, C)
+    await c.stop()
+    await a.refresh()
+    await b.refresh()
 
     assert await a.cleanup_defunct() == 0
     cluster.clock.advance(a.options.defunct_silo_expiration + 1)
     await a.heartbeat()
+    await b.heartbeat()
 
+    assert await b.cleanup_defunct() == 0  # not the lowest active address: leaves it to A
     assert await a.cleanup_defunct() == 1
-    assert [e.silo for e in (await cluster.table.read_all()).entries()] == [A]
+    assert [e.silo for e in (await cluster.table.read_all()).entries()] == [A, B]
 
 
 # -- real loops --------------------------------------------------------------------------
@@ -738,7 +744,7 @@ async def test_membership_instances_over_one_sqlite_file(tmp_path: Path) -> None
         async with asyncio.timeout(5.0):
             for service in services[:2]:
                 snapshot = await service.wait_for(
-                    lambda s: s.status_of(D) is DEAD and s.status_of(C) is DEAD
+                    lambda s: s.status_of(D) is DEAD and s.status_of(C) is SiloStatus.STOPPED
                 )
                 assert snapshot.active_silos == (A, B)
         assert not any(service.declared_dead for service in services)

@@ -137,3 +137,21 @@ def test_quantiles_and_differences() -> None:
     both = merge([earlier, earlier])
     assert both["T"]["m"]["calls"] == 200
     assert not is_snapshot({"T": {"m": {"calls": "many"}}})
+
+
+def test_quantiles_stay_within_what_was_observed():
+    """One 24 s call lands in the 21-42 s bucket: its p50 and p99 read 24 s (the bucket
+    and the sum of seconds allow nothing else), not the bucket's middle or top."""
+    stats = MethodStats()
+    stats.due()
+    stats.record(24.002)
+    (row,) = figures({"T": {"m": stats.to_dict()}})
+    assert row.p50 == pytest.approx(24.002) and row.p99 == pytest.approx(24.002)
+    assert row.mean == pytest.approx(24.002)
+    # Two calls, 1 ms and 24 s: p99 cannot pass their sum, p50 stays in the smaller bucket.
+    stats.due()
+    stats.record(0.001)
+    (row,) = figures({"T": {"m": stats.to_dict()}})
+    assert row.p99 is not None and 24.0 <= row.p99 <= 24.003  # the sum bounds it
+    assert row.p50 is not None and row.p50 <= 0.00128
+    assert quantile([0] * (LAST + 1), 0.5, 0.0) is None

@@ -28,8 +28,9 @@ async def test_components_join_in_start_order():
     silo = Silo(SiloOptions(gateway_port=0, port=0, shutdown_timeout=5.0),
                 grains=[Counter], membership_table=MemoryMembershipTable())
     names = _names(silo)
-    order = ["storage", "gateway", "cluster", "gateway.connections", "grains", "reminders",
-             "collector"]
+    # Ports first; ACTIVE in membership after every component; clients last.
+    order = ["gateway", "storage", "cluster", "gateway.connections", "grains", "reminders",
+             "collector", "cluster.active", "gateway.accepting"]
     assert [n for n in names if n in order] == order
 
 
@@ -93,3 +94,22 @@ async def test_a_missing_stream_provider_names_both_ways_to_add_it():
         silo.get_stream_provider("events")
     assert "[streams.events]" in str(caught.value)
     assert "stream_providers=" in str(caught.value)
+
+
+class NeedsStreams(Grain):
+    async def publish(self) -> None:
+        await self.get_stream_provider("s").get_stream("ns", 1).on_next(1)
+
+
+async def test_a_missing_stream_provider_says_how_to_configure_it():
+    """The grain's caller learns both ways to add the provider: a [streams.s] table in the
+    TOML (CLI silos) and Silo(stream_providers=...) (embedded silos)."""
+    async with Silo(SiloOptions(gateway_port=None, shutdown_timeout=5.0),
+                    grains=[NeedsStreams]) as silo:
+        with pytest.raises(KeyError) as raised:
+            await silo.get_grain(NeedsStreams, "a").publish()
+        message = str(raised.value)
+        assert "[streams.s]" in message and "orleanspy.toml" in message
+        assert "Silo(stream_providers=...)" in message
+        with pytest.raises(KeyError, match=r"\[streams\.s\]"):
+            silo.get_stream_provider("s")
