@@ -56,6 +56,10 @@ test: $(STAMP) browser
 	$(VENV)/bin/lint-imports
 	$(MYPY)
 	$(MYPY) --strict tests/typing/usage_ok.py
+	@# byte-compiled once here, so the hundreds of silo and CLI processes the suite starts do
+	@# not each compile the sources (PYTHONDONTWRITEBYTECODE would otherwise keep them from
+	@# caching it)
+	$(PY) -m compileall -q orleanspy silo tests examples >/dev/null
 	$(PY) -m pytest -q
 
 layers: $(STAMP)

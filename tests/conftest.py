@@ -4,6 +4,10 @@ Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379``), a key prefix of its o
 and the keys deleted afterwards.
 
 Unreachable Redis skips the test with the reason, except when ``CI`` is set: then it fails.
+
+In-process silos leave the garbage collector alone (``gc_freeze``): the suite runs hundreds of
+silos in one process, and a freeze's full collection at each start walks the runner's whole
+heap. A test marked ``gc_freeze`` gets the real freeze.
 """
 
 from __future__ import annotations
@@ -36,6 +40,21 @@ def require_redis() -> None:
 
 
 _why: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _in_process_silos_leave_the_collector_alone(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if request.node.get_closest_marker("gc_freeze") is None:
+        from orleanspy._util import gc_freeze
+
+        monkeypatch.setattr(gc_freeze, "acquire", _no_freeze)
+        monkeypatch.setattr(gc_freeze, "release", _no_freeze)
+
+
+def _no_freeze() -> None:
+    return None
 
 
 def prefix_for(tmp_path: Path) -> str:

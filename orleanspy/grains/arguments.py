@@ -74,7 +74,7 @@ class ArgumentChecker:
     """Checks the arguments of one method; ``__call__`` returns the problem, or None."""
 
     __slots__ = ("_bools", "_checks", "_fast", "_max", "_min", "_params", "_signature", "fast",
-                 "name")
+                 "name", "no_bools")
 
     def __init__(self, name: str, signature: inspect.Signature,
                  checks: dict[str, _Spec]) -> None:
@@ -91,14 +91,18 @@ class ArgumentChecker:
         fast = [checks[p][2] if p in checks else (object,) for p in self._params]
         #: per positional parameter, the types an argument must be an instance of (None:
         #: a check needs the predicate); a caller may test ``all(map(isinstance, args,
-        #: fast))`` for a full positional call instead of calling the checker
+        #: fast))`` (and, unless ``no_bools``, that no argument is a bool) for a full
+        #: positional call instead of calling the checker
         self._fast: tuple[tuple[type, ...], ...] | None = None
         if not var and all(t is not None for t in fast):
             self._fast = tuple(t for t in fast if t is not None)
         #: the positions where isinstance would take a bool for a number
         self._bools = tuple(i for i, t in enumerate(fast)
                             if t is not None and int in t and bool not in t)
-        self.fast = self._fast if not self._bools else None
+        #: the types of ``fast`` alone decide a call (no position where isinstance would take
+        #: a bool for a number); otherwise a caller also tests ``bool not in map(type, args)``
+        self.no_bools = not self._bools
+        self.fast = self._fast
 
     def __call__(self, args: tuple[Any, ...] | list[Any],
                  kwargs: dict[str, Any] | None) -> str | None:

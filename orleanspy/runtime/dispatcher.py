@@ -119,7 +119,8 @@ class Dispatcher:
         if check is not None and msg.flags & FLAG_FROM_CLIENT:
             args, fast = msg.args, check.fast
             if not (fast is not None and not msg.kwargs and len(args) == len(fast)
-                    and all(map(isinstance, args, fast))):
+                    and all(map(isinstance, args, fast))
+                    and (check.no_bools or bool not in map(type, args))):
                 problem = check(args, msg.kwargs)
                 if problem is not None:
                     raise MessageRejectedError(problem, "bad_arguments")

@@ -51,7 +51,9 @@ class TestCluster:
         grains, modules: what every silo hosts.
         silos: how many silos (1: a lone silo without membership, as before).
         options: the silos' options (ports are picked; a multi-silo cluster gets
-            ``membership="memory"`` and, unless given, fast failure detection).
+            ``membership="memory"`` and, unless given, fast failure detection). Without
+            options the silos leave the garbage collector alone (``gc_freeze=False``): they
+            share their process with the test runner.
         clock: the silos' clock (a lone silo only; a cluster's timeouts need real time).
         gateway: whether the silos listen for clients (and ``client`` is connected).
         stream_providers: a silo's stream providers — a dict for a lone silo, or a function
@@ -89,6 +91,9 @@ class TestCluster:
             gateway_port=0 if gateway else None,
             port=0 if opts.port == SiloOptions().port else opts.port,
             cluster_id=opts.cluster_id if options else "test",
+            # a test cluster shares its process with the test runner: a freeze would walk the
+            # runner's whole heap at every silo start (pass options to choose otherwise)
+            gc_freeze=opts.gc_freeze if options else False,
         )
         self._grains = tuple(grains)
         self._modules = tuple(modules)

@@ -88,12 +88,14 @@ def test_a_bool_is_not_a_number() -> None:
     assert "'ratio' must be float, got bool False" in (count((1, False), None) or "")
     assert "'limit' must be int | None" in (count((1, 2.0, True), None) or "")
     assert "'n' must be int" in (count((), {"n": True, "ratio": 1.0}) or "")
-    # the dispatcher's isinstance shortcut is off where isinstance would take a bool
-    assert count.fast is None
+    # the dispatcher's isinstance shortcut stays on, with a bool test where isinstance would
+    # take a bool for a number
+    assert count.fast is not None and not count.no_bools
     switch = argument_checker("Flags", "switch", Flags.switch)
     assert switch is not None
     assert switch((True, True), None) is None  # an annotation that names bool takes one
     assert switch((False, 3), None) is None
+    assert switch.no_bools
 
 
 async def test_a_client_cannot_pass_a_bool_as_an_int() -> None:

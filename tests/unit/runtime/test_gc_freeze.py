@@ -10,6 +10,8 @@ import pytest
 from orleanspy import ConfigurationError, Silo, SiloOptions
 from silo.config import load_config
 
+pytestmark = pytest.mark.gc_freeze
+
 
 async def test_a_running_silo_freezes_what_it_started_with_and_the_last_stop_unfreezes() -> None:
     gc.unfreeze()
