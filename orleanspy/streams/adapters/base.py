@@ -110,9 +110,9 @@ class BatchContainer:
         size: bytes of the encoded events, for flow control (an estimate for adapters that do
             not encode).
         count: how many events it holds.
-        enqueued_at: when the queue took it, in seconds since the epoch (the queue's own
-            clock where it has one: SQLite's and Redis' server time), 0.0 if unknown; what
-            end-to-end latency and a backlog's age are measured from.
+        enqueued_at: when the queue took it, in seconds since the epoch (by the adapter's
+            clock, the silo's, where the adapter stores it), 0.0 if unknown; what end-to-end
+            latency, a backlog's age and a replay from a time are measured from.
 
     An adapter that reads encoded events builds its containers with ``encoded``: the events
     stay one ``bytes`` object until a delivery decodes them, so the agent's cache holds no
