@@ -6,8 +6,9 @@ Data path: ``enqueue`` appends one entry (one container) to the queue's Redis st
 them, strictly increase per queue). The receiver reads past its position with ``XRANGE``;
 an acknowledgement deletes the entries (``XDEL``), so what the stream holds is exactly what
 is not yet acknowledged (with a retention, acknowledged entries move to a kept set that
-``read_range`` replays: ``orleanspy.streams.adapters.redis_kept``): a new receiver (a restart, a hand-off to another silo) starts at
-the oldest entry, and ``read_from`` re-reads kept entries (the adapter is rewindable).
+``read_range`` replays: ``orleanspy.streams.adapters.redis_kept``): a new receiver (a
+restart, a hand-off to another silo) starts at the oldest entry, and ``read_from`` re-reads
+kept entries (the adapter is rewindable).
 Nothing is trimmed otherwise: no cap loses an unacknowledged event.
 
 Why not consumer groups: a group tracks what a consumer *read* (its pending list) and needs

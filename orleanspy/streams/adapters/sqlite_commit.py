@@ -67,16 +67,16 @@ class GroupCommit:
 
     __slots__ = (
         "_db",
-        "_now",
-        "keep",
         "_deletes",
         "_flusher",
         "_inserts",
+        "_now",
         "_open",
         "_waiters",
         "commits",
         "deleted",
         "inserted",
+        "keep",
     )
 
     def __init__(self, db: SqliteDatabase, now: Callable[[], float] = time.time) -> None:

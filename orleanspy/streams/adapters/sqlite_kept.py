@@ -26,7 +26,7 @@ from typing import Any, Final
 from orleanspy.errors import ReplayUnavailableError
 from orleanspy.streams.tokens import SequenceToken
 
-__all__ = ["KEPT_SCHEMA", "archive", "mark_gone", "read_rows", "read_range", "trim"]
+__all__ = ["KEPT_SCHEMA", "archive", "mark_gone", "read_range", "read_rows", "trim"]
 
 KEPT_SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS stream_kept ("
@@ -125,7 +125,6 @@ def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | floa
     queue's mark, else the rows from it on."""
     mark = conn.execute("SELECT seq, at FROM stream_trimmed WHERE queue = ?",
                         (queue,)).fetchone()
-    is_token = isinstance(start, SequenceToken)
     if mark is not None and (start.sequence <= mark[0] if isinstance(start, SequenceToken)
                              else start <= mark[1]):
         oldest = conn.execute(
@@ -134,7 +133,8 @@ def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | floa
             (queue,)).fetchone()
         token = SequenceToken(oldest[0] if oldest else mark[0] + 1)
         at = float(oldest[1]) if oldest else float(mark[1])
-        asked = f"token {start}" if is_token else f"time {_when(float(start))}"
+        asked = f"token {start}" if isinstance(start, SequenceToken) else \
+            f"time {_when(float(start))}"
         raise ReplayUnavailableError(
             f"queue {queue} no longer keeps everything from {asked} on (beyond its "
             f"retention): the oldest point available is token {token} (enqueued at "
