@@ -72,7 +72,9 @@ async def test_a_replay_from_an_hour_back_hands_over_to_live_without_gap_or_dupl
     clock = FakeClock()
     provider = PersistentStreamProvider(durable, StreamProviderOptions(
         total_queues=1, cache_size=16, pull_period=0.1, retention=5400.0))
+    # the test jumps a minute of fake time at once: no call in flight may time out meanwhile
     silo = Silo(SiloOptions(gateway_port=None, collection_quantum=3600.0,
+                            collection_age=86400.0, response_timeout=86400.0,
                             shutdown_timeout=5.0),
                 grains=[Reader], stream_providers={"s": provider}, clock=clock)
     stream = provider.get_stream("ns", "k")
