@@ -28,16 +28,19 @@ from orleanspy.testing import FakeClock
 WAIT = 60.0  # real seconds: a bound for a broken test only
 GOT: dict[str, list[int]] = {}
 ERRORS: dict[str, list[Exception]] = {}
+TOKENS: dict[str, list[SequenceToken]] = {}
 
 
 class Reader(Grain):
-    async def join(self, from_time: float | None = None) -> None:
+    async def join(self, from_time: float | None = None,
+                   token: SequenceToken | None = None) -> None:
         stream = self.get_stream_provider("s").get_stream("ns", "k")
-        await stream.subscribe(StreamObserver(self._got, on_error=self._error),
+        await stream.subscribe(StreamObserver(self._got, on_error=self._error), token,
                                from_time=from_time)
 
     async def _got(self, item: int, token: Any) -> None:
         GOT.setdefault(str(self.key), []).append(item)
+        TOKENS.setdefault(str(self.key), []).append(token)
 
     async def _error(self, exc: Exception) -> None:
         ERRORS.setdefault(str(self.key), []).append(exc)
@@ -69,6 +72,7 @@ async def test_a_replay_from_an_hour_back_hands_over_to_live_without_gap_or_dupl
 ) -> None:
     GOT.clear()
     ERRORS.clear()
+    TOKENS.clear()
     clock = FakeClock()
     provider = PersistentStreamProvider(durable, StreamProviderOptions(
         total_queues=1, cache_size=16, pull_period=0.1, retention=5400.0))
@@ -119,6 +123,21 @@ async def test_a_replay_from_an_hour_back_hands_over_to_live_without_gap_or_dupl
                              key=lambda m: abs(written[m] - error.oldest_time))
             assert 28 <= first_kept <= 32  # acknowledged 5400 s before the last trim
             assert "too-far" not in GOT
+
+            # a token older than the cache: replayed from storage as well, exactly from it
+            await silo.get_grain(Reader, "by-token").join(None, TOKENS["live"][100])
+            await advance_until(clock, lambda: len(GOT.get("by-token", ())) >= 30, 60.0)
+            # a token beyond retention: on_error names the oldest point, which it starts at
+            await silo.get_grain(Reader, "old-token").join(None, TOKENS["live"][0])
+            await advance_until(clock, lambda: len(GOT.get("old-token", ())) >= 130 - first_kept,
+                                60.0)
+            await clock.run_for(2.0)
+            assert GOT["by-token"] == list(range(100, 130))
+            assert "by-token" not in ERRORS
+            assert GOT["old-token"] == list(range(first_kept, 130))
+            (too_old,) = ERRORS["old-token"]
+            assert isinstance(too_old, ReplayUnavailableError)
+            assert too_old.oldest_token == TOKENS["live"][first_kept]
         finally:
             await silo.stop()
 
