@@ -38,6 +38,12 @@ class Reader(Grain):
         await stream.subscribe(StreamObserver(self._got, on_error=self._error), token,
                                from_time=from_time)
 
+    async def rewind(self, from_time: float) -> None:
+        stream = self.get_stream_provider("s").get_stream("ns", "k")
+        (handle,) = await stream.get_subscriptions()
+        await handle.resume(StreamObserver(self._got, on_error=self._error),
+                            from_time=from_time)
+
     async def _got(self, item: int, token: Any) -> None:
         GOT.setdefault(str(self.key), []).append(item)
         TOKENS.setdefault(str(self.key), []).append(token)
@@ -134,6 +140,11 @@ async def test_a_replay_from_an_hour_back_hands_over_to_live_without_gap_or_dupl
             await clock.run_for(2.0)
             assert GOT["by-token"] == list(range(100, 130))
             assert "by-token" not in ERRORS
+            # resume from a time rewinds an existing subscription the same way
+            await silo.get_grain(Reader, "by-token").rewind(written[120])
+            await advance_until(clock, lambda: len(GOT["by-token"]) >= 40, 60.0)
+            await clock.run_for(2.0)
+            assert GOT["by-token"] == [*range(100, 130), *range(120, 130)]
             assert GOT["old-token"] == list(range(first_kept, 130))
             (too_old,) = ERRORS["old-token"]
             assert isinstance(too_old, ReplayUnavailableError)
