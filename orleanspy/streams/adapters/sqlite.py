@@ -197,8 +197,8 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         if self._writer.keep is not None:  # retained rows count as kept
             stream = None if stream_id is None else (
                 stream_id.namespace, self._codec.packb(stream_id.key))
-            rows = await self._db.transaction(read_rows, self._queue_text, token.sequence,
-                                              max_count, stream)
+            rows = await self._db.run(read_rows, self._queue_text, token.sequence,
+                                      max_count, stream)  # one statement: one snapshot
         elif stream_id is None:
             rows = await self._db.fetchall(
                 _SELECT_FROM, (self._queue_text, token.sequence, max_count)
