@@ -53,6 +53,10 @@ cache occupancy (and the exact peak, checked after every add), pull period, both
 counts, the memory queue's backlog, RSS; plotted with ``--plot [PATH]`` (default path
 docs/streams-backpressure.png; needs matplotlib), so a plain run leaves the checkout clean.
 
+Replay run (``--only replay``; figures ``replay_*``): replay rate from the queue's storage
+(``subscribe(from_time=...)`` on a provider with a retention) against live delivery of the
+same events in the same run, on SQLite and Redis (``replay_figures``).
+
 Pull period 0.01 s throughout (the default is 0.1 s): the low-latency setting a throughput-
 or latency-sensitive deployment uses, and the one the tests use. Under sustained load the
 agent reads back-to-back anyway; the period matters at the start and after a back-off.
@@ -212,13 +216,14 @@ class StreamConsumer(Grain):
     def __init__(self) -> None:
         self.tally: Tally | None = None
 
-    async def subscribe(self, provider: str, key: str) -> None:
+    async def subscribe(self, provider: str, key: str, from_time: float | None = None) -> None:
         self.tally = TALLIES[self.key]
         stream = self.get_stream_provider(provider).get_stream(NS, key)
         if BATCH_HANDLER[0] and not self.tally.delay:
-            await stream.subscribe(StreamObserver(None, on_next_batch=self._on_batch))
+            await stream.subscribe(StreamObserver(None, on_next_batch=self._on_batch),
+                                   from_time=from_time)
         else:
-            await stream.subscribe(self._on_next)
+            await stream.subscribe(self._on_next, from_time=from_time)
 
     async def _on_batch(self, items: list[Any]) -> None:
         add = self.tally.add  # type: ignore[union-attr]
@@ -303,11 +308,13 @@ async def stream_trial(
     profiler: Any = None,
     producers: int = 10,
     window: int = 0,
+    key: str | None = None,
 ) -> float:
     """Publish ``n`` events (``producers`` producer grains) to ``consumers`` subscribers of a
-    new stream; return deliveries per second from the first publish until every consumer has
-    all ``n`` (and, with ``wait_ack``, the agent acknowledged them to the adapter)."""
-    key = f"s{next(_ids)}"
+    new stream (``key``: of this one); return deliveries per second from the first publish
+    until every consumer has all ``n`` (and, with ``wait_ack``, the agent acknowledged them
+    to the adapter)."""
+    key = key or f"s{next(_ids)}"
     per = n // producers
     n = per * producers
     tallies = []
@@ -1438,8 +1445,52 @@ async def profile(which: str, n: int) -> None:
     sys.stderr.write(profiler.output_text(unicode=False, color=False))
 
 
+# -- replay ---------------------------------------------------------------------------------
+async def replay_figures(args: argparse.Namespace) -> list[Figure]:
+    """``replay_{sqlite,redis}_from_storage_vs_live``: on a provider with a retention, N
+    events are published and delivered live to one consumer (the baseline figure: live
+    delivery until every event is acknowledged, which keeps them in storage), then a second
+    consumer subscribes ``from_time`` before the first publish and gets all N replayed from
+    the queue's storage (the figure: from the subscribe call until it has all N)."""
+    figures: list[Figure] = []
+    n = max(PRODUCERS, int(20_000 * args.seconds)) // PRODUCERS * PRODUCERS
+    for kind in ("sqlite", "redis"):
+        prefix = f"orleanspy-bench-replay-{os.getpid()}"
+        with tempfile.TemporaryDirectory(prefix="orleanspy-bench-") as tmp:
+            factory: Any = (SqliteAdapterFactory(str(Path(tmp) / "r.db")) if kind == "sqlite"
+                            else RedisAdapterFactory(f"{REDIS_URL}?prefix={prefix}"))
+            provider = PersistentStreamProvider(factory, _provider_options(
+                total_queues=1, retention=3600.0))
+            cleanup = (_redis_keys_deleted(prefix) if kind == "redis"
+                       else contextlib.nullcontext())
+            progress(f"replay from storage vs live, {kind} ...")
+            try:
+                async with cleanup, _silo({"r": provider}) as silo:
+                    key = f"replay{next(_ids)}"
+                    since = time.time() - 1.0
+                    live = await stream_trial(silo, "r", n, wait_ack=True, key=key)
+                    ck = f"{key}-replay"
+                    TALLIES[ck] = tally = Tally(n)
+                    t0 = time.perf_counter()
+                    await silo.get_grain(StreamConsumer, ck).subscribe("r", key, since)
+                    async with asyncio.timeout(DONE_TIMEOUT):
+                        await tally.done
+                    replay = n / (time.perf_counter() - t0)
+                    tally.check(f"replay of {key}")
+            except OSError as exc:  # no Redis server: the figure is left out
+                progress(f"  {kind} unavailable: {exc!r}")
+                continue
+            figures.append(Figure(
+                f"replay_{kind}_from_storage_vs_live", replay, "events/s", live, 0,
+                f"N={n:,}, retention 3600 s; replay: subscribe(from_time) until all N from "
+                "the queue's storage; baseline: live delivery of the same N until acknowledged",
+            ))
+    return figures
+
+
 # -- main -----------------------------------------------------------------------------------
-GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "postgres", "jetstream", "backpressure")
+GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "postgres", "jetstream",
+          "backpressure", "replay")
 
 
 async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
@@ -1447,6 +1498,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
     figures = await throughput(args, which)
     if "postgres" in which:
         figures += await postgres_figures(args.seconds, args.trials)
+    if "replay" in which:
+        figures += await replay_figures(args)
     lines: list[str] = []
     if "backpressure" in which:
         bp_figures, lines = await backpressure(args)

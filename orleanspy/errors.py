@@ -19,6 +19,7 @@ Hierarchy::
     │   └── StorageCorruptionError    damaged file, or stored data that fails its checksum
     ├── StreamError
     │   ├── QueueCacheMissError       asked-for events are gone (requested, low, high)
+    │   ├── ReplayUnavailableError    a replay point beyond retention (oldest_token/_time)
     │   ├── EventsMissedError         a laggard lost events first..last (flow control max/tagged)
     │   ├── StreamDeliveryError       delivery failed past the maximum delivery time
     │   ├── StreamDeliveryInterrupted a consumer's handler failed part-way through a batch
@@ -54,6 +55,7 @@ __all__ = [
     "ProtocolError",
     "QueueCacheMissError",
     "RemoteGrainError",
+    "ReplayUnavailableError",
     "SerializationError",
     "SiloUnavailableError",
     "StorageCorruptionError",
@@ -201,6 +203,27 @@ class QueueCacheMissError(StreamError):
     requested = property(lambda self: self.args[1])
     low = property(lambda self: self.args[2])
     high = property(lambda self: self.args[3])
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ReplayUnavailableError(StreamError):
+    """A replay from storage asked for a point its queue no longer keeps (beyond retention),
+    or from an adapter that keeps nothing to replay.
+
+    ``requested`` is the token or time (seconds since the epoch) asked for; ``oldest_token``
+    and ``oldest_time`` the oldest point still kept from which nothing is missing (None if
+    the adapter keeps nothing to replay).
+    """
+
+    def __init__(self, message: str, requested: Any = None, oldest_token: Any = None,
+                 oldest_time: float | None = None):
+        super().__init__(message, requested, oldest_token, oldest_time)
+
+    requested = property(lambda self: self.args[1])
+    oldest_token = property(lambda self: self.args[2])
+    oldest_time = property(lambda self: self.args[3])
 
     def __str__(self) -> str:
         return str(self.args[0])

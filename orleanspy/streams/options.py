@@ -138,6 +138,12 @@ class StreamProviderOptions:
         inactivity_period: an agent forgets a stream (its subscriptions and registration)
             that had no event for this long and has nothing cached or in delivery; the next
             event registers it again (as in Orleans, default 30 minutes).
+        retention / retention_count: time travel on a durable adapter (sqlite, redis):
+            events stay in the queue's storage for ``retention`` seconds after every
+            subscriber acknowledged them, or as the newest ``retention_count`` acknowledged
+            of their queue, whichever keeps more, so a subscription can start from a time
+            (``from_time``) or a token older than the cache. 0 and 0 (the default): gone once
+            acknowledged. Other adapters refuse a retention.
     """
 
     total_queues: int = 8
@@ -164,6 +170,8 @@ class StreamProviderOptions:
     client_timeout: float = 60.0
     max_client_subscriptions: int = 10_000
     inactivity_period: float = 1800.0
+    retention: float = 0.0
+    retention_count: int = 0
 
     def __post_init__(self) -> None:
         n = "StreamProviderOptions"
@@ -192,6 +200,8 @@ class StreamProviderOptions:
         check("client_timeout", self.client_timeout > 0, "must be > 0 seconds")
         check("max_client_subscriptions", self.max_client_subscriptions >= 1, "must be >= 1")
         check("inactivity_period", self.inactivity_period > 0, "must be > 0 seconds")
+        check("retention", self.retention >= 0, "must be >= 0 seconds (0: keep nothing)")
+        check("retention_count", self.retention_count >= 0, "must be >= 0 (0: keep nothing)")
         check("failure", self.failure in ("retry", "skip", "fault"),
               "must be 'retry', 'skip' or 'fault'")
         for name in ("max_outstanding_events", "max_outstanding_bytes"):

@@ -136,7 +136,26 @@ class PersistentStreamProvider:
         self.mapper = HashRingQueueMapper(self.options.total_queues, name)
         self.adapter = self.adapter_factory.create_adapter(name)
         self.adapter.use_clock(clock)
+        self.adapter.retain(self.options.retention, self.options.retention_count)
         self.log = get_logger(__name__, provider=name, silo=silo_name)
+
+    async def replay_token(
+        self, stream_id: StreamId, start: SequenceToken | float
+    ) -> SequenceToken | None:
+        """Where a replay of ``stream_id`` from ``start`` (a token, or a time in seconds since
+        the epoch by the silo's clock) begins: the token of the stream's first container
+        kept from there on (``start`` itself for a token), None if the queue keeps none.
+
+        Raises:
+            ReplayUnavailableError: the queue no longer keeps everything from ``start`` on
+                (beyond the provider's retention), naming the oldest point available; or
+                the adapter keeps nothing to replay.
+        """
+        found = await self.adapter.read_range(self.mapper.queue_for(stream_id), start, 1,
+                                              stream_id)
+        if isinstance(start, SequenceToken):
+            return start
+        return found[0].token if found else None
 
     async def start(self) -> None:
         """Open the adapter and start an agent for every queue the balancer gives us (on a

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orleanspy.errors import ReplayUnavailableError
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import BatchContainer, QueueAdapterReceiver
 from orleanspy.streams.cache import QueueCache
@@ -145,16 +146,22 @@ class SpillHost(Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
 
+    def notify_later(self, sub: Subscription, exc: Exception) -> None: ...
+
 
 class Spiller:
     """Spills an agent's laggards, serves them from the queue and keeps the account of what
     their deliveries may acknowledge."""
 
-    __slots__ = ("_acks", "_pressure_since", "book", "count", "enabled", "host", "log")
+    __slots__ = ("_acks", "_pressure_since", "_replaying", "book", "count", "enabled", "host",
+                 "log", "replays")
 
     def __init__(self, host: SpillHost, enabled: bool, log: Any = None) -> None:
         self.host = host
         self.enabled = enabled  # a rewindable adapter and the ``spill`` option
+        self.replays = False  # a rewindable adapter with a retention: time travel
+        #: replays whose first read still checks the retention (``read_range``)
+        self._replaying: set[Subscription] = set()
         self.book = SpillBook()
         self.count = 0  # subscriptions spilled so far
         self._acks: list[BatchContainer] = []  # acknowledged by spilled deliveries
@@ -250,8 +257,13 @@ class Spiller:
         self.host.subscription_moved(sub, True)
         self.host.restart(sub)
 
-    def start_spilled(self, sub: Subscription, start: SequenceToken) -> None:
-        """``sub`` starts served from the queue, at ``start``."""
+    def start_spilled(self, sub: Subscription, start: SequenceToken,
+                      replay: bool = False) -> None:
+        """``sub`` starts served from the queue, at ``start`` (``replay``: older than the
+        cache, from storage kept past acknowledgement; its first read checks that nothing
+        from ``start`` on was trimmed)."""
+        if replay:
+            self._replaying.add(sub)
         cache = self.host.cache
         marker = cache.cursor(sub.stream_id, gating=False)  # a marker only
         cache.remove_cursor(marker)
@@ -278,9 +290,12 @@ class Spiller:
         if not sub.buffer:
             after = sub.after
             cache = host.cache
-            batch = await receiver.read_from(
-                SequenceToken(after + 1), min(max(cache.bucket_size, 16), 256), sub.stream_id,
-            )
+            count = min(max(cache.bucket_size, 16), 256)
+            if sub in self._replaying:
+                self._replaying.discard(sub)
+                batch = await self._replay(sub, receiver, count)
+            else:
+                batch = await receiver.read_from(SequenceToken(after + 1), count, sub.stream_id)
             if sub.detached or sub.after != after:
                 return []
             sub.fill(batch)
@@ -298,6 +313,22 @@ class Spiller:
                 return None
         return sub.take(host.options.batch_size)
 
+    async def _replay(self, sub: Subscription, receiver: QueueAdapterReceiver,
+                      count: int) -> list[BatchContainer]:
+        """The first read of a replay: beyond retention, ``on_error`` hears it (naming the
+        oldest point available) and the replay goes on from that point, never silently."""
+        start = SequenceToken(sub.after + 1)
+        try:
+            return await receiver.read_range(start, count, sub.stream_id)
+        except ReplayUnavailableError as exc:
+            self.log.warning("stream_replay_beyond_retention", subscription=sub.record.sub_id,
+                             stream=str(sub.stream_id), error=str(exc))
+            self.host.notify_later(sub, exc)
+            oldest = exc.oldest_token
+            if isinstance(oldest, SequenceToken) and oldest > start:
+                return await receiver.read_from(oldest, count, sub.stream_id)
+            raise
+
     def delivered(self, sub: Subscription, containers: list[BatchContainer]) -> None:
         """The spilled ``sub`` delivered ``containers``: it moves on past them."""
         sub.moved_past(containers)
@@ -307,6 +338,7 @@ class Spiller:
 
     def leave(self, sub: Subscription) -> None:
         """The spilled ``sub`` went away: release what it alone still held."""
+        self._replaying.discard(sub)
         sid = sub.stream_id
         span = release_range(sub.after, self.host.cache.purged_sequence(sid),
                              self.book.min_after(sid, but=sub))

@@ -11,7 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from orleanspy._util.clock import SystemClock
 from orleanspy._util.histogram import Histogram
-from orleanspy.errors import StreamError
+from orleanspy.errors import ReplayUnavailableError, StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.grains.interface import check_handler
 from orleanspy.streams.filters import compile_filter
@@ -152,14 +152,25 @@ class StreamSubscriptionHandle:
 
     async def resume(
         self, handler: StreamHandler[Any], token: SequenceToken | None = None, *,
-        on_error: ErrorHandler | None = None,
+        on_error: ErrorHandler | None = None, from_time: float | None = None,
     ) -> StreamSubscriptionHandle:
         """Attach ``handler`` (after a reactivation), optionally rewinding to ``token``.
 
         With ``token``, the first events ``handler`` receives are those from ``token`` on:
         a delivery that was on its way before the resume (the one that activated the grain,
-        say) is refused by a handshake (``RESUMES``) and never reaches ``handler``."""
+        say) is refused by a handshake (``RESUMES``) and never reaches ``handler``. With
+        ``from_time`` (seconds since the epoch), from the first event enqueued at or after
+        it, replayed from the queue's storage (a durable adapter with a retention).
+
+        Raises:
+            ReplayUnavailableError: ``from_time`` is beyond the provider's retention (the
+                error names the oldest point available), or the adapter keeps nothing.
+        """
         activation = _consumer()
+        if from_time is not None:
+            token = await _replay_token(
+                activation.silo.get_stream_provider(self.provider), self.stream_id, token,
+                from_time)
         grain_dict = activation.grain.__dict__
         grain_dict.setdefault(HANDLERS, {})[self.sub_id] = _observer(
             activation.grain, handler, on_error
@@ -192,6 +203,23 @@ class StreamSubscriptionHandle:
 
 
 _UNSET: Any = object()
+
+
+async def _replay_token(provider: Any, stream_id: StreamId, token: SequenceToken | None,
+                        from_time: float) -> SequenceToken | None:
+    """The token a subscription from ``from_time`` starts at (None: nothing kept since)."""
+    if token is not None:
+        raise ValueError("subscribe/resume: give a token or from_time, not both")
+    if isinstance(from_time, bool) or not isinstance(from_time, int | float):
+        raise TypeError(f"from_time must be seconds since the epoch (a float), got "
+                        f"{from_time!r}")
+    replay = getattr(provider, "replay_token", None)
+    if replay is None:
+        raise ReplayUnavailableError(
+            f"stream provider {getattr(provider, 'name', provider)!r} cannot replay from "
+            "storage", from_time)
+    found: SequenceToken | None = await replay(stream_id, float(from_time))
+    return found
 
 
 def _acknowledged(latency: Histogram, clock: Callable[[], float], began: float,
@@ -330,19 +358,28 @@ class AsyncStream(Generic[T]):
         on_error: ErrorHandler | None = None,
         tag: str | None = None,
         filter: str | None = None,
+        from_time: float | None = None,
     ) -> StreamSubscriptionHandle:
         """Subscribe the current grain. Every event published after this returns is
-        delivered to ``handler``; with ``token``, delivery starts at that token. With
+        delivered to ``handler``; with ``token``, delivery starts at that token (older than
+        the cache: replayed from the queue's storage, see ``from_time``); with
+        ``from_time`` (seconds since the epoch, the silo's clock), at the first event
+        enqueued at or after it, replayed from the queue's storage (a durable adapter with
+        a retention) and handed over to the live cache without a gap or a duplicate. With
         ``filter`` (an expression, ``orleanspy.streams.filters``), only the events it matches
         are delivered; the pulling agent drops the others before any message is sent.
 
         Raises:
             FilterError: ``filter`` is not a valid filter expression.
+            ReplayUnavailableError: ``from_time`` is beyond the provider's retention (the
+                error names the oldest point available), or the adapter keeps nothing.
         """
         if filter is not None:
             compile_filter(filter)  # refused here, with the problem named, not at the agent
         activation = _consumer()
         provider = self._provider
+        if from_time is not None:
+            token = await _replay_token(provider, self.stream_id, token, from_time)
         sub_id = provider.new_subscription_id()
         activation.grain.__dict__.setdefault(HANDLERS, {})[sub_id] = _observer(
             activation.grain, handler, on_error

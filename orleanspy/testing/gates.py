@@ -193,6 +193,13 @@ class _GatedAdapter(QueueAdapter):
     def use_clock(self, clock: Any) -> None:
         self.inner.use_clock(clock)
 
+    def retain(self, seconds: float, count: int) -> None:
+        self.inner.retain(seconds, count)
+
+    async def read_range(self, queue: QueueId, start: SequenceToken | float, max_count: int,
+                         stream_id: StreamId | None = None) -> list[BatchContainer]:
+        return await self.inner.read_range(queue, start, max_count, stream_id)
+
     def __getattr__(self, name: str) -> Any:  # adapter-specific helpers (queue_length, ...)
         return getattr(self.inner, name)
 
@@ -218,6 +225,10 @@ class _GatedReceiver(QueueAdapterReceiver):
     async def read_from(self, token: SequenceToken, max_count: int,
                         stream_id: StreamId | None = None) -> list[BatchContainer]:
         return await self.inner.read_from(token, max_count, stream_id)
+
+    async def read_range(self, start: SequenceToken | float, max_count: int,
+                         stream_id: StreamId | None = None) -> list[BatchContainer]:
+        return await self.inner.read_range(start, max_count, stream_id)
 
     async def shutdown(self) -> None:
         await self.inner.shutdown()

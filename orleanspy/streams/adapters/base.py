@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any, Final
 
 from orleanspy._util.clock import Clock
-from orleanspy.errors import StreamError
+from orleanspy.errors import ConfigurationError, ReplayUnavailableError, StreamError
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
 
@@ -110,9 +110,9 @@ class BatchContainer:
         size: bytes of the encoded events, for flow control (an estimate for adapters that do
             not encode).
         count: how many events it holds.
-        enqueued_at: when the queue took it, in seconds since the epoch (the queue's own
-            clock where it has one: SQLite's and Redis' server time), 0.0 if unknown; what
-            end-to-end latency and a backlog's age are measured from.
+        enqueued_at: when the queue took it, in seconds since the epoch (by the adapter's
+            clock, the silo's, where the adapter stores it), 0.0 if unknown; what end-to-end
+            latency, a backlog's age and a replay from a time are measured from.
 
     An adapter that reads encoded events builds its containers with ``encoded``: the events
     stay one ``bytes`` object until a delivery decodes them, so the agent's cache holds no
@@ -329,6 +329,13 @@ class QueueAdapterReceiver(ABC):
             "cache cannot be served from this queue"
         )
 
+    async def read_range(
+        self, start: SequenceToken | float, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        """``QueueAdapter.read_range`` on this receiver's queue (time travel)."""
+        raise ReplayUnavailableError(
+            f"{type(self).__name__} keeps nothing to replay from storage", start)
+
     @abstractmethod
     async def shutdown(self) -> None:
         """Stop reading. Waits for a ``get_messages`` already running; idempotent.
@@ -446,6 +453,36 @@ class QueueAdapter(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release resources once pending ``enqueue`` calls have finished. Idempotent."""
+
+    def retain(self, seconds: float, count: int) -> None:
+        """Keep acknowledged containers for ``seconds`` after their acknowledgement or as
+        the newest ``count`` of their queue, whichever keeps more (``read_range`` replays
+        them); called before ``open``. The default keeps nothing and refuses a retention."""
+        if seconds or count:
+            raise ConfigurationError(
+                f"stream provider {self.name!r}: retention = {seconds:g} s / {count} events, "
+                f"but {type(self).__name__} keeps nothing once acknowledged; set retention "
+                "and retention_count to 0, or use a durable adapter (sqlite, redis)")
+
+    async def read_range(
+        self, queue: QueueId, start: SequenceToken | float, max_count: int,
+        stream_id: StreamId | None = None,
+    ) -> list[BatchContainer]:
+        """Time travel: up to ``max_count`` containers of ``queue`` (of ``stream_id`` only if
+        given) from ``start`` on, acknowledged ones still retained (``retain``) included, in
+        token order. ``start`` is a token (inclusive) or a time in seconds since the epoch
+        (the containers enqueued at or after it, by the adapter's clock).
+
+        Raises:
+            ReplayUnavailableError: the queue no longer keeps everything from ``start`` on
+                (a container at or after it was trimmed or acknowledged and not retained);
+                the error names the oldest point kept. The default: the adapter keeps
+                nothing to replay.
+        """
+        raise ReplayUnavailableError(
+            f"stream provider {self.name!r}: {type(self).__name__} is not durable and keeps "
+            "nothing to replay from storage; use a durable adapter (sqlite, redis) with a "
+            "retention to subscribe from a time or a token older than the cache", start)
 
     def use_clock(self, clock: Clock) -> None:  # noqa: B027 - optional hook
         """The provider hands over its silo's clock before ``open``; an adapter with

@@ -5,8 +5,10 @@ Data path: ``enqueue`` appends one entry (one container) to the queue's Redis st
 (one Lua script: the counter and the append are atomic, so IDs, and the tokens made from
 them, strictly increase per queue). The receiver reads past its position with ``XRANGE``;
 an acknowledgement deletes the entries (``XDEL``), so what the stream holds is exactly what
-is not yet acknowledged: a new receiver (a restart, a hand-off to another silo) starts at
-the oldest entry, and ``read_from`` re-reads kept entries (the adapter is rewindable).
+is not yet acknowledged (with a retention, acknowledged entries move to a kept set that
+``read_range`` replays: ``orleanspy.streams.adapters.redis_kept``): a new receiver (a
+restart, a hand-off to another silo) starts at the oldest entry, and ``read_from`` re-reads
+kept entries (the adapter is rewindable).
 Nothing is trimmed otherwise: no cap loses an unacknowledged event.
 
 Why not consumer groups: a group tracks what a consumer *read* (its pending list) and needs
@@ -34,6 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Final, final
 
+from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.redis import RedisClient
 from orleanspy.errors import ConfigurationError, LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
@@ -44,31 +47,22 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterFactory,
     QueueAdapterReceiver,
 )
+from orleanspy.streams.adapters.redis_kept import ACK, KeptEntry, read_range, read_union
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
 
 __all__ = ["RedisAdapterFactory", "RedisQueueAdapter", "RedisQueueReceiver"]
 
-# KEYS: stream, counter; ARGV: triples (namespace, packed key, packed events). Field 't' is
-# the server's time of the write ("seconds.micros"), read once per call.
+# KEYS: stream, counter; ARGV: the write time by the adapter's clock ("seconds.micros",
+# field 't'), then triples (namespace, packed key, packed events).
 _APPEND: Final = """
-local now = redis.call('TIME')
-local t = now[1] .. '.' .. string.format('%06d', now[2])
-for i = 1, #ARGV, 3 do
+local t = ARGV[1]
+for i = 2, #ARGV, 3 do
   local n = redis.call('INCR', KEYS[2])
   redis.call('XADD', KEYS[1], '0-' .. n, 's', ARGV[i], 'k', ARGV[i + 1], 'e', ARGV[i + 2],
              't', t)
 end
 return 1
-"""
-# KEYS: stream, leases; ARGV: queue, owner, ids... -> deleted, or -1 if the lease is not
-# owner's (fenced: the entries stay for the queue's owner)
-_FENCED_DELETE: Final = """
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if not held then return -1 end
-local sp = string.find(held, ' ', 1, true)
-if string.sub(held, sp + 1) ~= ARGV[2] then return -1 end
-return redis.call('XDEL', KEYS[1], unpack(ARGV, 3))
 """
 _PAGE: Final = 256
 
@@ -175,7 +169,29 @@ class RedisQueueAdapter(QueueAdapter):
         self._writer = _Writer(self)
         self._script: Any = None
         self._fence: Any = None  # LeaseFence: acknowledge only while holding the lease
-        self._fenced_delete: Any = None
+        self._ack: Any = None
+        self._clock: Clock = SystemClock()
+        #: (seconds, count) acknowledged entries are retained for; None: deleted at once
+        self.keep: tuple[float, int] | None = None
+
+    def use_clock(self, clock: Clock) -> None:
+        """Entries are stamped (written, acknowledged) with ``clock``'s time."""
+        self._clock = clock
+
+    def retain(self, seconds: float, count: int) -> None:
+        """Acknowledged entries move to the queue's kept set (``redis_kept``)."""
+        self.keep = (float(seconds), int(count)) if seconds or count else None
+
+    async def read_range(
+        self, queue: QueueId, start: SequenceToken | float, max_count: int,
+        stream_id: StreamId | None = None,
+    ) -> list[BatchContainer]:
+        self._check_open("read_range()")
+        receiver = RedisQueueReceiver(queue, self)
+        stream = None if stream_id is None else (
+            stream_id.namespace.encode(), self._codec.packb(stream_id.key))
+        entries = await read_range(self.client, str(queue), start, max_count, stream)
+        return [receiver._entry(e) for e in entries]
 
     def __repr__(self) -> str:
         return f"RedisQueueAdapter({self._name!r}, {self.client!r})"
@@ -221,9 +237,10 @@ class RedisQueueAdapter(QueueAdapter):
             self._script = self.client.redis.register_script(_APPEND)
         script = self._script
         pipe = self.client.redis.pipeline(transaction=False)  # execute() resets it
+        now = f"{self._clock.time():.6f}"
         for queue, args in pending.items():
             await script(keys=[self.stream_key(queue), self.client.key("queue-seq", queue)],
-                         args=args, client=pipe)
+                         args=[now, *args], client=pipe)
         await self.client.execute(pipe)
 
     def sender(
@@ -263,16 +280,22 @@ class RedisQueueAdapter(QueueAdapter):
         self._fence = fence
         return True
 
-    async def _delete(self, queue: QueueId, ids: list[str]) -> None:
+    async def _delete(self, queue: QueueId, seqs: list[int]) -> None:
+        """Delete (or, with a retention, keep) acknowledged entries, move the queue's mark
+        and trim: one script (``redis_kept.ACK``), fenced by the lease if set."""
         client = self.client
         fence = self._fence
-        if fence is None:
-            await client.run(client.redis.xdel(self.stream_key(queue), *ids))
-            return
-        if self._fenced_delete is None:
-            self._fenced_delete = client.redis.register_script(_FENCED_DELETE)
-        done = await client.run(self._fenced_delete(
-            keys=[self.stream_key(queue), fence.key], args=[str(queue), fence.owner, *ids]))
+        if self._ack is None:
+            self._ack = client.redis.register_script(ACK)
+        trimmed = client.key("trimmed")
+        seconds, count = self.keep or (0.0, 0)
+        done = await client.run(self._ack(
+            keys=[self.stream_key(queue), client.key("kept", str(queue)), trimmed,
+                  trimmed if fence is None else fence.key],
+            args=[str(queue), "" if fence is None else fence.owner,
+                  f"{self._clock.time():.6f}", seconds, count,
+                  "0" if self.keep is None else "1", f"0-{max(seqs)}",
+                  *[f"0-{s}" for s in seqs]]))
         if done == -1:
             raise LeaseLostError(
                 f"{queue}: not acknowledged, the queue's lease is no longer {fence.owner}'s "
@@ -309,6 +332,14 @@ class RedisQueueReceiver(QueueAdapterReceiver):
         if self._state == "new":
             self._state = "ready"
 
+    def _entry(self, entry: KeptEntry) -> BatchContainer:
+        seq, ns, key, payload, at = entry
+        sid = self._sids.get((ns, key))
+        if sid is None:
+            sid = self._sids[(ns, key)] = StreamId(ns.decode(), self._codec.unpackb(key))
+        return BatchContainer.encoded(sid, container_token(seq), payload,
+                                      self._codec.unpackb, None, at)
+
     def _container(self, entry_id: bytes, fields: dict[bytes, bytes]) -> BatchContainer:
         ns, key, payload = fields[b"s"], fields[b"k"], fields[b"e"]
         sid = self._sids.get((ns, key))
@@ -343,7 +374,7 @@ class RedisQueueReceiver(QueueAdapterReceiver):
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         self._check_ready("messages_delivered()")
         if batch:
-            await self._adapter._delete(self._queue, [f"0-{c.token.sequence}" for c in batch])
+            await self._adapter._delete(self._queue, [c.token.sequence for c in batch])
 
     async def read_from(
         self, token: SequenceToken, max_count: int, stream_id: StreamId | None = None
@@ -351,6 +382,12 @@ class RedisQueueReceiver(QueueAdapterReceiver):
         if max_count < 0:
             raise ValueError(f"max_count must be >= 0, got {max_count}")
         self._check_ready("read_from()")
+        if self._adapter.keep is not None:  # retained entries count as kept
+            stream = None if stream_id is None else (
+                stream_id.namespace.encode(), self._codec.packb(stream_id.key))
+            entries = await read_union(self._adapter.client, str(self._queue),
+                                       token.sequence, max_count, stream)
+            return [self._entry(e) for e in entries]
         out: list[BatchContainer] = []
         start = f"0-{max(token.sequence, 0)}"
         client = self._adapter.client
@@ -367,6 +404,12 @@ class RedisQueueReceiver(QueueAdapterReceiver):
                 break
             start = f"(0-{_sequence(page[-1][0])}"
         return out
+
+    async def read_range(
+        self, start: SequenceToken | float, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        self._check_ready("read_range()")
+        return await self._adapter.read_range(self._queue, start, max_count, stream_id)
 
     async def shutdown(self) -> None:
         if self._reading is not None:

@@ -6,14 +6,17 @@ containers come back through ``messages_delivered`` and their rows are deleted.
 
 Columns: ``seq``, ``queue``, ``namespace``, ``key`` (msgpack), ``events`` (a msgpack array),
 ``size`` (bytes, for flow control) and ``at`` (when the row was written, in seconds since the
-epoch by SQLite's clock: a container's ``enqueued_at``; 0 in rows of a file made before the
-column, which is added when such a file is opened).
+epoch by the adapter's clock, the silo's: a container's ``enqueued_at``; 0 in rows of a file
+made before the column, which is added when such a file is opened).
 A row's ``seq`` (``INTEGER PRIMARY KEY AUTOINCREMENT``) is its container's sequence number:
 SQLite never reuses it, even after the newest rows are deleted, so tokens keep increasing
 across restarts. An enqueue returns once its row is committed (WAL, ``synchronous=NORMAL``): it
 survives ``kill -9`` of the process, not a power loss. Rows stay until acknowledged, so a new
 receiver (after a crash, or on the silo the queue moved to) reads every unacknowledged
 container again, in order: delivery is at-least-once.
+
+With a retention (``retain``), an acknowledgement moves rows to ``stream_kept`` instead, and
+``read_range`` replays them (``orleanspy.streams.adapters.sqlite_kept``).
 
 The adapter is rewindable: ``read_from`` selects the kept rows of a queue from a ``seq`` on,
 through index ``stream_queue_by_queue``, without moving the receiver's read position.
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, final
 
+from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.errors import ConfigurationError
 from orleanspy.messaging.codec import Codec
@@ -58,6 +62,7 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterReceiver,
 )
 from orleanspy.streams.adapters.sqlite_commit import GroupCommit
+from orleanspy.streams.adapters.sqlite_kept import KEPT_SCHEMA, read_range, read_rows
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
 
@@ -96,7 +101,7 @@ _STREAM_ID_CACHE_SIZE: Final = 4096
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
-    for statement in _SCHEMA:
+    for statement in (*_SCHEMA, *KEPT_SCHEMA):
         conn.execute(statement)
     columns = {row[1] for row in conn.execute("PRAGMA table_info(stream_queue)")}
     if "at" not in columns:  # a queue file made without the write time: its rows read 0
@@ -189,7 +194,12 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
         self._check_ready("read_from()")
         if max_count == 0:
             return []
-        if stream_id is None:
+        if self._writer.keep is not None:  # retained rows count as kept
+            stream = None if stream_id is None else (
+                stream_id.namespace, self._codec.packb(stream_id.key))
+            rows = await self._db.run(read_rows, self._queue_text, token.sequence,
+                                      max_count, stream)  # one statement: one snapshot
+        elif stream_id is None:
             rows = await self._db.fetchall(
                 _SELECT_FROM, (self._queue_text, token.sequence, max_count)
             )
@@ -214,6 +224,24 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
                                                 size, at if type(at) is float else 0.0))
         return batch
 
+    async def read_range(
+        self, start: SequenceToken | float, max_count: int, stream_id: StreamId | None = None
+    ) -> list[BatchContainer]:
+        self._check_ready("read_range()")
+        return self._containers(await self._adapter_read_range(
+            self._db, self._codec, self._queue_text, start, max_count, stream_id))
+
+    @staticmethod
+    async def _adapter_read_range(
+        db: SqliteDatabase, codec: Codec, queue: str, start: SequenceToken | float,
+        max_count: int, stream_id: StreamId | None,
+    ) -> list[Any]:
+        if max_count < 0:
+            raise ValueError(f"max_count must be >= 0, got {max_count}")
+        stream = None if stream_id is None else (stream_id.namespace,
+                                                 codec.packb(stream_id.key))
+        return await db.transaction(read_range, queue, start, max_count, stream)
+
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         """Delete the rows of ``batch`` by ``seq`` alone (placeholders without events too)."""
         self._check_ready("messages_delivered()")
@@ -235,14 +263,36 @@ class SqliteQueueAdapter(QueueAdapter):
     (one connection, one thread). ``path`` may be ``":memory:"`` (then nothing is durable).
     """
 
-    __slots__ = ("_codec", "_db", "_name", "_state", "_writer")
+    __slots__ = ("_clock", "_codec", "_db", "_name", "_state", "_writer")
 
     def __init__(self, name: str, path: str) -> None:
         self._name = name
         self._db = SqliteDatabase(path)
-        self._writer = GroupCommit(self._db)
+        self._clock: Clock = SystemClock()
+        self._writer = GroupCommit(self._db, self._now)
         self._codec = Codec()
         self._state = "new"
+
+    def _now(self) -> float:
+        return self._clock.time()
+
+    def use_clock(self, clock: Clock) -> None:
+        """Rows are stamped (written, acknowledged) with ``clock``'s time."""
+        self._clock = clock
+
+    def retain(self, seconds: float, count: int) -> None:
+        """Acknowledged rows move to ``stream_kept`` (``sqlite_kept``) instead of going."""
+        self._writer.keep = (float(seconds), int(count)) if seconds or count else None
+
+    async def read_range(
+        self, queue: QueueId, start: SequenceToken | float, max_count: int,
+        stream_id: StreamId | None = None,
+    ) -> list[BatchContainer]:
+        self._check_open("read_range()")
+        receiver = SqliteQueueReceiver(queue, self._db, self._writer)
+        rows = await receiver._adapter_read_range(self._db, self._codec, str(queue), start,
+                                                  max_count, stream_id)
+        return receiver._containers(rows)
 
     def __repr__(self) -> str:
         return f"SqliteQueueAdapter({self._name!r}, {self._db.path!r})"

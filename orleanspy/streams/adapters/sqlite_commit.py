@@ -7,25 +7,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.messaging.codec import pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX
+from orleanspy.streams.adapters.sqlite_kept import archive, mark_gone, trim
 from orleanspy.streams.ids import StreamId
 
 __all__ = ["COLUMNS", "GroupCommit"]
 
-# When the row was written, in seconds since the epoch, from SQLite's clock: computed once per
-# statement, so a group commit costs no Python per row (millisecond resolution).
-_NOW: Final = "(julianday('now') - 2440587.5) * 86400.0"
+# When the row was written, in seconds since the epoch by the adapter's clock: parameter 1 of
+# each insert, read once per commit, so a group commit costs no Python per row.
 COLUMNS: Final = 5  # queue, namespace, key, events, size
 _MAX_CHUNK: Final = 256  # rows per statement: 5 * 256 parameters, far below SQLite's limit
 
 
 @functools.cache
 def _insert_sql(n: int) -> str:
-    values = ", ".join([f"(?, ?, ?, ?, ?, {_NOW})"] * n)
+    values = ", ".join(["(?2, ?3, ?4, ?5, ?6, ?1)", *["(?, ?, ?, ?, ?, ?1)"] * (n - 1)])
     return f"INSERT INTO stream_queue (queue, namespace, key, events, size, at) VALUES {values}"
 
 
@@ -34,20 +36,30 @@ def _delete_sql(n: int) -> str:
     return f"DELETE FROM stream_queue WHERE queue = ? AND seq IN ({', '.join(['?'] * n)})"
 
 
-def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]]) -> None:
-    """Insert rows (flat parameters, in order) and delete seqs, in a few statements."""
+def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]],
+           now: float, keep: tuple[float, int] | None) -> None:
+    """Insert rows (flat parameters, in order, written ``now``) and delete seqs, in a few
+    statements; with ``keep`` (retention seconds, count) the deleted rows are kept
+    (``sqlite_kept``) and the queue's kept rows trimmed."""
     start, end = 0, len(inserts)
     while start < end:
         n = min(_MAX_CHUNK, 1 << (((end - start) // COLUMNS).bit_length() - 1))
         stop = start + n * COLUMNS
-        conn.execute(_insert_sql(n), inserts[start:stop])
+        conn.execute(_insert_sql(n), [now, *inserts[start:stop]])
         start = stop
     for queue, seqs in deletes.items():
         for first in range(0, len(seqs), _MAX_CHUNK):
             chunk = seqs[first : first + _MAX_CHUNK]
             n = len(chunk)
             size = n if n & (n - 1) == 0 else 1 << n.bit_length()  # pad: repeat the last seq
-            conn.execute(_delete_sql(size), [queue, *chunk, *[chunk[-1]] * (size - n)])
+            params = [queue, *chunk, *[chunk[-1]] * (size - n)]
+            if keep is None:
+                mark_gone(conn, size, params)
+            else:
+                archive(conn, size, now, params)
+            conn.execute(_delete_sql(size), params)
+        if keep is not None:
+            trim(conn, queue, now, *keep)
 
 
 class GroupCommit:
@@ -58,15 +70,20 @@ class GroupCommit:
         "_deletes",
         "_flusher",
         "_inserts",
+        "_now",
         "_open",
         "_waiters",
         "commits",
         "deleted",
         "inserted",
+        "keep",
     )
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: SqliteDatabase, now: Callable[[], float] = time.time) -> None:
         self._db = db
+        self._now = now  # the adapter's clock: the write and acknowledgement times
+        #: (seconds, count) acknowledged rows are retained for; None: deleted at once
+        self.keep: tuple[float, int] | None = None
         self._inserts: list[Any] = []  # flattened rows: COLUMNS values each
         #: (queue, stream) -> where its row of single events is in ``_inserts`` (its events
         #: value is a list of encoded events until the round is taken)
@@ -138,7 +155,8 @@ class GroupCommit:
                 inserts, deletes, waiters = self._take(), self._deletes, self._waiters
                 self._deletes, self._waiters = {}, []
                 try:
-                    await self._db.transaction(_write, inserts, deletes)
+                    await self._db.transaction(_write, inserts, deletes, self._now(),
+                                               self.keep)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
                     for waiter in waiters:
                         if not waiter.done():

@@ -124,6 +124,9 @@ class PullingAgent(SystemTarget):
         self.log = get_logger(__name__, provider=provider.name, queue=str(queue))
         self.spiller = Spiller(self, provider.adapter.is_rewindable and options.spill,
                                self.log)
+        #: time travel: a token older than the cache is replayed from the queue's storage
+        self.spiller.replays = provider.adapter.is_rewindable and bool(
+            options.retention or options.retention_count)
 
     @property
     def stopping(self) -> bool:

@@ -257,6 +257,11 @@ class StreamTable:
                 # stream holds it): this one starts spilled, reading the queue from ``start``.
                 self.agent.spiller.start_spilled(sub, start)
                 return
+            if start is not None and self.agent.spiller.replays:
+                # Time travel: replayed from the queue's storage (kept past acknowledgement),
+                # then handed over to the cache as a spilled subscription rejoins it.
+                self.agent.spiller.start_spilled(sub, start, replay=True)
+                return
             sub.serve_from(agent.cache.cursor(
                 sid, miss.low, gating=gating, tag=record.tag, max_mode=policy.max_mode
             ))
