@@ -245,6 +245,11 @@ class ClientStreamConsumer(Grain):
         finally:
             self._pending.pop(pending.id, None)
 
+    async def __orleanspy_subscription_removed__(self, sub_id: str) -> None:
+        """The subscription manager removed ``sub_id`` from its stream: forget it."""
+        if sub_id in self.state.value.subscriptions:
+            await self._forget([sub_id])
+
     async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
         if self._away_for() > AWAY_AFTER:
             log.info("client_stream_error_dropped", client=self.key, subscription=sub_id,
