@@ -123,13 +123,14 @@ class StreamSubscriptionManager:
         rendezvous = self._rendezvous(namespace, key)
         records: list[SubscriptionRecord] = await rendezvous.all_subscriptions()
         record = next((r for r in records if r.sub_id == sub_id), None)
-        if record is None or not await rendezvous.remove_subscription(sub_id):
+        if record is None:
             known = ", ".join(r.sub_id for r in records) or "none"
             raise StreamError(f"stream {stream} has no subscription {sub_id!r} "
                               f"(its explicit subscriptions: {known})")
-        if record.consumer_type == CLIENT_CONSUMER_TYPE:
+        if record.consumer_type == CLIENT_CONSUMER_TYPE:  # the client's grain forgets it
             consumer = self._silo.get_grain(CLIENT_CONSUMER_TYPE, record.consumer_key)
-            await consumer.invoke("__orleanspy_subscription_removed__", sub_id)
+            await consumer.invoke("subscription_removed", sub_id)
+        await rendezvous.remove_subscription(sub_id)  # nothing to do if the consumer did
 
 
 class StreamOperations:
