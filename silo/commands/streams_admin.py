@@ -148,15 +148,16 @@ async def _ask_one(options: SiloOptions, op: str, args: list[Any], timeout: floa
     silos = await read_live_silos(options)
     if isinstance(silos, int):
         return silos
+    last = "none is active"
     for entry in silos:
         try:
             return await query_silo(entry.silo.host, entry.silo.port, op, args,
                                     cluster_id=options.cluster_id, secret=options.secret,
                                     timeout=timeout)
-        except (OSError, TimeoutError, SiloUnavailableError):
-            continue
-    error(f"no active silo of cluster {options.cluster_id} answers "
-          f"({len(silos)} in {options.membership})")
+        except (OSError, TimeoutError, SiloUnavailableError) as exc:
+            last = f"{entry.silo}: {error_text(exc)}"
+    error(f"no silo of cluster {options.cluster_id} in {options.membership} answers "
+          f"(last: {last})")
     return EXIT_USAGE
 
 
