@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from orleanspy.cluster.transport import query_silo
+
 from .silo_process import SiloLauncher, SiloProcess, poll_until, run_cli_to_end
 
 pytestmark = pytest.mark.integration
@@ -35,7 +37,7 @@ lease_retry_period = 0.1
 async def cli(data_dir: Path, *args: str, secret: str = SECRET) -> tuple[int, str, str]:
     return await run_cli_to_end(
         "streams", *args, "--membership", "sqlite:membership.db", "--data-dir", str(data_dir),
-        "--cluster-id", CLUSTER, "--secret", secret)
+        "--cluster-id", CLUSTER, "--secret", secret, timeout=60)
 
 
 def explicit_numbers(data_dir: Path) -> list[int]:
@@ -63,9 +65,14 @@ async def test_operator_lists_and_removes_subscriptions_and_stops_and_starts_age
         rows: list[dict[str, Any]] = json.loads(out)
         return rows
 
+    async def held() -> list[Any]:  # what `agents status` asks, without a process each time
+        ports = [int(s.silo_address.partition("@")[0].rpartition(":")[2]) for s in silos]
+        return [await query_silo("127.0.0.1", port, "stream_agents", ["s", "status"],
+                                 cluster_id=CLUSTER, secret=SECRET) for port in ports]
+
     # both silos answer, and the four queues are spread over them
-    await poll_until(lambda: agents("status"), lambda rows: len(rows) == 2 and sum(
-        len(r["queues"]) for r in rows) == 4 and all(r["queues"] for r in rows), timeout=20)
+    await poll_until(held, lambda rows: sum(len(r["queues"]) for r in rows) == 4
+                     and all(r["queues"] for r in rows), timeout=20)
 
     client = silos[0].client(cluster_id=CLUSTER)
     await client.connect()
@@ -85,8 +92,16 @@ async def test_operator_lists_and_removes_subscriptions_and_stops_and_starts_age
         await poll_until(lambda: asyncio.sleep(0, explicit_numbers(data_dir)),
                          lambda got: got == list(range(5)), timeout=20, interval=0.05)
 
-        code, out, err = await cli(data_dir, "subscriptions", "s", "explicit", str(KEY),
-                                   "--json")
+        # independent commands, run at once (each is a process)
+        listed, table, implicit, refused, no_secret, no_secret_stop = await asyncio.gather(
+            cli(data_dir, "subscriptions", "s", "explicit", str(KEY), "--json"),
+            cli(data_dir, "subscriptions", "s", "explicit", str(KEY)),
+            cli(data_dir, "subscriptions", "s", "numbers", str(KEY), "--json"),
+            cli(data_dir, "unsubscribe", "s", "numbers", str(KEY), "implicit:NumberSink"),
+            cli(data_dir, "subscriptions", "s", "explicit", str(KEY), secret="wrong"),
+            cli(data_dir, "agents", "stop", "s", secret="wrong"),
+        )
+        code, out, err = listed
         assert code == 0, err
         rows = {r["consumer"]: r for r in json.loads(out)}
         assert set(rows) == {f"ExplicitSink/{KEY}",
@@ -95,25 +110,23 @@ async def test_operator_lists_and_removes_subscriptions_and_stops_and_starts_age
         assert sink["kind"] == "explicit" and sink["filter"] is None and not sink["faulted"]
         assert rows[f"orleanspy.ClientStreamConsumer/{client.client_id}"]["sub_id"] == \
             mine.sub_id
-        code, table, err = await cli(data_dir, "subscriptions", "s", "explicit", str(KEY))
-        assert code == 0 and sink["sub_id"] in table and "explicit" in table, err
+        code, out, err = table
+        assert code == 0 and sink["sub_id"] in out and "explicit" in out, err
 
         # the implicit subscription of stream numbers/KEY is listed and cannot be removed
-        code, out, err = await cli(data_dir, "subscriptions", "s", "numbers", str(KEY),
-                                   "--json")
+        code, out, err = implicit
         assert code == 0, err
         assert [(r["sub_id"], r["kind"]) for r in json.loads(out)] == [
             ("implicit:NumberSink", "implicit")]
-        code, out, err = await cli(data_dir, "unsubscribe", "s", "numbers", str(KEY),
-                                   "implicit:NumberSink")
+        code, out, err = refused
         assert code == 1 and "implicit" in err, (out, err)
 
         # without the secret nothing is listed, removed, stopped
-        code, out, err = await cli(data_dir, "subscriptions", "s", "explicit", str(KEY),
-                                   secret="wrong")
+        code, out, err = no_secret
         assert code == 2 and "secret" in err, (out, err)
-        code, out, err = await cli(data_dir, "agents", "stop", "s", secret="wrong")
+        code, out, err = no_secret_stop
         assert code == 1 and "secret" in err, (out, err)
+        assert {r["state"] for r in await held()} == {"running"}
 
         # stopped agents deliver nothing; the events wait in the queue
         stopped = await agents("stop")
@@ -138,16 +151,16 @@ async def test_operator_lists_and_removes_subscriptions_and_stops_and_starts_age
         code, out, err = await cli(data_dir, "unsubscribe", "s", "explicit", str(KEY),
                                    sink["sub_id"])
         assert code == 0 and sink["sub_id"] in out, err
-        code, out, err = await cli(data_dir, "unsubscribe", "s", "explicit", str(KEY),
-                                   sink["sub_id"])
-        assert code == 1 and "no subscription" in err and mine.sub_id in err, (out, err)
         for n in range(15, 20):
             await stream.on_next(n)
+        again, listed = await asyncio.gather(
+            cli(data_dir, "unsubscribe", "s", "explicit", str(KEY), sink["sub_id"]),
+            cli(data_dir, "subscriptions", "s", "explicit", str(KEY), "--json"))
+        code, out, err = again
+        assert code == 1 and "no subscription" in err and mine.sub_id in err, (out, err)
+        assert [r["sub_id"] for r in json.loads(listed[1])] == [mine.sub_id]
         await poll_until(lambda: asyncio.sleep(0, list(seen)),
                          lambda got: len(got) >= 20, timeout=20, interval=0.05)
         assert explicit_numbers(data_dir) == list(range(15))
-        code, out, err = await cli(data_dir, "subscriptions", "s", "explicit", str(KEY),
-                                   "--json")
-        assert [r["sub_id"] for r in json.loads(out)] == [mine.sub_id]
     finally:
         await client.close()

@@ -22,6 +22,7 @@ from orleanspy.testing import TestCluster
 
 WAIT = 10.0
 GOT: dict[str, list[Any]] = defaultdict(list)
+CHANGED: list[asyncio.Event] = []  # set when a consumer got an event (one per test)
 
 
 class Watcher(Grain):
@@ -32,12 +33,14 @@ class Watcher(Grain):
 
     async def _on_news(self, item: Any, token: Any) -> None:
         GOT[f"watcher/{self.key}"].append(item)
+        CHANGED[0].set()
 
 
 @implicit_subscription("news")
 class Archive(Grain):
     async def on_next(self, item: Any, token: Any) -> None:
         GOT[f"archive/{self.key}"].append(item)
+        CHANGED[0].set()
 
 
 class Admin(Grain):
@@ -63,6 +66,7 @@ def providers() -> dict[str, Any]:
 @pytest.fixture
 async def cluster() -> Any:
     GOT.clear()
+    CHANGED[:] = [asyncio.Event()]
     c = TestCluster([Watcher, Archive, Admin], stream_providers=providers())
     await c.start()
     yield c
@@ -72,7 +76,8 @@ async def cluster() -> Any:
 async def _until(predicate: Any) -> None:
     async with asyncio.timeout(WAIT):
         while not predicate():
-            await asyncio.sleep(0.005)
+            await CHANGED[0].wait()
+            CHANGED[0].clear()
 
 
 async def test_a_grain_lists_and_removes_a_subscription_and_its_events_stop(
@@ -85,9 +90,9 @@ async def test_a_grain_lists_and_removes_a_subscription_and_its_events_stop(
 
     listing = await admin.listing("k1")
     assert [(i.sub_id, i.consumer, i.kind, i.filter) for i in listing] == [
-        (f"implicit:Archive", f"Archive/k1",
+        ("implicit:Archive", "Archive/k1",
          "implicit", None),
-        (sub_id, f"Watcher/w", "explicit", 'event != "skip"'),
+        (sub_id, "Watcher/w", "explicit", 'event != "skip"'),
     ]
     assert all(i.lag == 0 and not i.faulted for i in listing)  # the agent knows: caught up
 
@@ -110,13 +115,14 @@ async def test_a_client_lists_any_subscription_and_removes_only_its_own(cluster:
 
     async def handler(item: Any, token: Any) -> None:
         got.append(item)
+        CHANGED[0].set()
 
     handle = await provider.get_stream("news", "k2").subscribe(handler)
     grains = await client.get_grain(Watcher, "w2").join("k2")
     listing = await provider.list_subscriptions("news", "k2")
     assert {(i.sub_id, i.kind) for i in listing} == {
         (handle.sub_id, "explicit"), (grains, "explicit"),
-        (f"implicit:Archive", "implicit"),
+        ("implicit:Archive", "implicit"),
     }
     assert f"{CLIENT_CONSUMER_TYPE}/{client.client_id}" in {i.consumer for i in listing}
     with pytest.raises(PermissionError, match="not this client's"):
