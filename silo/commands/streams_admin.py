@@ -94,9 +94,10 @@ def add_subcommands(sub: Any) -> None:
         "agents", help="stop, start or show a provider's pulling agents on every silo",
         description="Stop, start or show the pulling agents of PROVIDER on every active "
         "silo.", epilog=_AGENTS_EPILOG, formatter_class=fmt)
-    p.add_argument("command", choices=("stop", "start", "status"), metavar="stop|start|status")
+    p.add_argument("command", choices=("stop", "start", "status"), metavar="stop|start|status",
+                   help="stop pulling, start pulling again, or show each silo's state")
     p.add_argument("provider", metavar="PROVIDER", help="stream provider name")
-    add_arguments(p)
+    add_arguments(p, timeout=30.0)  # a stop first delivers what is cached (handoff_timeout)
     p.set_defaults(handler=_run_agents)
 
 

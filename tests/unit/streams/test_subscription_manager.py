@@ -7,6 +7,7 @@ in order)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -160,3 +161,38 @@ async def test_stopped_agents_deliver_nothing_and_started_ones_deliver_everythin
     await _until(lambda: len(GOT["watcher/w3"]) >= 21 and len(GOT["archive/k3"]) >= 21)
     assert GOT["watcher/w3"] == list(range(21))  # none lost, none twice, in order
     assert GOT["archive/k3"] == list(range(21))
+
+
+async def test_stopped_agents_keep_their_leases_past_the_lease_duration() -> None:
+    """A silo whose agents are stopped renews the leases of the queues it keeps: no other
+    silo takes them, and its agents start on them again."""
+    GOT.clear()
+    CHANGED[:] = [asyncio.Event()]
+    factory = MemoryAdapterFactory()
+    lease = 0.6
+
+    def two_silo_providers() -> dict[str, Any]:
+        return {"s": PersistentStreamProvider(factory, StreamProviderOptions(
+            total_queues=4, pull_period=0.01, lease_duration=lease,
+            balance_settle_time=0.05, lease_retry_period=0.05))}
+
+    async with asyncio.timeout(WAIT * 3), TestCluster(
+        [Watcher, Archive, Admin], silos=2, stream_providers=two_silo_providers,
+    ) as cluster:
+        a, b = (s.stream_providers["s"] for s in cluster.silos)
+        await a.wait_for_queues(lambda qs: len(qs) == 2, WAIT)
+        await b.wait_for_queues(lambda qs: len(qs) == 2, WAIT)
+        kept = set(a.agents)
+        await a.stop_agents()
+        assert a.agents == {} and a.agents_state()["state"] == "stopped"
+        store = a.balancer.store
+        me = str(cluster.silos[0].address)
+        for _ in range(3):  # three lease durations: each lease was renewed in between
+            await asyncio.sleep(lease)
+            held = await store.read_all()
+            now = time.time()
+            assert {q for q, le in held.items() if le.owner == me and le.expiry > now} == {
+                str(q) for q in kept}
+        assert set(b.agents).isdisjoint(kept)
+        await a.start_agents()
+        assert set(a.agents) == kept
