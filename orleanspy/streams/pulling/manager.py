@@ -135,15 +135,29 @@ class PullingManager:
 
     async def start_agents(self) -> None:
         """Pull again: start an agent for every queue kept by ``stop_agents`` (each reads
-        from the queue's acknowledgement, so nothing published meanwhile is lost)."""
+        from the queue's acknowledgement, so nothing published meanwhile is lost).
+
+        Raises:
+            RuntimeError: some agents did not start (the others did); on a balancing silo
+                the next rounds retry those queues.
+        """
         async with self._balance_lock:
             if self._stopping or not self.agents_stopped:
                 return
             self.agents_stopped = False
+            failed: list[str] = []
             for queue in sorted(self.held, key=lambda q: q.index):
                 self.held.discard(queue)
-                await self._start_agent(queue)
+                try:
+                    await self._start_agent(queue)
+                except Exception as exc:  # the others start all the same
+                    self.log.error("stream_agent_start_failed", queue=str(queue),
+                                   error=repr(exc))
+                    failed.append(f"{queue}: {exc!r}")
             self.log.info("stream_agents_started", queues=len(self.agents))
+        if failed:
+            raise RuntimeError(f"{len(failed)} pulling agents did not start: "
+                               + "; ".join(failed))
 
     async def restart_agent(self, queue: QueueId) -> bool:
         """Hand ``queue`` over from its agent to a new one on this silo, as a planned move
