@@ -33,6 +33,12 @@ docs/benchmarks.md, section "Streams"):
    the queue holds nothing unacknowledged. Baseline: nats-py by hand in the same run, each
    producer awaiting the JetStream publish of its event, a pull reader purging what it read.
 
+6. ``memory_filter_1pct_vs_none``: figure 1 with events that carry a flag set on one event
+   in 100 (``[producer, index, BODY, hit]``), the consumer subscribed with the filter
+   ``event[3] == true``, in events/s from the first publish until the agent has acknowledged
+   every event (it read and judged each one; the consumer got the 1 %). Baseline: the same
+   events and consumer without a filter, in the same run.
+
 Every consumer (ours and the baselines') does the same work per event: count it and check
 that each producer's events arrive in order.
 
@@ -102,6 +108,8 @@ BODY = "x" * 64  # every event is [producer, index, BODY]: ~70 bytes of msgpack
 PRODUCERS = 10
 FANOUT = 100
 BATCH = 100
+FILTER_EVERY = 100  # the filter figure: one event in this many matches (1 %)
+FILTER = "event[3] == true"
 QUEUE_CAPACITY = 100_000  # MemoryAdapterFactory's default capacity_per_queue
 SQLITE_CHUNK = 1000
 WINDOW = 64  # sends a pipelining producer keeps in flight
@@ -129,6 +137,7 @@ class Tally:
     delay: float = 0.0  # seconds per event, paced (see StreamConsumer._on_next)
     due: float = 0.0
     count: int = 0
+    step: int = 1  # each producer's events come ``step`` indices apart (a filter's 1 in 100)
     disorder: int = 0  # events that came after a later one of their producer (or twice)
     gaps: int = 0  # places where events of a producer were skipped
     last_at: float = 0.0
@@ -145,7 +154,7 @@ class Tally:
                 self.disorder += 1
             else:
                 self.gaps += 1
-        self.next[p] = i + 1
+        self.next[p] = i + self.step
         self.count += 1
         self.last_at = now = time.perf_counter()
         if self.count == self.expect and not self.done.done():
@@ -166,9 +175,14 @@ TALLIES: dict[Any, Tally] = {}  # consumer grain key -> its tally (set before su
 @grain_type("BenchStreamProducer")
 class StreamProducer(Grain):
     async def produce(
-        self, provider: str, key: str, producer: int, count: int, batch: int, window: int = 0
+        self, provider: str, key: str, producer: int, count: int, batch: int, window: int = 0,
+        marked: bool = False,
     ) -> None:
         stream = self.get_stream_provider(provider).get_stream(NS, key)
+        if marked:  # one event in FILTER_EVERY has a flag set (the filter figure)
+            for i in range(count):
+                await stream.on_next([producer, i, BODY, i % FILTER_EVERY == 0])
+            return
         if window:  # pipelined: up to ``window`` sends in flight, oldest awaited first
             inflight: collections.deque[asyncio.Future[None]] = collections.deque()
             for start in range(0, count, batch):
@@ -216,14 +230,15 @@ class StreamConsumer(Grain):
     def __init__(self) -> None:
         self.tally: Tally | None = None
 
-    async def subscribe(self, provider: str, key: str, from_time: float | None = None) -> None:
+    async def subscribe(self, provider: str, key: str, expression: str | None = None,
+                        from_time: float | None = None) -> None:
         self.tally = TALLIES[self.key]
         stream = self.get_stream_provider(provider).get_stream(NS, key)
         if BATCH_HANDLER[0] and not self.tally.delay:
             await stream.subscribe(StreamObserver(None, on_next_batch=self._on_batch),
-                                   from_time=from_time)
+                                   filter=expression, from_time=from_time)
         else:
-            await stream.subscribe(self._on_next, from_time=from_time)
+            await stream.subscribe(self._on_next, filter=expression, from_time=from_time)
 
     async def _on_batch(self, items: list[Any]) -> None:
         add = self.tally.add  # type: ignore[union-attr]
@@ -309,20 +324,28 @@ async def stream_trial(
     producers: int = 10,
     window: int = 0,
     key: str | None = None,
+    marked: bool = False,
+    expression: str | None = None,
 ) -> float:
     """Publish ``n`` events (``producers`` producer grains) to ``consumers`` subscribers of a
     new stream (``key``: of this one); return deliveries per second from the first publish
     until every consumer has all ``n`` (and, with ``wait_ack``, the agent acknowledged them
-    to the adapter)."""
+    to the adapter).
+
+    ``marked``: the events carry a flag set on one in ``FILTER_EVERY``; with ``expression``
+    (a filter that selects the flagged ones) the consumers expect those only, and the rate
+    counts all ``n`` events."""
     key = key or f"s{next(_ids)}"
     per = n // producers
     n = per * producers
+    step = FILTER_EVERY if expression is not None else 1
+    expect = producers * (-(-per // step))
     tallies = []
     for c in range(consumers):
         ck = f"{key}-c{c}"
-        TALLIES[ck] = tally = Tally(n)
+        TALLIES[ck] = tally = Tally(expect, step=step)
         tallies.append(tally)
-        await silo.get_grain(StreamConsumer, ck).subscribe(provider, key)
+        await silo.get_grain(StreamConsumer, ck).subscribe(provider, key, expression)
     refs = [silo.get_grain(StreamProducer, f"p{p}") for p in range(producers)]
     agent = _agent(silo, provider, key)
     adapter = silo.stream_providers[provider].adapter
@@ -331,7 +354,7 @@ async def stream_trial(
         profiler.start()
     t0 = time.perf_counter()
     await asyncio.gather(*(
-        ref.produce(provider, key, p, per, batch, window) for p, ref in enumerate(refs)
+        ref.produce(provider, key, p, per, batch, window, marked) for p, ref in enumerate(refs)
     ))
     async with asyncio.timeout(DONE_TIMEOUT):
         await asyncio.gather(*(t.done for t in tallies))
@@ -924,7 +947,7 @@ async def compare(
 async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
     figures: list[Figure] = []
     s, t = args.seconds, args.trials
-    for group in ("memory", "batch", "fanout"):
+    for group in ("memory", "batch", "fanout", "filter"):
         if group not in which:
             continue
         # A silo per group: one group's consumer grains do not slow the next one's GC.
@@ -952,6 +975,20 @@ async def throughput(args: argparse.Namespace, which: set[str]) -> list[Figure]:
                     f"memory_1_consumer_batch{BATCH}", ours, "events/s", base, 0.3,
                     f"N={n:,}, on_next_batch of {BATCH}; baseline queue of {BATCH}-event lists"
                     " (target assumed: as memory_1_consumer)",
+                ))
+            if group == "filter":
+                progress("memory adapter, a 1 % filter vs none ...")
+                ours, base, n = await compare(
+                    partial(stream_trial, silo, "m", wait_ack=True, marked=True,
+                            expression=FILTER),
+                    partial(stream_trial, silo, "m", wait_ack=True, marked=True),
+                    deliveries_per_event=1, seconds=s, trials=t,
+                )
+                figures.append(Figure(
+                    "memory_filter_1pct_vs_none", ours, "events/s", base, 0.0,
+                    f"N={n:,}, {PRODUCERS} producer grains; filter {FILTER} matches 1 in "
+                    f"{FILTER_EVERY}, until every event is acknowledged; baseline: the same "
+                    "events, no filter",
                 ))
             if group == "fanout":
                 progress("memory adapter, 10 consumers on one stream ...")
@@ -1472,7 +1509,7 @@ async def replay_figures(args: argparse.Namespace) -> list[Figure]:
                     ck = f"{key}-replay"
                     TALLIES[ck] = tally = Tally(n)
                     t0 = time.perf_counter()
-                    await silo.get_grain(StreamConsumer, ck).subscribe("r", key, since)
+                    await silo.get_grain(StreamConsumer, ck).subscribe("r", key, None, since)
                     async with asyncio.timeout(DONE_TIMEOUT):
                         await tally.done
                     replay = n / (time.perf_counter() - t0)
@@ -1489,7 +1526,7 @@ async def replay_figures(args: argparse.Namespace) -> list[Figure]:
 
 
 # -- main -----------------------------------------------------------------------------------
-GROUPS = ("memory", "batch", "fanout", "sqlite", "redis", "postgres", "jetstream",
+GROUPS = ("memory", "batch", "fanout", "filter", "sqlite", "redis", "postgres", "jetstream",
           "backpressure", "replay")
 
 

@@ -1,6 +1,7 @@
 """The ``orleanspy`` command line: ``silo start`` hosts grains and ``silo stop`` stops them,
 ``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains top``
-and ``reminders list`` inspect a cluster, ``spark run`` runs a Spark grain's job.
+and ``reminders list`` inspect a cluster, ``streams subscriptions``/``unsubscribe`` and
+``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
 
 Each command lives in its own module under ``silo.commands``; this module builds the parser
 from them and maps errors to exit codes.
@@ -42,6 +43,10 @@ orleanspy: virtual actors (grains) on asyncio.
                                                list the silos of a cluster
   orleanspy streams status --membership sqlite:/srv/shop/cluster.db
                                                the stream queues: owners, cache, lag
+  orleanspy streams subscriptions events clicks alice --membership sqlite:/srv/shop/cluster.db
+                                               a stream's subscriptions (unsubscribe ID)
+  orleanspy streams agents stop events --membership sqlite:/srv/shop/cluster.db
+                                               stop pulling a provider's queues (start)
   orleanspy grains locate Counter alice --membership sqlite:/srv/shop/cluster.db
                                                which silo a grain is active on
   orleanspy reminders list --reminders sqlite:/srv/shop/orleanspy.db

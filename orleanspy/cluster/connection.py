@@ -224,7 +224,8 @@ class SiloConnection(FramedConnection):
                 if control.answer:
                     self.reply(control.id, False, MessageRejectedError(
                         f"control operation {control.op!r} is not open to tools: a tool "
-                        f"connection is read-only ({', '.join(sorted(TOOL_OPERATIONS))})",
+                        "connection is read-only but for the stream operator commands "
+                        f"({', '.join(sorted(TOOL_OPERATIONS))})",
                         "not_callable",
                     ))
                 return

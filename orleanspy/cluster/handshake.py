@@ -5,7 +5,8 @@ A challenge-response; the key itself never travels (maps, never pickle):
 1. opener -> acceptor, HELLO: ``{"v", "cluster", "silo": [h, p, g], "to": [h, p, g],
    "nonce": 32 bytes}``; a tool (``orleanspy cluster status``) sends ``"silo": None`` and
    the client ``"secret"`` instead, is answered ``{"v", "ok": true, "silo"}`` at once and may
-   then only send the read-only control requests in ``TOOL_OPERATIONS``;
+   then only send the control requests in ``TOOL_OPERATIONS`` (read-only questions and
+   the stream operator commands);
 2. acceptor -> opener, CHALLENGE: ``{"v", "challenge": 32 bytes, "silo": [h, p, g]}``;
 3. opener -> acceptor, PROOF: ``{"v", "proof": HMAC(K, "A->B" + T)}``, where K is the
    silo key derived from the cluster key and T the SHA-256 of HELLO and CHALLENGE as sent;
@@ -48,8 +49,12 @@ __all__ = [
     "silo_key",
 ]
 
-#: The control requests a tool connection may send: questions that change nothing.
-TOOL_OPERATIONS: Final = frozenset({"calls", "locate", "reminders", "status", "streams"})
+#: The control requests a tool connection may send: questions that change nothing, and the
+#: stream operator commands (``orleanspy streams unsubscribe``, ``streams agents``).
+TOOL_OPERATIONS: Final = frozenset({
+    "calls", "locate", "reminders", "status", "streams", "stream_agents",
+    "stream_subscriptions", "stream_unsubscribe",
+})
 
 _NONCE_SIZE: Final = 32
 _OPENER_LABEL: Final = b"orleanspy/silo/A->B"

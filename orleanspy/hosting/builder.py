@@ -94,6 +94,7 @@ from orleanspy.storage.memory import MemoryGrainStorage
 from orleanspy.storage.postgres import PostgresGrainStorage
 from orleanspy.storage.redis import RedisGrainStorage
 from orleanspy.storage.sqlite import SqliteGrainStorage
+from orleanspy.streams.admin import StreamOperations
 from orleanspy.streams.client_consumer import ClientStreamConsumer
 from orleanspy.streams.leases import MemoryQueueLeaseStore, QueueLeaseStore, SqliteQueueLeaseStore
 from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
@@ -296,6 +297,7 @@ def build_silo(
             refresh_period=opts.table_refresh_period,
         )
         operations = SiloOperations(silo, cluster)
+        stream_ops = StreamOperations(silo, cluster)
         handlers.update({
             "dir": cluster.directory.handle_wire,
             "probe": operations.handle_probe,
@@ -305,6 +307,9 @@ def build_silo(
             "cache": operations.on_cache,
             "status": operations.status,
             "streams": operations.streams_status,
+            "stream_subscriptions": stream_ops.subscriptions,  # operator commands (tools)
+            "stream_unsubscribe": stream_ops.unsubscribe,
+            "stream_agents": stream_ops.agents,
             "locate": operations.locate,
             "calls": operations.call_statistics,
             "reminders": operations.reminders_status,  # what a silo fires (tools)

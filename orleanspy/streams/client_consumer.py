@@ -245,6 +245,15 @@ class ClientStreamConsumer(Grain):
         finally:
             self._pending.pop(pending.id, None)
 
+    async def subscription_removed(self, sub_id: str) -> None:
+        """The subscription manager (a grain's or an operator's) removes ``sub_id``: remove
+        it from its stream and forget it. Unlike ``unsubscribe`` it says nothing of the
+        client's presence, and an id this client does not hold is no error."""
+        where = self.state.value.subscriptions.get(sub_id)
+        if where is not None:
+            await self._rendezvous(*where).remove_subscription(sub_id)
+            await self._forget([sub_id])
+
     async def __orleanspy_stream_error__(self, sub_id: str, error: BaseException) -> None:
         if self._away_for() > AWAY_AFTER:
             log.info("client_stream_error_dropped", client=self.key, subscription=sub_id,

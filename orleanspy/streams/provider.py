@@ -23,6 +23,7 @@ from orleanspy._util.histogram import Histogram
 from orleanspy.diagnostics import Diagnostics
 from orleanspy.logging import get_logger
 from orleanspy.streams.adapters.base import QueueAdapter, QueueAdapterFactory
+from orleanspy.streams.admin import StreamSubscriptionManager
 from orleanspy.streams.balancer import LeaseQueueBalancer, QueueBalancer, StaticQueueBalancer
 from orleanspy.streams.balancing.named import assigner_named
 from orleanspy.streams.client_consumer import release_polls
@@ -203,6 +204,35 @@ class PersistentStreamProvider:
     def agents(self) -> dict[QueueId, PullingAgent]:
         """This silo's pulling agents of this provider, by queue."""
         return self.manager.agents if self.manager is not None else {}
+
+    # -- operator commands (``orleanspy streams agents``) ----------------------------------
+    async def stop_agents(self) -> None:
+        """Stop this silo's pulling agents of the provider: each delivers what it cached and
+        acknowledges; the queues (and their leases) stay with this silo, unread, until
+        ``start_agents``. Published events wait in the queue."""
+        if self.manager is not None:
+            await self.manager.stop_agents()
+
+    async def start_agents(self) -> None:
+        """Start the agents ``stop_agents`` stopped; they read from each queue's
+        acknowledgement, so nothing published while they were stopped is lost."""
+        if self.manager is not None:
+            await self.manager.start_agents()
+
+    def agents_state(self) -> dict[str, Any]:
+        """``{"state": "running" | "stopped", "queues": [...]}``: this silo's queues of the
+        provider, pulled (running) or kept unread (stopped)."""
+        manager = self.manager
+        if manager is None:
+            return {"state": "not started", "queues": []}
+        queues = sorted({*manager.agents, *manager.held}, key=lambda q: q.index)
+        return {"state": "stopped" if manager.agents_stopped else "running",
+                "queues": [str(q) for q in queues]}
+
+    def subscription_manager(self) -> StreamSubscriptionManager:
+        """List and remove the subscriptions of this provider's streams
+        (``orleanspy.streams.admin``); from a grain or the silo's own code."""
+        return StreamSubscriptionManager(self.silo, self.name)
 
     @property
     def rebalances(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from orleanspy.grains.interface import client_endpoint, grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.streams.admin import StreamSubscriptionManager, SubscriptionInfo
 from orleanspy.streams.ids import StreamId, StreamKey
 from orleanspy.streams.stream import ErrorHandler, StreamHandler, StreamProducer
 from orleanspy.streams.tokens import SequenceToken
@@ -34,6 +35,11 @@ class StreamPublisher(SystemTarget):
     async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
         if events:
             await self.provider.enqueue(StreamId(namespace, key), list(events))
+
+    async def subscriptions(self, namespace: str, key: Any) -> list[SubscriptionInfo]:
+        """The subscriptions of the stream (a client's ``list_subscriptions``)."""
+        return await StreamSubscriptionManager(self.silo, self.provider.name).subscriptions(
+            namespace, key)
 
 
 class ClientStream(Generic[T]):
@@ -103,3 +109,25 @@ class ClientStreamProvider:
         if isinstance(item_type, type) and item_type.__module__ != "builtins":
             self._client.codec.policy.allow_module(item_type.__module__)
         return ClientStream(self._publisher, StreamId(namespace, key), self._client, self.name)
+
+    async def list_subscriptions(self, namespace: str, key: StreamKey) -> list[SubscriptionInfo]:
+        """Every subscription of the stream ``(namespace, key)``, of any consumer
+        (``orleanspy.streams.admin.SubscriptionInfo``: id, consumer, kind, filter, where it
+        is)."""
+        return list(await self._publisher.subscriptions(namespace, key))
+
+    async def remove_subscription(self, namespace: str, key: StreamKey, sub_id: str) -> None:
+        """Remove one of this client's own subscriptions of the stream; its deliveries stop.
+
+        Raises:
+            PermissionError: ``sub_id`` is not this client's (a grain removes any explicit
+                subscription with ``provider.subscription_manager()``, an operator with
+                ``orleanspy streams unsubscribe``).
+            KeyError: this client has no such subscription.
+        """
+        if not sub_id.startswith(f"{self._client.client_id}/"):
+            raise PermissionError(
+                f"subscription {sub_id!r} of {namespace}/{key} is not this client's: a "
+                "client removes only its own; an operator removes any with `orleanspy "
+                "streams unsubscribe`")
+        await self._client._stream_receiver().unsubscribe(sub_id)

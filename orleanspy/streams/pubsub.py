@@ -156,6 +156,11 @@ class PubSubRendezvous(Grain):
             if r.consumer_type == consumer_type and r.consumer_key == consumer_key
         ]
 
+    async def all_subscriptions(self) -> list[SubscriptionRecord]:
+        """Every explicit subscription of the stream, faulted ones included (the
+        subscription manager, ``orleanspy.streams.admin``)."""
+        return list(self.state.value.subscriptions.values())
+
     async def producers(self) -> list[tuple[Any, ...]]:
         return list(self.state.value.producers)
 

@@ -70,8 +70,9 @@ def add_parser(commands: Any) -> None:
     status.set_defaults(handler=run)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of the commands that read a cluster's membership table."""
+def add_arguments(p: argparse.ArgumentParser, *, timeout: float = 3.0) -> None:
+    """The options of the commands that read a cluster's membership table (``timeout``: the
+    default wait for each silo's answer)."""
     p.add_argument("--membership", metavar="URL",
                    help="membership table: sqlite:PATH (relative to --data-dir), "
                    "redis://HOST:PORT/DB?prefix=P or postgresql://USER@HOST:PORT/DB?schema=S "
@@ -82,8 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secret", help="shared secret of the silos, if they have one")
     p.add_argument("--data-dir", metavar="DIR",
                    help="folder of relative SQLite paths (default: .orleanspy)")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS",
-                   help="how long to wait for each silo's answer (default: 3)")
+    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                   help=f"how long to wait for each silo's answer (default: {timeout:g})")
     p.add_argument("--json", action="store_true", help="print one JSON list")
 
 

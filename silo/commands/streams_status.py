@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from orleanspy import SiloOptions
+from silo.commands import streams_admin
 from silo.commands.cluster_status import (
     add_arguments,
     ask_silos,
@@ -43,8 +44,9 @@ Example:
 def add_parser(commands: Any) -> None:
     """Register ``streams`` and its ``status`` subcommand on the top-level subparsers."""
     streams = commands.add_parser(
-        "streams", help="inspect the stream queues of a cluster",
-        description="Inspect the stream queues of a cluster.",
+        "streams", help="inspect the stream queues of a cluster, manage subscriptions and "
+        "agents", description="Inspect the stream queues of a cluster; list and remove a "
+        "stream's subscriptions; stop, start and show a provider's pulling agents.",
     )
     streams.set_defaults(handler=lambda _: usage(streams))
     sub = streams.add_subparsers(dest="streams_command", metavar="SUBCOMMAND")
@@ -55,6 +57,7 @@ def add_parser(commands: Any) -> None:
     )
     add_arguments(status)
     status.set_defaults(handler=run)
+    streams_admin.add_subcommands(sub)
 
 
 def run(args: argparse.Namespace) -> int:

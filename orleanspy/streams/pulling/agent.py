@@ -374,6 +374,24 @@ class PullingAgent(SystemTarget):
     async def statistics(self) -> AgentStatistics:
         return self.snapshot()
 
+    @always_interleave
+    async def positions(self, namespace: str, key: Any) -> dict[str, list[Any]]:
+        """Where each subscription of the stream is here: ``sub_id -> [next, lag]``, the
+        sequence of the next container it is to take (None when caught up) and how many
+        queue positions it is behind (the subscription manager). A spilled one (served from
+        the queue) has no next container known here: None, with its lag."""
+        out: dict[str, list[Any]] = {}
+        for sub_id, sub in self.streams.get(StreamId(namespace, key), {}).items():
+            cursor = sub.cursor
+            item = cursor.item if cursor is not None else None
+            if item is not None:
+                out[sub_id] = [item.token.sequence, cursor.lag() if cursor else 0]
+            elif sub.spilled_from is not None:
+                out[sub_id] = [None, max(0, self.last_read - sub.after)]
+            else:
+                out[sub_id] = [None, 0]
+        return out
+
     def snapshot(self) -> AgentStatistics:
         """Cache size and pressure, pull period, counters and per-subscription lag."""
         return snapshot(self)

@@ -7,6 +7,11 @@ each of its balancer's queues once, at start. A clustered silo balances at runti
 (running deliveries finish, acknowledgements commit) before their leases are released, and
 agents of queues it gained start only once it holds their leases. Leases are renewed every
 third of ``lease_duration`` on the silo's clock.
+
+``stop_agents`` (the operator's ``orleanspy streams agents stop``) stops every agent as a
+planned move does (what is cached is delivered and acknowledged) but keeps the queues and
+their leases: nothing reads them, so their events wait in the queue, and no other silo takes
+them. ``start_agents`` starts an agent for each again, reading from the acknowledgement.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class PullingManager:
         self.provider = provider
         self.log = log
         self.agents: dict[QueueId, PullingAgent] = {}
+        #: stopped by ``stop_agents``: the queues this silo keeps (and their leases) unread
+        self.held: set[QueueId] = set()
+        self.agents_stopped = False
         self._leases: LeaseQueueBalancer | None = None
         self._me = ""
         self._view_changed = asyncio.Event()
@@ -100,18 +108,62 @@ class PullingManager:
                 task.cancel()  # waits in its timer, never in a round (it holds the lock then)
                 await asyncio.gather(task, return_exceptions=True)
             queues = list(self.agents)
-            results = await asyncio.gather(*(self._stop_agent(q) for q in queues),
-                                           return_exceptions=True)
-            for queue, result in zip(queues, results, strict=True):
-                if isinstance(result, BaseException):
-                    self.log.error("stream_agent_stop_failed", queue=str(queue),
-                                   error=repr(result))
+            await self._stop_agents(queues)
+            queues += sorted(self.held - set(queues), key=lambda q: q.index)
+            self.held.clear()
             if self._leases is not None:
                 try:
                     await self._leases.release(queues, self._me)
                 except Exception as exc:  # they expire anyway
                     self.log.warning("stream_lease_release_failed", error=repr(exc))
                 await self._leases.close()
+
+    async def _stop_agents(self, queues: list[QueueId]) -> None:
+        results = await asyncio.gather(*(self._stop_agent(q) for q in queues),
+                                       return_exceptions=True)
+        for queue, result in zip(queues, results, strict=True):
+            if isinstance(result, BaseException):
+                self.log.error("stream_agent_stop_failed", queue=str(queue),
+                               error=repr(result))
+
+    async def stop_agents(self) -> None:
+        """Stop pulling: every agent hands its queue off (delivers what it cached, for up
+        to ``handoff_timeout``, and acknowledges) and stops; this silo keeps the queues and
+        their leases, so their events wait in the queue. Serialised with balancing."""
+        async with self._balance_lock:
+            if self._stopping or self.agents_stopped:
+                return
+            self.agents_stopped = True
+            queues = list(self.agents)
+            self.held.update(queues)
+            await self._stop_agents(queues)
+            self.log.info("stream_agents_stopped", queues=len(self.held))
+
+    async def start_agents(self) -> None:
+        """Pull again: start an agent for every queue kept by ``stop_agents`` (each reads
+        from the queue's acknowledgement, so nothing published meanwhile is lost).
+
+        Raises:
+            RuntimeError: some agents did not start (the others did); on a balancing silo
+                the next rounds retry those queues.
+        """
+        async with self._balance_lock:
+            if self._stopping or not self.agents_stopped:
+                return
+            self.agents_stopped = False
+            failed: list[str] = []
+            for queue in sorted(self.held, key=lambda q: q.index):
+                self.held.discard(queue)
+                try:
+                    await self._start_agent(queue)
+                except Exception as exc:  # the others start all the same
+                    self.log.error("stream_agent_start_failed", queue=str(queue),
+                                   error=repr(exc))
+                    failed.append(f"{queue}: {exc!r}")
+            self.log.info("stream_agents_started", queues=len(self.agents))
+        if failed:
+            raise RuntimeError(f"{len(failed)} pulling agents did not start: "
+                               + "; ".join(failed))
 
     async def restart_agent(self, queue: QueueId) -> bool:
         """Hand ``queue`` over from its agent to a new one on this silo, as a planned move
@@ -200,10 +252,11 @@ class PullingManager:
         async with self._balance_lock:
             if self._stopping:
                 return
-            lost = await self._leases.renew(list(self.agents), self._me,
+            lost = await self._leases.renew([*self.agents, *self.held], self._me,
                                             self.provider.options.lease_duration)
             for queue in lost:  # another silo took it after it expired: stop pulling at once
                 self.log.warning("stream_lease_lost", queue=str(queue))
+                self.held.discard(queue)
                 await self._stop_agent(queue)
 
     async def _rebalance(self) -> None:
@@ -225,16 +278,20 @@ class PullingManager:
             queues = self.provider.mapper.all_queues()
             target = await leases.plan(queues, me, active)
             wanted = set(target)
-            for queue in [q for q in self.agents if q not in wanted]:
+            for queue in [q for q in (*self.agents, *self.held) if q not in wanted]:
+                self.held.discard(queue)
                 await self._stop_agent(queue)
                 await leases.release([queue], me)
                 self.log.info("stream_queue_released", queue=str(queue))
             pending = 0
             duration = self.provider.options.lease_duration
             for queue in target:
-                if queue in self.agents or self._stopping:
+                if queue in self.agents or queue in self.held or self._stopping:
                     continue
                 if await leases.acquire(queue, me, duration, dead):
+                    if self.agents_stopped:  # kept unread until ``start_agents``
+                        self.held.add(queue)
+                        continue
                     try:
                         await self._start_agent(queue)
                     except Exception:
