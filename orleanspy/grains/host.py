@@ -51,10 +51,14 @@ class ReminderEntry:
 
 
 class TimerHandle(Protocol):
-    """A grain timer: ``dispose()`` stops it; ``ticks`` counts the callbacks run."""
+    """A grain timer: ``dispose()`` stops it; ``change(due, period)`` reschedules it (the
+    next tick ``due`` seconds on, or after the tick in flight); ``ticks`` counts the
+    callbacks run."""
 
     name: str
     ticks: int
+
+    def change(self, due: float, period: float | None) -> None: ...
 
     def dispose(self) -> None: ...
 

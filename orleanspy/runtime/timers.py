@@ -1,4 +1,11 @@
-"""GrainTimer: turn-respecting, non-overlapping timers that die with their activation."""
+"""GrainTimer: turn-respecting, non-overlapping timers that die with their activation.
+
+``change(due, period)`` follows Orleans' ``IGrainTimer.Change``: outside a tick the timer is
+rescheduled at once (next tick ``due`` after the change, then every ``period``); while a tick
+is in flight (queued or running, so also from inside the callback) the change is held until
+the tick completes, and the next tick comes ``due`` after that completion. Ticks therefore
+never overlap, whoever changes the timer.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ class GrainTimer:
     __slots__ = (
         "_activation",
         "_callback",
+        "_changed",
         "_disposed",
         "_flags",
         "_handle",
@@ -61,10 +69,7 @@ class GrainTimer:
         keep_alive: bool,
         name: str | None,
     ) -> None:
-        if due < 0 or (period is not None and period <= 0):
-            raise ValueError(
-                f"register_timer(due={due}, period={period}): need due >= 0 and period > 0"
-            )
+        _check("register_timer", due, period)
         if not callable(callback):
             raise TypeError("register_timer(callback): callback must be an async callable")
         self._activation = activation
@@ -77,6 +82,8 @@ class GrainTimer:
         )
         self._handle: TimerHandle | None = None
         self._disposed = False
+        #: changed while a tick was in flight: the next tick comes ``due`` after it
+        self._changed = False
         self.ticks = 0
 
     def start(self) -> None:
@@ -87,7 +94,9 @@ class GrainTimer:
         self._handle = self._activation.silo.clock.call_later(delay, self._tick)
 
     def _tick(self) -> None:
+        # From here until ``_done`` the tick is in flight (``_handle`` is None).
         self._handle = None
+        self._changed = False
         if self._disposed:
             return
         act = self._activation
@@ -111,10 +120,39 @@ class GrainTimer:
                 "grain_timer_failed", grain=self._activation.name, timer=self.name,
                 error=repr(value),
             )
-        if not self._disposed and self.period is not None:
+        if self._disposed:
+            return
+        if self._changed:
+            self._changed = False
+            self._schedule(self.due)
+        elif self.period is not None:
             self._schedule(self.period)
-        elif self.period is None:
+        else:
             self.dispose()
+
+    def change(self, due: float, period: float | None) -> None:
+        """Next tick ``due`` seconds from now, then every ``period`` (None: once).
+
+        Called while a tick is queued or running (from the callback itself, say), the
+        change waits for that tick to complete: the next tick comes ``due`` after it. A
+        one-shot timer's callback can re-arm its timer so. Raises ``RuntimeError`` on a
+        disposed timer (after ``dispose()``, its one-shot tick, or its activation's end).
+        """
+        _check("change", due, period)
+        if self._disposed:
+            raise RuntimeError(
+                f"timer {self.name!r} of {self._activation.name} is disposed (by dispose(), "
+                "after its one-shot tick, or with its activation): register a new timer "
+                "with register_timer instead of changing this one"
+            )
+        self.due = due
+        self.period = period
+        handle = self._handle
+        if handle is None:  # a tick is in flight: ``_done`` schedules the next one
+            self._changed = True
+            return
+        handle.cancel()
+        self._schedule(due)
 
     def dispose(self) -> None:
         """Stop the timer; a tick already running finishes."""
@@ -127,3 +165,11 @@ class GrainTimer:
     @property
     def disposed(self) -> bool:
         return self._disposed
+
+
+def _check(what: str, due: float, period: float | None) -> None:
+    if due < 0 or (period is not None and period <= 0):
+        raise ValueError(
+            f"{what}(due={due}, period={period}): need due >= 0 and period > 0 "
+            "(period=None for a timer that fires once)"
+        )

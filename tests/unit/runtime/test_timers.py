@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from orleanspy import ActivationFailedError, Grain
+from orleanspy import ActivationFailedError, Grain, always_interleave
 from orleanspy.testing import FakeClock
 
 WAIT = 5.0
@@ -276,3 +276,133 @@ async def test_timer_registered_in_failed_activation_is_disposed(make_silo, prob
 
     assert timer.disposed
     assert timer.ticks == 0
+
+
+class Changer(Grain):
+    """A timer whose callback may change it (``plan``: tick number -> (due, period))."""
+
+    def __init__(self) -> None:
+        self.timer = None
+        self.plan: dict[int, tuple[float, float | None]] = {}
+        self.gated = False
+
+    async def start(self, due: float, period: float | None,
+                    plan: dict[int, tuple[float, float | None]] | None = None,
+                    gated: bool = False) -> None:
+        self.plan, self.gated = plan or {}, gated
+        self.timer = self.register_timer(self._tick, due, period, interleave=gated)
+
+    async def _tick(self) -> None:
+        probe, clock = self.silo.probe, self.silo.clock
+        n = self.timer.ticks + 1
+        probe.record(("tick", self.key, n, clock.monotonic()))
+        if self.gated:
+            await probe.gate(f"tick-{self.key}").wait()
+        if n in self.plan:
+            self.timer.change(*self.plan[n])
+
+    @always_interleave
+    async def change(self, due: float, period: float | None) -> float:
+        self.timer.change(due, period)
+        return float(self.silo.clock.monotonic())
+
+    async def disposed(self) -> bool:
+        return bool(self.timer.disposed)
+
+
+def tick_times(log: list, key: str) -> list[float]:
+    return [e[3] for e in log if e[0] == "tick" and e[1] == key]
+
+
+async def test_timer_change_from_outside_reschedules_from_the_change(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    t0 = clock.monotonic()
+    await ref.start(100.0, 100.0)
+    await clock.run_for(10.0)
+
+    changed = await ref.change(3.0, 5.0)
+    await clock.run_for(14.0)
+
+    assert changed == t0 + 10.0
+    assert tick_times(probe.log, "c") == [changed + 3.0, changed + 8.0, changed + 13.0]
+
+
+async def test_timer_change_inside_callback_counts_from_the_tick_end(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    t0 = clock.monotonic()
+
+    await ref.start(1.0, 1.0, plan={2: (4.0, 2.0)})
+    await clock.run_for(11.0)
+
+    # ticks at 1 and 2 (period 1); the change in tick 2 gives 2+4, then every 2
+    assert tick_times(probe.log, "c") == [t0 + 1, t0 + 2, t0 + 6, t0 + 8, t0 + 10]
+
+
+async def test_timer_change_while_a_tick_runs_waits_for_it(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    t0 = clock.monotonic()
+    await ref.start(1.0, 1.0, gated=True)
+    await run_until(clock, lambda: len(tick_times(probe.log, "c")) == 1)
+    await clock.run_for(5.0)  # the tick holds: no second tick, whatever the period
+
+    await ref.change(2.0, 3.0)  # the tick is in flight: applies when it completes
+    await clock.run_for(1.5)
+    probe.open("tick-c")
+    await clock.run_for(0.0)
+    ended = clock.monotonic()
+    await clock.run_for(5.5)
+
+    assert tick_times(probe.log, "c") == [t0 + 1, ended + 2.0, ended + 5.0]
+
+
+async def test_timer_one_shot_can_rearm_itself_and_become_periodic(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    t0 = clock.monotonic()
+
+    await ref.start(1.0, None, plan={1: (2.0, None), 2: (1.0, 3.0)})
+    await clock.run_for(10.0)
+
+    assert tick_times(probe.log, "c") == [t0 + 1, t0 + 3, t0 + 4, t0 + 7, t0 + 10]
+    assert await ref.disposed() is False
+
+
+async def test_timer_change_to_one_shot_fires_once_then_disposes(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    await ref.start(1.0, 1.0)
+    await clock.run_for(1.5)
+
+    changed = await ref.change(2.0, None)
+    await clock.run_for(10.0)
+
+    assert tick_times(probe.log, "c")[1:] == [changed + 2.0]
+    assert await ref.disposed() is True
+
+
+@pytest.mark.parametrize(("due", "period"), [(-1.0, 1.0), (1.0, 0.0), (1.0, -2.0)])
+async def test_timer_change_refuses_bad_arguments(make_silo, probe, due, period):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    await ref.start(1.0, 1.0)
+
+    with pytest.raises(ValueError, match=r"change\(.*need due >= 0 and period > 0"):
+        await ref.change(due, period)
+    await clock.run_for(2.5)  # the timer goes on as it was
+    assert len(tick_times(probe.log, "c")) == 2
+
+
+async def test_timer_change_of_a_disposed_timer_raises(make_silo, probe):
+    silo, clock = await fake_silo(make_silo, Changer)
+    ref = silo.get_grain(Changer, "c")
+    await ref.start(1.0, None)
+    await clock.run_for(2.0)
+    assert await ref.disposed() is True
+
+    with pytest.raises(RuntimeError, match=r"is disposed.*register a new timer"):
+        await ref.change(1.0, None)
+    await clock.run_for(5.0)
+    assert len(tick_times(probe.log, "c")) == 1
