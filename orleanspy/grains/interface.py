@@ -18,7 +18,7 @@ through). Type names starting with ``orleanspy.`` are reserved for the runtime's
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, TypeVar, cast
@@ -40,6 +40,7 @@ __all__ = [
     "RUNTIME_TYPE_PREFIX",
     "STREAM_CALLBACKS",
     "GrainClassInfo",
+    "InterleavePredicate",
     "MethodInfo",
     "OverflowPolicy",
     "PlacementStrategy",
@@ -51,6 +52,7 @@ __all__ = [
     "collection_age",
     "grain_type",
     "mailbox",
+    "may_interleave",
     "one_way",
     "placement",
     "read_only",
@@ -65,6 +67,10 @@ C = TypeVar("C", bound=type)
 
 _INFO_ATTR: Final = "_orleanspy_class_info"
 _HANDLER_ATTR: Final = "_orleanspy_stream_handler"
+_PREDICATE_ATTR: Final = "_orleanspy_may_interleave"
+
+#: A class's interleave predicate: ``(method, args, kwargs) -> may the request interleave?``
+InterleavePredicate = Callable[[str, Sequence[Any], Mapping[str, Any]], bool]
 # Methods of the Grain base that the runtime calls through the normal call path.
 RUNTIME_EXTENSIONS: Final = frozenset(
     {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__"}
@@ -127,6 +133,8 @@ class GrainClassInfo:
     #: the runtime owns the class (a system target or ``runtime_grain``)
     runtime: bool = False
     placement: PlacementStrategy = PlacementStrategy.PREFER_LOCAL
+    #: the class's ``@may_interleave`` predicate, None without one (``runtime.admission``)
+    may_interleave: InterleavePredicate | None = field(default=None, compare=False)
     #: The generated reference class (``grains.proxy.reference_class``), made on first use.
     reference: type | None = field(default=None, compare=False, repr=False)
 
@@ -146,6 +154,52 @@ def _mark(fn: F, attr: str) -> F:
 def always_interleave(fn: F) -> F:
     """The method may run while any other request is running on the activation."""
     return _mark(fn, "_orleanspy_always_interleave")
+
+
+def may_interleave(fn: F) -> F:
+    """Mark the class's interleave predicate, a ``@staticmethod`` or ``@classmethod``
+    ``(method: str, args: Sequence, kwargs: Mapping) -> bool`` (either decorator order).
+
+    Asked about a request (or one-way call) that finds the activation busy, before it is
+    queued: True lets it run alongside the running requests, as if its method were
+    ``@always_interleave``. Keep it quick and side-effect free; an exception it raises fails
+    the request with that error.
+    """
+    target = getattr(fn, "__func__", fn)
+    if not callable(target) or inspect.iscoroutinefunction(target):
+        raise TypeError(
+            "@may_interleave needs a plain (not async) function: "
+            "def may_interleave(method, args, kwargs) -> bool"
+        )
+    setattr(target, _PREDICATE_ATTR, True)
+    return fn
+
+
+def _interleave_predicate(cls: type) -> InterleavePredicate | None:
+    """The ``@may_interleave`` predicate of ``cls`` (the nearest class in the MRO that
+    declares one), bound to the class; None without one."""
+    for klass in cls.__mro__:
+        marked = [
+            (name, value) for name, value in vars(klass).items()
+            if getattr(getattr(value, "__func__", value), _PREDICATE_ATTR, False)
+        ]
+        if not marked:
+            continue
+        where = f"{klass.__qualname__}.{marked[0][0]}"
+        if len(marked) > 1:
+            names = ", ".join(name for name, _ in marked)
+            raise ConfigurationError(
+                f"{klass.__qualname__} marks several @may_interleave predicates ({names}): "
+                "keep one and combine the conditions in it"
+            )
+        name, value = marked[0]
+        if not isinstance(value, (staticmethod, classmethod)):
+            raise ConfigurationError(
+                f"@may_interleave {where} is an instance method: make it a @staticmethod or "
+                "@classmethod (it is asked before the request reaches the grain)"
+            )
+        return cast(InterleavePredicate, getattr(cls, name))
+    return None
 
 
 def read_only(fn: F) -> F:
@@ -343,6 +397,7 @@ def _build(cls: type) -> GrainClassInfo:
         is_system_target=system_target,
         runtime=runtime,
         placement=getattr(cls, "_orleanspy_placement", PlacementStrategy.PREFER_LOCAL),
+        may_interleave=_interleave_predicate(cls),
     )
 
 

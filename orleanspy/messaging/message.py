@@ -45,6 +45,10 @@ FLAG_SUPPRESS_KEEP_ALIVE: Final = 4
 FLAG_SELF_CALL: Final = 8
 #: The request came from a gateway client: only methods open to clients may run it.
 FLAG_FROM_CLIENT: Final = 16
+#: The receiving class's interleave predicate (``@may_interleave``) admitted the request.
+FLAG_MAY_INTERLEAVE: Final = 32
+#: The receiving class's interleave predicate refused the request (asked once per request).
+FLAG_INTERLEAVE_REFUSED: Final = 64
 
 
 class Sender(Protocol):

@@ -1,7 +1,8 @@
 """Admission: may a message start now on an activation, or must it queue?
 
 Rationale. The rules follow Orleans' ``MayInvokeRequest`` (see docs/architecture.md):
-nothing running → run; always-interleave → run; no blocking request → run; read-only
+nothing running → run; always-interleave, or admitted by the class's interleave predicate
+(``@may_interleave``) → run; no blocking request → run; read-only
 with a read-only blocking request → run; a call chain that passes through a running request
 of this activation → run if call-chain reentrancy is allowed, else ``DeadlockError`` if that
 request is the blocking one; reentrant class → run; otherwise queue.
@@ -9,17 +10,29 @@ request is the blocking one; reentrant class → run; otherwise queue.
 ``Admission`` is a base of ``Activation`` (a slotted class chain rather than a separate
 object, so that the turn path pays no extra attribute hop): it owns the running requests and
 the blocking one, and decides; the activation starts the turns.
+
+The interleave predicate is asked once per message, where the activation is busy (or not
+yet valid) and the message would otherwise be checked against the rules
+(``_admissible_now``): an idle activation starts a request without asking, and a class
+without a predicate pays one ``None`` test there. Its answer is kept in the message's flags
+(``FLAG_MAY_INTERLEAVE`` / ``FLAG_INTERLEAVE_REFUSED``); an admitted request still holds
+back the requests that the predicate refuses, like any request, once it is the oldest
+running. A predicate that raises fails the message with its error, as Orleans does. Timer
+ticks are not asked (their ``interleave=`` decides).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
+from types import MappingProxyType
+from typing import Any, Final
 
 from orleanspy.errors import DeadlockError
 from orleanspy.grains.interface import GrainClassInfo
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
+    FLAG_INTERLEAVE_REFUSED,
+    FLAG_MAY_INTERLEAVE,
     FLAG_READ_ONLY,
     Direction,
     Message,
@@ -28,7 +41,12 @@ from orleanspy.runtime.activation_state import ActivationState
 
 __all__ = ["Admission"]
 
-_INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY
+_INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY | FLAG_MAY_INTERLEAVE
+#: flags that admit a message whatever runs
+_ADMIT_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_MAY_INTERLEAVE
+#: flags that make asking the interleave predicate pointless (or say it was asked)
+_DECIDED_MASK: Final = _ADMIT_MASK | FLAG_INTERLEAVE_REFUSED
+_NO_KWARGS: Final[MappingProxyType[str, Any]] = MappingProxyType({})
 
 
 class Admission:
@@ -53,7 +71,7 @@ class Admission:
     def _may_invoke(self, msg: Message) -> bool:
         """Orleans' admission rules, plus fail-fast deadlock detection on call chains."""
         running = self.running
-        if not running or msg.flags & FLAG_ALWAYS_INTERLEAVE:
+        if not running or msg.flags & _ADMIT_MASK:
             return True
         blocking = self.blocking
         if blocking is None or self.info.reentrant:
@@ -78,12 +96,25 @@ class Admission:
                         )
         return False
 
+    def _ask_predicate(self, msg: Message) -> None:
+        """Ask the class's interleave predicate about ``msg`` once; keep the answer."""
+        predicate = self.info.may_interleave
+        if predicate is None or msg.invoke is not None:
+            return
+        if predicate(msg.method, msg.args, msg.kwargs or _NO_KWARGS):
+            msg.flags |= FLAG_MAY_INTERLEAVE
+        else:
+            msg.flags |= FLAG_INTERLEAVE_REFUSED
+
     def _is_special(self, msg: Message) -> bool:
         """May this message start (or be found deadlocked) while a blocking request runs?"""
         return bool(msg.flags & _INTERLEAVE_MASK or msg.chain)
 
     def _admissible_now(self, msg: Message) -> bool:
-        """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``.)"""
+        """May ``msg`` start now, ahead of anything queued? (Raises ``DeadlockError``, or
+        what the class's interleave predicate raised.)"""
+        if self.info.may_interleave is not None and not msg.flags & _DECIDED_MASK:
+            self._ask_predicate(msg)
         if self.state is not ActivationState.VALID:
             # While deactivating, calls made by a running request (reentrant, always-
             # interleave or call-chain) still get in; fresh requests wait for redispatch.

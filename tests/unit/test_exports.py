@@ -48,8 +48,9 @@ PUBLIC = [
     "SiloOptions", "SiloUnavailableError", "StreamError", "StreamId",
     "StreamSubscriptionHandle", "TickStatus", "allow_call_chain_reentrancy",
     "always_interleave", "call_chain_reentrant", "collection_age", "grain_type",
-    "implicit_subscription", "mailbox", "one_way", "persistent_state", "placement",
-    "read_only", "reentrant", "serializable", "stateless_worker", "stream_handler",
+    "implicit_subscription", "mailbox", "may_interleave", "one_way", "persistent_state",
+    "placement", "read_only", "reentrant", "serializable", "stateless_worker",
+    "stream_handler",
 ]
 
 
@@ -99,7 +100,7 @@ def test_exports_testing_helpers():
     [
         "Grain", "GrainRef", "Silo", "SiloOptions", "ClusterClient", "persistent_state",
         "reentrant",
-        "call_chain_reentrant", "always_interleave", "read_only", "one_way",
+        "call_chain_reentrant", "always_interleave", "may_interleave", "read_only", "one_way",
         "stateless_worker", "mailbox", "collection_age", "grain_type",
         "allow_call_chain_reentrancy", "GrainCallTimeoutError", "DeadlockError",
         "MailboxFullError", "RemoteGrainError", "SiloUnavailableError", "SerializationError",
