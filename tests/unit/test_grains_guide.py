@@ -1,0 +1,79 @@
+"""The examples of docs/grains.md work as written: each is read from the document and run.
+
+Bounded by ``asyncio.timeout``; the timer runs on a ``FakeClock``, the interleaving is
+observed with events, never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from orleanspy.diagnostics import RequestQueued
+from orleanspy.testing import EventRecorder, FakeClock, TestCluster
+
+WAIT = 5.0
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "grains.md"
+
+
+def example(defines: str) -> dict[str, Any]:
+    """Run the guide's python example that contains ``defines``; its namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    (code,) = [b for b in blocks if defines in b]
+    namespace: dict[str, Any] = {"__name__": "grains_guide"}
+    exec(compile(code, str(GUIDE), "exec"), namespace)
+    return namespace
+
+
+Poller = example("class Poller(")["Poller"]
+PriceList = example("class PriceList(")["PriceList"]
+#: ``GatedPriceList._load`` sets "loading", then waits for "loaded" (made by the test)
+EVENTS: dict[str, asyncio.Event] = {}
+
+
+class GatedPriceList(PriceList):
+    async def _load(self) -> dict[str, float]:
+        EVENTS["loading"].set()
+        await EVENTS["loaded"].wait()
+        return dict(await super()._load())
+
+
+async def test_guide_timer_change_rests_after_a_failed_poll():
+    clock = FakeClock()
+    async with TestCluster(grains=[Poller], clock=clock) as cluster:
+        ref = cluster.get_grain(Poller, "p")
+        await ref.start()
+        await clock.run_for(2.0)  # polls at 1 and 2; the second fails
+        assert await ref.count() == 2
+        await clock.run_for(29.5)
+        assert await ref.count() == 2  # resting
+        await clock.run_for(0.5)  # 30 s after the failed poll completed
+        assert await ref.count() == 3
+        await clock.run_for(2.0)  # every second again
+        assert await ref.count() == 5
+
+
+async def test_guide_predicate_lets_cached_lookups_past_a_refresh():
+    EVENTS.update(loading=asyncio.Event(), loaded=asyncio.Event())
+    async with TestCluster(grains=[GatedPriceList]) as cluster:
+        ref = cluster.get_grain(GatedPriceList, "shop")  # through the gateway
+        refresh = asyncio.create_task(ref.refresh())
+        try:
+            async with asyncio.timeout(WAIT):
+                await EVENTS["loading"].wait()
+
+                assert await ref.price("tea") is None  # interleaved: the refresh still runs
+                assert not refresh.done()
+                with EventRecorder(cluster.silo.diagnostics) as events:
+                    fresh = asyncio.create_task(ref.price("tea", fresh=True))
+                    await events.wait_event(RequestQueued, lambda e: e.method == "price")
+                assert not fresh.done()
+
+                EVENTS["loaded"].set()
+                await refresh
+                assert await fresh == 2.5
+        finally:
+            EVENTS["loaded"].set()  # a failure above leaves no turn waiting
+            await asyncio.gather(refresh, return_exceptions=True)
