@@ -15,6 +15,7 @@ import pytest
 
 from orleanspy import ConfigurationError, Grain, may_interleave
 from orleanspy.grains.interface import class_info
+from orleanspy.testing import TestCluster
 
 WAIT = 5.0
 #: what the predicates were asked: (method, args, kwargs)
@@ -160,3 +161,23 @@ def test_predicate_cannot_be_async():
         @may_interleave
         async def decide(method: str, args: tuple[Any, ...], kwargs: Any) -> bool:
             return True
+
+
+
+async def test_predicate_decides_for_gateway_requests_too(probe):
+    async with TestCluster(grains=[Lookups]) as cluster:
+        cluster.silo.probe = probe  # type: ignore[attr-defined]
+        ref = cluster.get_grain(Lookups, "g")  # through the gateway
+        probe.open("fast-1")
+        slow = asyncio.create_task(ref.work("slow-1"))
+        try:
+            async with asyncio.timeout(WAIT):
+                await probe.wait_logged(("start", "slow-1"))
+                assert await ref.work(tag="fast-1") == "fast-1"
+                with pytest.raises(LookupError, match="cannot decide on boom"):
+                    await ref.boom()
+                assert not slow.done()
+        finally:
+            probe.open_all()
+            await asyncio.gather(slow, return_exceptions=True)
+        assert ("work", (), {"tag": "fast-1"}) in ASKED
