@@ -173,7 +173,8 @@ class Grain:
         Ticks are turns like requests (they wait for a running request unless
         ``interleave``), never overlap themselves (the next is scheduled ``period`` after
         the previous finished), do not keep the grain alive unless ``keep_alive``, and stop
-        when the activation deactivates.
+        when the activation deactivates. The timer returned stops with ``dispose()`` and
+        reschedules with ``change(due, period)`` (from its own callback too).
         """
         return self._orleanspy_activation.start_timer(
             callback, due, period, interleave=interleave, keep_alive=keep_alive, name=name
