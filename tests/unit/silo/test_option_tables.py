@@ -3,7 +3,8 @@
 docs/configuration.md lists every ``SiloOptions`` field with the ``silo start`` flag that sets
 it (blank, or the environment variable, for a field without one) and its default; docs/streams.md
 lists every ``StreamProviderOptions`` field (``[streams.NAME]`` keys) and its default. A
-field added, renamed or given another default without its table row fails here.
+field added, renamed or given another default without its table row fails here. Every TOML
+example of the documents loads as a config file.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orleanspy import SiloOptions
+import pytest
+
+from orleanspy import ConfigurationError, SiloOptions
 from orleanspy.streams.options import StreamProviderOptions
 from silo.cli import build_parser
 from silo.commands.silo_start import _FLAG_NAMES
+from silo.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 SKIP = object()  # a default the table says in words ("CPU count", "the probe period")
@@ -118,3 +122,25 @@ def test_streams_table_lists_every_provider_option_with_its_default():
                              "StreamProviderOptions")
     assert sorted(documented) == sorted(fields), "docs/streams.md's table and the options"
     assert not wrong, "\n".join(wrong)
+
+
+def _toml_blocks() -> list[tuple[str, str]]:
+    blocks = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"^```toml\n(.*?)^```", text, re.S | re.M):
+            if match.group(1).lstrip().startswith("[tool."):
+                continue  # a pyproject.toml fragment
+            line = text.count("\n", 0, match.start()) + 1
+            blocks.append((f"{path.relative_to(ROOT)}:{line}", match.group(1)))
+    return blocks
+
+
+@pytest.mark.parametrize(("where", "block"), _toml_blocks(), ids=lambda v: v.split("\n")[0])
+def test_each_toml_example_of_the_documents_loads(where: str, block: str, tmp_path: Path):
+    path = tmp_path / "orleanspy.toml"
+    path.write_text(block, encoding="utf-8")
+    try:
+        load_config(path, {}, environ={})
+    except ConfigurationError as exc:
+        pytest.fail(f"{where}: the example does not load: {exc}")
