@@ -27,8 +27,9 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``MAX_SUBSCRIPTION_SERIES`` subscriptions of the silo, the furthest behind, and
   ``stream_subscription_series_omitted`` counts the others
 - per provider ``{provider}``: ``stream_publish_seconds`` (histogram: from a publish to the
-  queue's acknowledgement, sampled after the first 1,024 of each second), ``stream_delivery_latency_seconds``
-  (histogram: from the queue's write of a delivery's oldest event to the consumer's return)
+  queue's acknowledgement, sampled after the first 1,024 of each second),
+  ``stream_delivery_latency_seconds`` (histogram: from the queue's write of a delivery's
+  oldest event to the consumer's return)
 - on a clustered silo, from its membership view and the stream-queue leases (no peer is
   asked): ``cluster_silo_status{peer, status}`` (1 per row of the table),
   ``cluster_silo_last_seen_timestamp_seconds{peer}``,
