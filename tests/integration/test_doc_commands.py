@@ -215,7 +215,7 @@ async def test_the_documented_commands_run_against_a_silo(tmp_path: Path):
         by_name = {" ".join(argv[:2]): (stdout, stderr)
                    for (_, argv, _), (_, stdout, stderr) in ran}
         assert "Account/alice: active on" in by_name["grains locate"][0]
-        assert "deposit" in by_name["grains top"][0]
+        assert "cluster shop: 1 active" in by_name["cluster status"][0]
         assert "events" in by_name["streams status"][0]
         # README: "orleanspy silo stop --all   # graceful; waits for each exit"
         code, stdout, stderr = results[-1]
