@@ -48,8 +48,8 @@ _TOP_EPILOG = """\
 Asks every live silo for its call statistics twice, --interval seconds apart, and prints the
 methods with the most calls in between, busiest first: TYPE, METHOD, CALLS/S, ERRORS (calls
 that raised), P50 and P99 (a turn's time from its start to its end, queueing excluded; read
-from power-of-two buckets; after a method's first 1,024 calls on a silo, one call in 8 is
-timed), MEAN. --interval 0 shows the totals
+from power-of-two buckets; in each second a method's first 1,024 calls on a silo are timed,
+then one call in 32), MEAN. --interval 0 shows the totals
 since each silo started. --json prints the rows.
 Exit codes: 0 ok; 2 the membership table cannot be read or the arguments are wrong.
 

@@ -72,9 +72,8 @@ def run(args: argparse.Namespace) -> int:
     flags = {"reminders": _absolute(args.reminders, args.data_dir),
              "membership": _absolute(args.membership, args.data_dir),
              "cluster_id": args.cluster_id, "data_dir": args.data_dir}
-    defaults = {**CLI_DEFAULTS, "reminders": _absolute(str(CLI_DEFAULTS["reminders"]),
-                                                       args.data_dir)}
-    options = load_config(find_config_file(args.config), flags, defaults=defaults).options
+    # The silos' default: in the data dir, or in a cluster beside the membership table.
+    options = load_config(find_config_file(args.config), flags, defaults=CLI_DEFAULTS).options
     for name in ("reminders", "membership"):
         url = getattr(options, name)
         if url is None:
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigurationError(f"{name} = memory: a process's own table; give the "
                                      "file or server the silos use")
         if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
-            error(f"no {name} table at {parsed.path}: give the file the silos use")
+            error(f"no {name} table at {os.path.abspath(parsed.path)}: give the file the silos use")
             return EXIT_USAGE  # and do not create an empty one
     grain = None
     if args.grain is not None:

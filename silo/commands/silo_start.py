@@ -107,8 +107,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reminder table: memory, sqlite:PATH, redis://HOST:PORT/DB?prefix=P "
                    "or postgresql://USER@HOST:PORT/DB?schema=S (default: sqlite:orleanspy.db)")
     p.add_argument("--dashboard-port", type=int, metavar="PORT",
-                   help="serve /healthz, /readyz, /metrics (Prometheus) and /api/silo on this "
-                   "port (0: any free port; default: none)")
+                   help="serve the dashboard page, /healthz, /readyz, /metrics (Prometheus), "
+                   "/api/silo and /api/cluster on this port (0: any free port; default: "
+                   "none)")
     p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
                    help="address of those endpoints (default: 127.0.0.1; beyond loopback only "
                    "with --secret, which requests then present as a Bearer token)")

@@ -6,7 +6,8 @@ Names (all prefixed ``orleanspy_``; labels in braces):
 - ``silo_up`` (1 while active), ``silo_uptime_seconds``
 - ``activations{type}``, ``grain_calls_total{type, method}``,
   ``grain_call_errors_total{type, method}``, ``grain_call_seconds{type, method}`` (histogram
-  of timed turns: every call up to a method's first 1,024 on the silo, then one in 8),
+  of timed turns: in each second every call up to a method's first 1,024 on the silo, then
+  one in 32),
   ``gateway_connections``, ``grains_collected_total``,
   ``reminders_fired_total``, ``reminders`` (the reminders the silo fires),
   ``event_loop_lag_seconds`` (the last measured lag)
@@ -26,8 +27,9 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``MAX_SUBSCRIPTION_SERIES`` subscriptions of the silo, the furthest behind, and
   ``stream_subscription_series_omitted`` counts the others
 - per provider ``{provider}``: ``stream_publish_seconds`` (histogram: from a publish to the
-  queue's acknowledgement, sampled after the first 1,024), ``stream_delivery_latency_seconds``
-  (histogram: from the queue's write of a delivery's oldest event to the consumer's return)
+  queue's acknowledgement, sampled after the first 1,024 of each second),
+  ``stream_delivery_latency_seconds`` (histogram: from the queue's write of a delivery's
+  oldest event to the consumer's return)
 - on a clustered silo, from its membership view and the stream-queue leases (no peer is
   asked): ``cluster_silo_status{peer, status}`` (1 per row of the table),
   ``cluster_silo_last_seen_timestamp_seconds{peer}``,

@@ -86,3 +86,17 @@ def test_main_bad_config_file_prints_one_line_and_exits_2(
 def test_main_call_bad_uuid_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["call", "--key-type", "uuid", "Counter", "nope", "get"]) == 2
     assert "KEY 'nope' is not a valid uuid" in capsys.readouterr().err
+
+
+def test_reminders_list_reads_the_table_a_clustered_silo_of_the_folder_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from silo.commands.common import CLI_DEFAULTS
+    from silo.config import find_config_file, load_config
+
+    (tmp_path / "orleanspy.toml").write_text('membership = "sqlite:cluster.db"\n')
+    monkeypatch.chdir(tmp_path)
+    silo_uses = load_config(find_config_file(None), {}, defaults=CLI_DEFAULTS).options.reminders
+    assert silo_uses == f"sqlite:{tmp_path / 'orleanspy.db'}"  # beside the membership table
+    assert main(["reminders", "list"]) == 2  # the silos have not written it yet
+    assert f"no reminders table at {tmp_path / 'orleanspy.db'}:" in capsys.readouterr().err
