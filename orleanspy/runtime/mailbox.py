@@ -4,25 +4,32 @@ Requests that find the mailbox (``waiting``) full wait in ``blocked`` (their cal
 suspended) and move in as room frees (a gateway request's connection, ``Message.sender``, is
 told each time, and stops reading while too many of its requests wait); one-way messages
 follow the class's overflow policy (suspend, reject, drop newest, drop oldest). Calls a grain
-makes to itself and timer ticks are never held back. ``Mailbox`` is a base of ``Activation``
-(see ``admission``).
+makes to itself and timer ticks are never held back. A client's request forwarded by another
+silo has no connection here to slow down: once ``MAX_FORWARDED_BLOCKED`` requests wait for
+room, such a request is refused (``MailboxFullError``, which its caller receives) rather than
+queued, so what clients send through other gateways cannot grow a silo's memory without bound.
+``Mailbox`` is a base of ``Activation`` (see ``admission``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from orleanspy.diagnostics import RequestQueued
 from orleanspy.errors import DeadlockError, MailboxFullError
 from orleanspy.grains.interface import OverflowPolicy
-from orleanspy.messaging.message import FLAG_SELF_CALL, Direction, Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation_state import ActivationState
 from orleanspy.runtime.admission import Admission
 from orleanspy.runtime.host import SiloHost
 
-__all__ = ["Mailbox"]
+__all__ = ["MAX_FORWARDED_BLOCKED", "Mailbox"]
+
+#: Requests that may wait for room in one mailbox before a client's request forwarded by
+#: another silo is refused instead of waiting.
+MAX_FORWARDED_BLOCKED: Final = 1000
 
 
 class Mailbox(Admission):
@@ -133,10 +140,18 @@ class Mailbox(Admission):
                 if self._is_special(msg):
                     self.special_waiting += 1
                 return None
+        sender = getattr(msg, "sender", None)
+        if (sender is None and msg.flags & FLAG_FROM_CLIENT
+                and len(self.blocked) >= MAX_FORWARDED_BLOCKED):
+            self.rejected += 1
+            raise MailboxFullError(
+                f"mailbox of {self.name} is full ({self.capacity} messages) and "
+                f"{len(self.blocked)} requests wait for room: a client's request forwarded by "
+                "another silo is refused (retry later)"
+            )
         self.suspended += 1
         room = asyncio.get_running_loop().create_future() if wait else None
         self.blocked.append((msg, room))
-        sender = getattr(msg, "sender", None)
         if sender is not None:
             sender.held()
         if self.silo.diagnostics.listening:

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from orleanspy import Grain, MailboxFullError, mailbox, one_way
-from orleanspy.messaging.message import Direction, Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
+from orleanspy.runtime.mailbox import MAX_FORWARDED_BLOCKED
 
 WAIT = 5.0
 POLICIES = ["suspend", "reject", "drop_newest", "drop_oldest"]
@@ -300,3 +301,29 @@ async def test_a_sender_is_told_while_its_requests_wait_for_room(make_silo, prob
         await blocker
         await probe.wait_logged("post", "p3")
     assert sender.waiting == 0 and sender.events == ["held", "held", "released", "released"]
+
+
+async def test_a_clients_requests_forwarded_by_another_silo_wait_up_to_a_bound(
+    make_silo, probe,
+) -> None:
+    # A forwarded request has no connection here to stop reading: past the bound it is
+    # refused, and a two-way caller receives the refusal.
+    silo, ref, act, blocker = await blocked_box(make_silo, probe, SuspendBox)
+    replies: list[tuple[bool, object]] = []
+    for i in range(2 + MAX_FORWARDED_BLOCKED + 3):  # capacity 2, then the bound, then 3 more
+        msg = Message(Direction.ONE_WAY, ref.grain_id, "post", (f"p{i}",), None)
+        msg.flags |= FLAG_FROM_CLIENT
+        silo.dispatcher.deliver_here(msg)
+    two_way = Message(Direction.REQUEST, ref.grain_id, "post", ("late",), None)
+    two_way.flags |= FLAG_FROM_CLIENT
+    two_way.reply = lambda ok, value: replies.append((ok, value))
+    silo.dispatcher.deliver_here(two_way)
+    assert act.statistics().blocked_senders == MAX_FORWARDED_BLOCKED
+    assert act.statistics().rejected == 4
+    assert len(replies) == 1 and replies[0][0] is False
+    assert isinstance(replies[0][1], MailboxFullError)
+    assert "forwarded by another silo is refused" in str(replies[0][1])
+    probe.open("blocker")
+    async with asyncio.timeout(WAIT):
+        await blocker
+        await probe.wait_logged("post", f"p{1 + MAX_FORWARDED_BLOCKED}")
