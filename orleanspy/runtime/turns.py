@@ -45,6 +45,7 @@ from orleanspy.messaging.message import (
     Message,
 )
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState
+from orleanspy.runtime.call_filters import IncomingChains
 from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
 from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.host import SiloHost
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from orleanspy._util.carrier import Carrier
-    from orleanspy.runtime.call_filters import IncomingChains
 
 __all__ = ["TurnHost", "Turns"]
 
