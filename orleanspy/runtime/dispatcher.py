@@ -196,7 +196,6 @@ class Dispatcher:
         turn = current_turn.get()
         chain = () if turn is None else turn_chain(turn)
         msg = Message(_REQUEST, grain_id, method, args, kwargs, chain, 0, timeout)
-        msg.rc = _get_context()
         m = act.info.methods.get(method) if act is not None else None
         if m is not None and act is not None:
             msg.flags = m.flags
@@ -204,6 +203,9 @@ class Dispatcher:
             act = self._locate(grain_id, method, msg)
         result = act._start(msg, True)  # runs now in this frame, or NOT_NOW
         if result is NOT_NOW:
+            # It starts later, from another context: it carries its request context (a turn
+            # started here runs in a copy of this context, which holds it).
+            msg.rc = _get_context()
             fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
             msg.reply = partial(reply_to, fut)
             msg.deadline = self._monotonic() + (timeout or self._default_timeout)

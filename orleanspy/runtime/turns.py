@@ -172,9 +172,9 @@ class Turns(Mailbox):
         msg.activation = self
         context = copy_context()
         context.run(_set_turn, msg)
-        rc = msg.rc
-        if rc is not _get_context():  # a turn sees its own request's context only
-            context.run(_set_context, rc)
+        if not inline and msg.rc is not _get_context():
+            # A turn sees its own request's context only (an inline turn's is its caller's).
+            context.run(_set_context, msg.rc)
         if reentrancy_scope.get():
             context.run(reentrancy_scope.set, False)
         try:
