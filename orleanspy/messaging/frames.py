@@ -34,8 +34,7 @@ Reading: ``read_frame`` for a stream reader; ``FramedConnection`` splits a proto
 with the same ``check_size``; ``decode`` / ``decode_or_reject`` turn a payload into a value:
 ``SerializationError`` when the msgpack is sound but a value cannot be rebuilt here (answer
 that one call), ``ProtocolError`` otherwise (close this connection only). ``Request.to_message``
-raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it,
-keep the connection).
+raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it).
 """
 
 from __future__ import annotations

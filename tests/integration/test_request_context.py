@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from orleanspy import ClusterClient, RemoteGrainError, RequestContext
+from orleanspy import ClusterClient, MessageRejectedError, RemoteGrainError, RequestContext
+from orleanspy.grains.request_context import request_context
 
 from .silo_process import SiloLauncher
 from .test_cluster import CLUSTER, start_cluster
@@ -56,5 +57,13 @@ async def test_context_travels_three_hops_and_a_filter_rejects_by_it(
             await guarded.secret()
         with pytest.raises((PermissionError, RemoteGrainError), match="None may not"):
             await guarded.secret()
+
+        # the gateway holds a client's context to the rules RequestContext.set checks
+        token = request_context.set({"tenant": "allowed", "blob": "x" * 5000})
+        try:
+            with pytest.raises(MessageRejectedError, match="4096-byte limit"):
+                await guarded.secret()
+        finally:
+            request_context.reset(token)
     finally:
         await client.close()
