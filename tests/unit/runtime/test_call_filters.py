@@ -194,8 +194,7 @@ async def test_a_queued_turn_sees_its_own_requests_context_not_the_previous_turn
         second = asyncio.ensure_future(busy.tenant())  # queued behind "first", no context
         with RequestContext.set(tenant="third"):
             third = asyncio.ensure_future(busy.tenant())
-        await asyncio.sleep(0)
-        GATE["release"].set()
+        GATE["release"].set()  # both start their calls (FIFO) before "first" resumes
         assert await asyncio.gather(first, second, third) == ["first", None, "third"]
 
 
