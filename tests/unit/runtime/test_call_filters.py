@@ -244,3 +244,31 @@ def test_an_empty_context_adds_nothing_to_the_request_frame():
     Request.check(frame)
     assert Request.to_message(frame).rc == {"tenant": "a"}
     assert Request.to_message(msgpack.unpackb(plain)).rc is None
+
+
+class Reminded(Grain):
+    async def receive_reminder(self, name: str, status: Any) -> None:
+        ORDER.append(f"reminder {name}")
+
+    async def on_incoming_call(self, call: GrainCall) -> Any:
+        ORDER.append("grain filter")
+        return await call.proceed()
+
+
+async def test_runtime_hooks_pass_only_filters_marked_for_them():
+    ORDER.clear()
+
+    async def plain(call: GrainCall) -> Any:
+        ORDER.append("plain")
+        return await call.proceed()
+
+    @system_filter
+    async def marked(call: GrainCall) -> Any:
+        ORDER.append(f"marked {call.method}")
+        return await call.proceed()
+
+    async with TestCluster(grains=[Reminded], call_filters=[plain, marked]) as cluster:
+        grain_id = cluster.get_grain(Reminded, "r").grain_id
+        await cluster.silo.dispatcher.call(grain_id, "receive_reminder", ("daily", None),
+                                           None, None)
+    assert ORDER == ["marked receive_reminder", "reminder daily"]
