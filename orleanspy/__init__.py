@@ -41,11 +41,13 @@ from orleanspy.grains.interface import (
     stream_handler,
 )
 from orleanspy.grains.reference import GrainRef
+from orleanspy.grains.request_context import RequestContext
 from orleanspy.grains.state import PersistentState, persistent_state
 from orleanspy.hosting.silo import Silo
 from orleanspy.messaging.types import serializable
 from orleanspy.options import ClientOptions, SiloOptions
 from orleanspy.reminders.service import TickStatus
+from orleanspy.runtime.call_filters import GrainCall, system_filter
 from orleanspy.runtime.timers import GrainTimer
 from orleanspy.streams import (
     AsyncStream,
@@ -66,6 +68,7 @@ __all__ = [
     "DeactivationReason",
     "DeadlockError",
     "Grain",
+    "GrainCall",
     "GrainCallError",
     "GrainCallTimeoutError",
     "GrainInterface",
@@ -77,6 +80,7 @@ __all__ = [
     "OrleansPyError",
     "PersistentState",
     "RemoteGrainError",
+    "RequestContext",
     "SequenceToken",
     "SerializationError",
     "Silo",
@@ -102,4 +106,5 @@ __all__ = [
     "serializable",
     "stateless_worker",
     "stream_handler",
+    "system_filter",
 ]

@@ -29,6 +29,7 @@ from orleanspy.grains.grain_interface import GrainInterface, is_grain_interface
 from orleanspy.grains.interface import class_info
 from orleanspy.grains.proxy import References, make_reference
 from orleanspy.grains.reference import GrainRef
+from orleanspy.grains.request_context import get_context as _get_context
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
 from orleanspy.messaging.client_identity import CLIENT_KEY_SIZE, client_id_of
@@ -241,7 +242,8 @@ class ClusterClient:
         t = timeout or self.options.response_timeout
         codec = self.codec
         payload = Request.pack(codec, False, corr, grain_id.type_name, grain_id.key, method, t,
-                               [], 0, True, encode_body(codec, args, kwargs))
+                               [], 0, True, encode_body(codec, args, kwargs),
+                               _get_context())
         fut = conn.loop.create_future()
         pending = conn.pending
         pending[corr] = fut
@@ -268,5 +270,6 @@ class ClusterClient:
             raise SiloUnavailableError(f"connection to gateway {conn.address} was lost")
         codec = self.codec
         payload = Request.pack(codec, True, next(self._ids), grain_id.type_name, grain_id.key,
-                               method, None, [], 0, True, encode_body(codec, args, kwargs))
+                               method, None, [], 0, True, encode_body(codec, args, kwargs),
+                               _get_context())
         conn.send(payload)

@@ -297,7 +297,8 @@ class SiloConnection(FramedConnection):
                 if body is None:
                     body = encode_body(codec, msg.args, msg.kwargs)
                 payload = Request.pack(codec, True, 0, target.type_name, target.key,
-                                       msg.method, None, [], msg.hops, from_client, body)
+                                       msg.method, None, [], msg.hops, from_client, body,
+                                       msg.rc)
             except SerializationError as exc:
                 self.log.warning("one_way_call_failed", grain=str(target), method=msg.method,
                                  error=repr(exc))
@@ -317,7 +318,7 @@ class SiloConnection(FramedConnection):
             chain = msg.chain
             payload = Request.pack(codec, False, corr, target.type_name, target.key,
                                    msg.method, timeout, [list(e) for e in chain] if chain else [],
-                                   msg.hops, from_client, body)
+                                   msg.hops, from_client, body, msg.rc)
         except SerializationError as exc:
             reply(False, exc)
             return

@@ -63,6 +63,16 @@ class Grain:
     async def on_deactivate(self, reason: DeactivationReason) -> None:
         """Called before the activation goes away (best effort: a crash skips it)."""
 
+    # -- call filters (``runtime.call_filters``): override to filter this class's calls --
+    async def on_incoming_call(self, call: Any) -> Any:
+        """Runs around each call to this grain, after the silo's incoming filters: inspect
+        ``call``, raise to reject it, or return ``await call.proceed()``."""
+        return await call.proceed()
+
+    async def on_outgoing_call(self, call: Any) -> Any:
+        """Runs around each call this grain makes, after the silo's outgoing filters."""
+        return await call.proceed()
+
     def deactivate_on_idle(self) -> None:
         """Deactivate once the current request completes."""
         self._orleanspy_activation.deactivate(DeactivationReason.REQUESTED)

@@ -18,6 +18,7 @@ from orleanspy.cluster.membership.options import MembershipOptions
 from orleanspy.cluster.membership.table import MembershipTable
 from orleanspy.hosting.builder import build_silo
 from orleanspy.reminders.base import ReminderTable
+from orleanspy.runtime.call_filters import CallFilter
 from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.silo import Silo as SiloCore
 from orleanspy.spark.options import SparkOptions
@@ -63,6 +64,8 @@ class Silo(SiloCore):
         membership_table: MembershipTable | None = None,
         membership_options: MembershipOptions | None = None,
         spark: SparkOptions | SparkSessionManager | None = None,
+        call_filters: Iterable[CallFilter] = (),
+        outgoing_call_filters: Iterable[CallFilter] = (),
     ) -> None:
         super().__init__(build_silo(
             self, options, grains=grains, modules=modules, storage=storage,
@@ -70,3 +73,7 @@ class Silo(SiloCore):
             membership_table=membership_table, membership_options=membership_options,
             spark=spark,
         ))
+        for fn in call_filters:
+            self.add_call_filter(fn)
+        for fn in outgoing_call_filters:
+            self.add_call_filter(fn, outgoing=True)

@@ -9,7 +9,7 @@ reads it); client, gateway and silo connections use nothing else:
 kind               array
 =================  ============================================================================
 ``Request``        ``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client,
-                   body]`` (1: one-way); ``body`` is the msgpack of ``[args, kwargs]``
+                   body(, context)]`` (1: one-way; below)
 ``Response``       ``[2, id, ok, body]``; ``body`` is the msgpack of the value, or of an error
                    map ``{"type", "args", "message", "tb"}`` (``messaging/wire.py``)
 ``Control``        ``[3 | 4, id, op, args]``: a silo's control request (answered with a
@@ -34,8 +34,7 @@ Reading: ``read_frame`` for a stream reader; ``FramedConnection`` splits a proto
 with the same ``check_size``; ``decode`` / ``decode_or_reject`` turn a payload into a value:
 ``SerializationError`` when the msgpack is sound but a value cannot be rebuilt here (answer
 that one call), ``ProtocolError`` otherwise (close this connection only). ``Request.to_message``
-raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it,
-keep the connection).
+raises ``BadRequest`` for a well-formed request naming a bad key or call chain (answer it).
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ __all__ = [
 ]
 
 #: The version a handshake names; a peer naming another is refused.
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 
 REQUEST: Final = 0
 ONE_WAY: Final = 1
@@ -121,8 +120,8 @@ class BadRequest(Exception):
 
 class Encoded(tuple[bytes]):
     """``(body,)``: a reply value still in the bytes another silo sent (a ``Response``
-    body), forwarded untouched by a silo that only routes the call. (A tuple: made without
-    a Python call, ``Encoded((body,))``.)"""
+    body), forwarded untouched by a silo that only routes the call (made without a Python
+    call, ``Encoded((body,))``)."""
 
     __slots__ = ()
 
@@ -136,7 +135,8 @@ class Encoded(tuple[bytes]):
 # its static ``pack`` / ``check`` / ``to_message`` on plain lists, which are what ``encode``
 # and ``decode`` run too: no record object is built per call.
 class Request(NamedTuple):
-    """``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client, body]``.
+    """``[0 | 1, id, type_name, key, method, timeout, chain, hops, from_client, body]``,
+    then ``context`` (the request context map, ``grains.request_context``) if not empty.
 
     ``timeout``: the seconds the caller has left (None for a one-way); ``chain``: the call
     chain, ``[type name, activation id, reentrant]`` each; ``hops``: times forwarded between
@@ -154,15 +154,18 @@ class Request(NamedTuple):
     hops: int
     from_client: bool
     body: bytes
+    context: dict[str, Any] | None = None
 
     @staticmethod
     def pack(codec: Codec, one_way: bool, corr: int, type_name: str, key: Any, method: str,
              timeout: float | None, chain: list[Any], hops: int, from_client: bool,
-             body: bytes) -> bytes:
+             body: bytes, context: dict[str, Any] | None = None) -> bytes:
         """The frame of these fields. With a str or int key the header holds no ext value
         (the body is bytes already), so plain msgpack writes it without the codec."""
         frame = [ONE_WAY if one_way else REQUEST, corr, type_name, key, method, timeout, chain,
                  hops, from_client, body]
+        if context:
+            frame.append(context)
         if type(key) is str or type(key) is int:
             try:
                 return _plain_packb(frame)
@@ -174,10 +177,9 @@ class Request(NamedTuple):
     def check(obj: list[Any]) -> None:
         """Raise ProtocolError unless ``obj`` (a decoded frame of kind 0 or 1) has this
         record's shape and field types."""
-        if len(obj) != 10:
-            raise ProtocolError("a request frame must be a 10-element msgpack array "
-                                "[kind, id, type, key, method, timeout, chain, hops, "
-                                "from_client, body]")
+        if len(obj) != 10 and (len(obj) != 11 or type(obj[10]) is not dict):
+            raise ProtocolError("a request frame must be [kind, id, type, key, method, "
+                                "timeout, chain, hops, from_client, body(, context map)]")
         timeout = obj[5]
         if (
             type(obj[1]) is not int
@@ -208,6 +210,7 @@ class Request(NamedTuple):
         msg = Message(_ONE_WAY if obj[0] == ONE_WAY else _REQUEST, gid, obj[4], (), None,
                       entries, FLAG_FROM_CLIENT if obj[8] else 0, obj[5] or None)
         msg.body = obj[9]
+        msg.rc = obj[10] if len(obj) > 10 else None
         if obj[7]:
             msg.hops = obj[7]
         return msg

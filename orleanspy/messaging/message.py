@@ -90,6 +90,7 @@ class Message:
         "invoke",
         "kwargs",
         "method",
+        "rc",
         "reply",
         "runner",
         "sender",
@@ -128,6 +129,8 @@ class Message:
         self.invoke: Callable[[], Any] | None = None
         # Times forwarded between silos.
         self.hops = 0
+        # The request context it carries (``grains.request_context``): a dict, or None.
+        self.rc: dict[str, Any] | None = None
         # The arguments still encoded (``messaging.frames.encode_body``), as a connection
         # received them: a silo that only routes the message forwards these bytes; the one
         # that runs it decodes them into ``args`` and ``kwargs`` (``frames.open_body``).

@@ -106,6 +106,9 @@ class Activation(Turns):
         super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow,
                          now, silo.call_statistics.table(grain_id.type_name))
         self.info = info
+        filters = getattr(silo, "call_filters", None)
+        if filters is not None:
+            self.incoming = filters.incoming(info)
         self.grain: Any = None
         self.state = ActivationState.ACTIVATING
         self.keep_alive_until = 0.0

@@ -26,12 +26,14 @@ from orleanspy.errors import (
 )
 from orleanspy.grains.context import current_turn, turn_chain
 from orleanspy.grains.interface import GrainClassInfo, MethodInfo
+from orleanspy.grains.request_context import get_context as _get_context
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
 from orleanspy.messaging.deadlines import Deadlines
 from orleanspy.messaging.frames import open_body
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
 from orleanspy.runtime.activation import NOT_NOW, Activation
+from orleanspy.runtime.call_filters import CallFilter, CallFilters, GrainCall
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.locator import GrainLocator
@@ -61,7 +63,7 @@ class Dispatcher:
 
     __slots__ = (
         "_activations", "_catalog", "_codec", "_deadlines", "_default_timeout",
-        "_local_only", "_locator", "_monotonic", "_waiting", "silo",
+        "_local_only", "_locator", "_monotonic", "_waiting", "outgoing", "silo",
     )
 
     def __init__(
@@ -85,6 +87,9 @@ class Dispatcher:
         #: (one timer for all of them)
         self._waiting: dict[int, asyncio.Future[Any] | Carrier] = {}
         self._deadlines = Deadlines(clock, "silo default")
+        #: the silo's outgoing call filters (``runtime.call_filters``), or None: none, and
+        #: no grain class filters its outgoing calls
+        self.outgoing: tuple[CallFilter, ...] | None = None
 
     # -- values ---------------------------------------------------------------------------
     def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -140,10 +145,39 @@ class Dispatcher:
         """A call from this process (await the result). ``owned``: the caller hands the
         arguments over (runtime components only), so they are not copied. A plain function
         returning the coroutine of the local or the routed path: one coroutine per call."""
+        if self.outgoing is not None:
+            return self._filtered_call(grain_id, method, args, kwargs, timeout, owned)
         act = self._activations.get(grain_id)
         if act is None and not self._local_only:
             return self._routed_call(grain_id, method, args, kwargs, timeout)
         return self._local_call(act, grain_id, method, args, kwargs, timeout, owned)
+
+    def _unfiltered_call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                         kwargs: dict[str, Any] | None, timeout: float | None,
+                         owned: bool) -> Coroutine[Any, Any, Any]:
+        act = self._activations.get(grain_id)
+        if act is None and not self._local_only:
+            return self._routed_call(grain_id, method, args, kwargs, timeout)
+        return self._local_call(act, grain_id, method, args, kwargs, timeout, owned)
+
+    def _filtered_call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                       kwargs: dict[str, Any] | None, timeout: float | None,
+                       owned: bool) -> Coroutine[Any, Any, Any]:
+        """A call through the outgoing filters: the silo's, then the calling grain's."""
+        chain = self.outgoing or ()
+        turn = current_turn.get()
+        grain = None
+        if turn is not None:
+            grain = turn.activation.grain
+            own = CallFilters.grain_outgoing(grain)
+            if own is not None:
+                chain = (*chain, own)
+
+        def invoke(call: GrainCall) -> Coroutine[Any, Any, Any]:
+            return self._unfiltered_call(call.grain_id, call.method, tuple(call.args),
+                                         call.kwargs, timeout, owned)
+
+        return GrainCall(grain_id, method, args, kwargs, grain, chain, invoke).proceed()
 
     async def _local_call(
         self,
@@ -169,6 +203,9 @@ class Dispatcher:
             act = self._locate(grain_id, method, msg)
         result = act._start(msg, True)  # runs now in this frame, or NOT_NOW
         if result is NOT_NOW:
+            # It starts later, from another context: it carries its request context (a turn
+            # started here runs in a copy of this context, which holds it).
+            msg.rc = _get_context()
             fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
             msg.reply = partial(reply_to, fut)
             msg.deadline = self._monotonic() + (timeout or self._default_timeout)
@@ -216,6 +253,7 @@ class Dispatcher:
         chain = () if turn is None else turn_chain(turn)
         t = timeout or self._default_timeout
         msg = Message(_REQUEST, grain_id, method, args, kwargs, chain, 0, t)
+        msg.rc = _get_context()
         msg.deadline = self._monotonic() + t
         fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
         msg.reply = partial(reply_to, fut)
@@ -250,6 +288,7 @@ class Dispatcher:
         # The sender does not wait for a one-way call: its chain must not make the receiver's
         # calls back look like a cycle. Only "to myself" is kept (never held back).
         msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, ())
+        msg.rc = _get_context()
         turn = current_turn.get()
         if turn is not None and turn.activation.grain_id == grain_id:
             msg.flags |= FLAG_SELF_CALL

@@ -42,6 +42,7 @@ from orleanspy.errors import (
     SerializationError,
     SiloUnavailableError,
 )
+from orleanspy.grains.request_context import check_context
 from orleanspy.messaging.client_identity import check_client
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
@@ -166,6 +167,13 @@ class GatewayConnection(FramedConnection):
             if not one_way:
                 self._reply(corr, False, bad.error)
             return
+        if msg.rc is not None:  # a client's request context: the same rules as a caller's
+            try:
+                check_context(msg.rc)
+            except ValueError as exc:
+                if not one_way:
+                    self._reply(corr, False, MessageRejectedError(str(exc), "bad_arguments"))
+                return
         # Only methods open to clients may run it, whatever the client says; the hop count
         # is the silos' business. The arguments stay encoded: the silo that runs the grain
         # decodes them with its type policy.

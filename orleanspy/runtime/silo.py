@@ -36,6 +36,7 @@ from orleanspy.grains.state import PersistentState, StateSpec, StateStorage
 from orleanspy.ids import GrainId, SiloAddress, normalize_key
 from orleanspy.messaging.codec import Codec
 from orleanspy.runtime.activation import Activation, ActivationState, DeactivationReason
+from orleanspy.runtime.call_filters import CallFilter, CallFilters
 from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.collector import ActivationCollector
@@ -140,6 +141,10 @@ class Silo:
         self.locator = parts.locator
         self.catalog = parts.catalog
         self.dispatcher = parts.dispatcher
+        #: Incoming and outgoing call filters (``runtime.call_filters``).
+        self.call_filters = CallFilters()
+        if any(CallFilters.grain_outgoing_class(info.cls) for info in self.registry.values()):
+            self.dispatcher.outgoing = ()
         self._references = parts.references
         self.collector = parts.collector
         #: The reminder service (``orleanspy.reminders.service.ReminderService``).
@@ -179,6 +184,15 @@ class Silo:
     # -- registration ---------------------------------------------------------------------
     def register_grain_class(self, cls: type) -> None:
         register_grain_class(self.registry, self.codec.policy, cls)
+        if CallFilters.grain_outgoing_class(cls) and self.dispatcher.outgoing is None:
+            self.dispatcher.outgoing = self.call_filters.outgoing()
+
+    def add_call_filter(self, fn: CallFilter, *, outgoing: bool = False) -> None:
+        """Register a silo call filter (``runtime.call_filters``), before the silo starts:
+        incoming filters run in the callee's turn, outgoing ones around calls made here."""
+        self.call_filters.add(fn, outgoing=outgoing)
+        if outgoing:
+            self.dispatcher.outgoing = self.call_filters.outgoing()
 
     def add_system_target(self, target: SystemTarget, key: Any) -> Any:
         """Host an explicitly created system target; returns a reference to it."""

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from orleanspy._util.clock import TimerHandle
+from orleanspy.grains.request_context import get_context
 from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
@@ -52,6 +53,7 @@ class GrainTimer:
         "_disposed",
         "_flags",
         "_handle",
+        "_rc",
         "due",
         "name",
         "period",
@@ -80,6 +82,8 @@ class GrainTimer:
         self._flags = (FLAG_ALWAYS_INTERLEAVE if interleave else 0) | (
             0 if keep_alive else FLAG_SUPPRESS_KEEP_ALIVE
         )
+        #: the request context at registration: each tick runs with it
+        self._rc = get_context()
         self._handle: TimerHandle | None = None
         self._disposed = False
         #: changed while a tick was in flight: the next tick comes ``due`` after it
@@ -105,6 +109,7 @@ class GrainTimer:
             return
         msg = Message(Direction.ONE_WAY, act.grain_id, self.name, (), None, flags=self._flags)
         msg.invoke = self._invoke
+        msg.rc = self._rc
         msg.reply = self._done
         act.enqueue(msg)
 

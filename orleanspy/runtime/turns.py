@@ -35,6 +35,8 @@ from orleanspy.errors import (
 from orleanspy.grains.context import current_turn, reentrancy_scope
 from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import OverflowPolicy
+from orleanspy.grains.request_context import get_context as _get_context
+from orleanspy.grains.request_context import set_context as _set_context
 from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
@@ -43,6 +45,7 @@ from orleanspy.messaging.message import (
     Message,
 )
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState
+from orleanspy.runtime.call_filters import IncomingChains
 from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
 from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.host import SiloHost
@@ -83,7 +86,8 @@ class TurnHost(SiloHost, Protocol):
 class Turns(Mailbox):
     """The turns of one activation: started, ended, replied to and counted."""
 
-    __slots__ = ("_now", "calls", "completed", "failed", "last_active", "received", "tasks")
+    __slots__ = ("_now", "calls", "completed", "failed", "incoming", "last_active", "received",
+                 "tasks")
 
     # Kept by the activation; read here.
     silo: TurnHost
@@ -102,6 +106,8 @@ class Turns(Mailbox):
         #: the Tasks of this activation's suspended turns that run in a Task of their own,
         #: by message id (a carried turn's current task is its message's ``runner``)
         self.tasks: dict[int, asyncio.Task[Any]] = {}
+        #: the incoming call filters of this activation's class, or None (no filter)
+        self.incoming: IncomingChains | None = None
 
     def deactivate(self, reason: DeactivationReason) -> None:
         """Start deactivation (the activation's)."""
@@ -148,6 +154,9 @@ class Turns(Mailbox):
         try:
             if msg.invoke is not None:
                 coro = msg.invoke()
+            elif self.incoming is not None:  # call filters (``runtime.call_filters``)
+                coro = self.incoming.start(self.grain, self.grain_id, msg.method, msg.args,
+                                           msg.kwargs)
             elif msg.kwargs:
                 coro = getattr(self.grain, msg.method)(*msg.args, **msg.kwargs)
             else:
@@ -163,6 +172,9 @@ class Turns(Mailbox):
         msg.activation = self
         context = copy_context()
         context.run(_set_turn, msg)
+        if not inline and msg.rc is not _get_context():
+            # A turn sees its own request's context only (an inline turn's is its caller's).
+            context.run(_set_context, msg.rc)
         if reentrancy_scope.get():
             context.run(reentrancy_scope.set, False)
         try:

@@ -28,10 +28,11 @@ FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5",
 DETECTION_BOUND = 5.0
 
 
-async def start_cluster(launcher: SiloLauncher, n: int = 3) -> list[SiloProcess]:
+async def start_cluster(launcher: SiloLauncher, n: int = 3, app: str = APP
+                        ) -> list[SiloProcess]:
     silos = [
         await launcher.start("--membership", "sqlite:membership.db", "--cluster-id", CLUSTER,
-                             "--storage", "memory", "--reminders", "memory", *FAST, app=APP)
+                             "--storage", "memory", "--reminders", "memory", *FAST, app=app)
         for _ in range(n)
     ]
     table = membership_table(launcher.data_dir)

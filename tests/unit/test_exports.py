@@ -41,16 +41,18 @@ def test_exports_star_import_gives_exactly_all(name):
 #: README.md and docs/ in step, and put rarely used names in their subpackage instead.
 PUBLIC = [
     "ActivationFailedError", "AsyncStream", "ClientOptions", "ClusterClient",
-    "ConfigurationError", "DeactivationReason", "DeadlockError", "Grain", "GrainCallError",
+    "ConfigurationError", "DeactivationReason", "DeadlockError", "Grain", "GrainCall",
+    "GrainCallError",
     "GrainCallTimeoutError", "GrainInterface", "GrainRef", "GrainTimer",
     "InconsistentStateError", "MailboxFullError", "MessageRejectedError", "OrleansPyError",
-    "PersistentState", "RemoteGrainError", "SequenceToken", "SerializationError", "Silo",
+    "PersistentState", "RemoteGrainError", "RequestContext", "SequenceToken",
+    "SerializationError", "Silo",
     "SiloOptions", "SiloUnavailableError", "StreamError", "StreamId",
     "StreamSubscriptionHandle", "TickStatus", "allow_call_chain_reentrancy",
     "always_interleave", "call_chain_reentrant", "collection_age", "grain_type",
     "implicit_subscription", "mailbox", "may_interleave", "one_way", "persistent_state",
     "placement", "read_only", "reentrant", "serializable", "stateless_worker",
-    "stream_handler",
+    "stream_handler", "system_filter",
 ]
 
 

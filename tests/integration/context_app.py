@@ -1,0 +1,41 @@
+"""Grains of the request context and call filter integration tests
+(``--app tests.integration.context_app``): placed by hash, so the test picks keys whose
+activations live on the silo it wants; each says where it runs and what context it sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orleanspy import Grain, GrainCall, RequestContext, placement
+
+__all__ = ["Guarded", "Hopper"]
+
+
+@placement("hash_based")
+class Hopper(Grain):
+    async def where(self) -> str:
+        return self.silo.name
+
+    async def relay(self, keys: list[str]) -> list[list[Any]]:
+        """[silo, tenant] here, then the same from each of ``keys`` in turn (a chain)."""
+        here = [self.silo.name, RequestContext.get("tenant")]
+        if not keys:
+            return [here]
+        rest: list[list[Any]] = await self.get_grain(Hopper, keys[0]).relay(keys[1:])
+        return [here, *rest]
+
+
+@placement("hash_based")
+class Guarded(Grain):
+    """Admits ``secret`` only for the tenant "allowed" (a grain class incoming filter)."""
+
+    async def on_incoming_call(self, call: GrainCall) -> Any:
+        if call.method == "secret" and call.context.get("tenant") != "allowed":
+            raise PermissionError(f"tenant {call.context.get('tenant')!r} may not call secret")
+        return await call.proceed()
+
+    async def where(self) -> str:
+        return self.silo.name
+
+    async def secret(self) -> str:
+        return f"secret of {self.key} on {self.silo.name}"
