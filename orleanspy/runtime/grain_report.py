@@ -48,7 +48,7 @@ __all__ = [
 GRAIN_STATE_CAP: Final = 64 * 1024
 
 # The class attribute ``orleanspy.streams.implicit_subscription`` sets (streams is a layer
-# above this one; tests/unit/test_grain_page.py checks the two names agree).
+# above this one; tests/unit/silo/test_grain_page.py checks the two names agree).
 _IMPLICIT_ATTR: Final = "_orleanspy_implicit_namespaces"
 
 
