@@ -117,10 +117,15 @@ def activation_report(silo: Any, grain_id: GrainId) -> dict[str, Any]:
 async def stored_state(silo: Any, grain_id: GrainId, info: Any) -> list[dict[str, Any]]:
     """Each state of an inactive grain as stored (read from storage, never activating it);
     a state never written shows ``stored: false`` and no JSON."""
-    out = []
-    for spec in info.states.values():
-        ps = silo.make_state(spec, grain_id)
-        await ps.read()
+    out: list[dict[str, Any]] = []
+    for attr, spec in info.states.items():
+        try:
+            ps = silo.make_state(spec, grain_id)
+            await ps.read()
+        except Exception as exc:  # storage down or not configured: the rest still shows
+            out.append({"name": spec.name or attr, "source": "storage", "json": None,
+                        "bytes": 0, "truncated": False, "error": f"not read: {exc!r}"})
+            continue
         if ps.record_exists:
             out.append(state_json(ps.name, ps.value, "storage"))
         else:
