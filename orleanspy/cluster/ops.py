@@ -98,12 +98,13 @@ class SiloOperations:
         cluster = self._cluster
         report = activation_report(silo, grain_id)
         if not cluster.uses_directory(info):
-            return {"grain": str(grain_id), "type": type_name, "key": key, "directory": False,
+            return {"grain": str(grain_id), "type": type_name, "directory": False,
+                    "key": key if isinstance(key, (int, str)) else str(key),
                     **{k: v for k, v in report.items() if k in ("asked", "methods",
                                                                  "methods_silo")},
                     "active": False, "silo": None}
         entry = await cluster.directory.lookup(grain_id)
-        timeout = 5.0
+        timeout = 2.0  # each peer's answer (as the dashboard's view): under a tool's 3 s
         if entry is not None and entry.silo != cluster.me:
             try:
                 report = await cluster.transport.request(
