@@ -1,7 +1,7 @@
 """The ``orleanspy`` command line: ``silo start`` hosts grains and ``silo stop`` stops them,
 ``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains show``,
-``grains top`` and ``reminders list`` inspect a cluster, ``streams subscriptions``/``unsubscribe`` and
-``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
+``grains top`` and ``reminders list`` inspect a cluster, ``streams subscriptions``/
+``unsubscribe`` and ``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
 
 Each command lives in its own module under ``silo.commands``; this module builds the parser
 from them and maps errors to exit codes.

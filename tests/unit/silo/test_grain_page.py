@@ -173,3 +173,27 @@ def test_small_state_is_whole_and_unrepresentable_state_says_why() -> None:
     assert small["json"] == '{"a": [1, 2], "b": [1, 2]}' and small["truncated"] is False
     bad = grain_report.state_json("s", {(1, 2): "tuple key"}, "memory")
     assert bad["json"] is None and "JSON" in bad["error"]
+
+
+async def test_the_grain_api_asks_for_the_secret_and_names_a_bad_key() -> None:
+    silo = Silo(SiloOptions(gateway_port=None, gc_freeze=False, secret="s3cret-s3cret"),
+                grains=[Page])
+    await silo.start()
+    server = OpsServer(silo)
+    await server.start()
+    base = f"http://{server.address}/api/grains/Page"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/x") as r:
+                assert r.status == 401
+            auth = {"Authorization": "Bearer s3cret-s3cret"}
+            async with http.get(f"{base}/x", headers=auth) as r:
+                assert r.status == 200 and (await r.json())["active"] is False
+            async with http.get(f"{base}/x?key_type=int", headers=auth) as r:
+                assert r.status == 400 and "'x'" in (await r.json())["error"]
+            async with http.get(f"{base}/7?key_type=str", headers=auth) as r:
+                assert (await r.json())["key"] == "7"
+        assert silo.catalog.get(_grain_id("x")) is None
+    finally:
+        await server.stop()
+        await silo.stop()
