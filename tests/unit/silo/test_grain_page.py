@@ -105,8 +105,10 @@ async def test_the_grain_page_reads_without_activating(tmp_path: Any) -> None:
         assert status == 404 and "Page" in page["error"]
 
         before = time.time()
-        grain = cluster.client.get_grain("Page", "a")
+        # placed on the second silo (prefer-local): the first, asked, reads it over the wire
+        grain = cluster.silos[1].get_grain("Page", "a")
         where = await grain.touch("x")
+        assert where == str(cluster.silos[1].address)
         await grain.remind()
         await grain.follow("k1")
         await grain.publish("k1")
