@@ -1,7 +1,7 @@
 """The ``orleanspy`` command line: ``silo start`` hosts grains and ``silo stop`` stops them,
-``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains top``
-and ``reminders list`` inspect a cluster, ``streams subscriptions``/``unsubscribe`` and
-``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
+``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains show``,
+``grains top`` and ``reminders list`` inspect a cluster, ``streams subscriptions``/
+``unsubscribe`` and ``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
 
 Each command lives in its own module under ``silo.commands``; this module builds the parser
 from them and maps errors to exit codes.
@@ -49,6 +49,8 @@ orleanspy: virtual actors (grains) on asyncio.
                                                stop pulling a provider's queues (start)
   orleanspy grains locate Counter alice --membership sqlite:/srv/shop/cluster.db
                                                which silo a grain is active on
+  orleanspy grains show Counter alice --membership sqlite:/srv/shop/cluster.db
+                                               one grain: silo, mailbox, reminders, streams
   orleanspy reminders list --reminders sqlite:/srv/shop/orleanspy.db
                                                the durable reminders, next due, owner
   orleanspy grains top --membership sqlite:/srv/shop/cluster.db

@@ -52,7 +52,7 @@ __all__ = [
 #: The control requests a tool connection may send: questions that change nothing, and the
 #: stream operator commands (``orleanspy streams unsubscribe``, ``streams agents``).
 TOOL_OPERATIONS: Final = frozenset({
-    "calls", "locate", "reminders", "status", "streams", "stream_agents",
+    "calls", "grain", "locate", "reminders", "status", "streams", "stream_agents",
     "stream_subscriptions", "stream_unsubscribe",
 })
 

@@ -8,6 +8,7 @@ handler table.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from typing import TYPE_CHECKING, Any, final
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, final
 from orleanspy.cluster.transport import decode_silo
 from orleanspy.errors import MessageRejectedError
 from orleanspy.ids import GrainId
+from orleanspy.runtime.grain_report import activation_report, grain_page
 from orleanspy.runtime.reports import reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
 
@@ -78,6 +80,44 @@ class SiloOperations:
         return {"grain": f"{type_name}/{key}", "directory": True,
                 "silo": str(entry.silo) if entry is not None else None,
                 "entry_held_by": str(cluster.directory.owner(grain_id))}
+
+    async def grain(self, type_name: Any, key: Any, local: Any = False) -> dict[str, Any]:
+        """The grain page (``orleanspy grains show``, the dashboard): the directory says
+        where the grain is active; that silo reads its activation table (``local``: this is
+        that request); this silo adds the reminder rows, the subscriptions every live silo's
+        pulling agents deliver and, when enabled, the stored state of an inactive grain.
+        Asking never activates the grain (``runtime.grain_report``)."""
+        if not isinstance(type_name, str) or type(key) not in (str, int, uuid.UUID):
+            raise MessageRejectedError(
+                "grain takes a grain type name and a str, int or UUID key", "bad_arguments")
+        grain_id = GrainId(type_name, key)
+        silo = self._silo
+        info = silo.catalog.info_for(grain_id)  # unknown type: says which one is close
+        if local:
+            return activation_report(silo, grain_id)
+        cluster = self._cluster
+        report = activation_report(silo, grain_id)
+        if not cluster.uses_directory(info):
+            return {"grain": str(grain_id), "type": type_name, "directory": False,
+                    "key": key if isinstance(key, (int, str)) else str(key),
+                    **{k: v for k, v in report.items() if k in ("asked", "methods",
+                                                                 "methods_silo")},
+                    "active": False, "silo": None}
+        entry = await cluster.directory.lookup(grain_id)
+        timeout = 2.0  # each peer's answer (as the dashboard's view): under a tool's 3 s
+        if entry is not None and entry.silo != cluster.me:
+            try:
+                report = await cluster.transport.request(
+                    entry.silo, "grain", [type_name, key, True], timeout)
+            except Exception as exc:  # the directory names a silo that does not answer
+                report = {"active": True, "silo": str(entry.silo), "asked": str(cluster.me),
+                          "unreachable": repr(exc), "methods": []}
+        peers = [s for s in cluster.snapshot.active_silos if s != cluster.me]
+        answers = await asyncio.gather(*(
+            cluster.transport.request(p, "streams", [], timeout) for p in peers),
+            return_exceptions=True)
+        streams = [self.streams_status(), *(a for a in answers if isinstance(a, dict))]
+        return await grain_page(silo, grain_id, info, report, streams)
 
     def streams_status(self) -> dict[str, Any]:
         """What ``orleanspy streams status`` shows for this silo: each provider's agents

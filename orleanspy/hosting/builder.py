@@ -311,6 +311,7 @@ def build_silo(
             "stream_unsubscribe": stream_ops.unsubscribe,
             "stream_agents": stream_ops.agents,
             "locate": operations.locate,
+            "grain": operations.grain,  # the grain page (tools, the dashboard)
             "calls": operations.call_statistics,
             "reminders": operations.reminders_status,  # what a silo fires (tools)
             "reminder_sync": reminders.sync,  # a reminder of a grain this silo owns changed

@@ -82,6 +82,7 @@ class Activation(Turns):
     __slots__ = (
         "_deactivated",
         "_teardown_started",
+        "created_at",
         "error",
         "grain",
         "grain_id",
@@ -101,6 +102,7 @@ class Activation(Turns):
         self.silo = silo
         self.grain_id = grain_id
         self.name = str(grain_id)
+        self.created_at = silo.clock.time()  # wall clock: the grain page's "since"
         cap = info.mailbox_capacity
         now = silo.clock.monotonic
         super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow,

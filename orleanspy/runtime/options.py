@@ -78,6 +78,12 @@ class SiloOptions:
     ``call_statistics`` (default True): count each grain method's calls, errors and a
     latency histogram (``orleanspy.runtime.call_stats``; ``orleanspy grains top``, the
     dashboard, ``/metrics``). It reads the clock twice per call; False saves that.
+
+    ``grain_page_state`` (default False): the grain page (``orleanspy grains show``, the
+    dashboard's grain lookup, ``/api/grains/TYPE/KEY``) shows the grain's persistent state
+    as JSON (at most ``GRAIN_STATE_CAP`` bytes per state, truncated with a note): the
+    activation's in-memory value when the grain is active, else the stored record. Off by
+    default: state may hold what an operator should not read.
     """
 
     cluster_id: str = "dev"
@@ -107,6 +113,7 @@ class SiloOptions:
     grain_error_log_level: str = "debug"
     gc_freeze: bool = True
     call_statistics: bool = True
+    grain_page_state: bool = False
     traceback_paths: bool = False
     membership: str | None = None
     probe_period: float = 5.0

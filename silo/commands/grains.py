@@ -1,12 +1,16 @@
 """``orleanspy grains locate TYPE KEY``: which silo of a cluster a grain is active on, from the
 distributed directory (asked of a live silo; asking never activates the grain).
 ``orleanspy grains top``: the busiest grain methods of a cluster over an interval, with their
-errors and latency quantiles, from every live silo's call statistics."""
+errors and latency quantiles, from every live silo's call statistics.
+``orleanspy grains show TYPE KEY``: the grain page (where it lives, since when, its mailbox,
+its type's call figures, reminders, stream subscriptions and, when the silo shows it, its
+state), read without activating the grain."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 from typing import Any
 
@@ -58,8 +62,25 @@ Example:
 """
 
 
+_SHOW_EPILOG = """\
+Asks a live silo of the cluster for the grain page. The directory says where the grain is
+active; that silo reads its activation table, so asking never activates the grain. Shows:
+where it lives (or "not active"), since when, its mailbox (queued, running), the call figures
+of its type on that silo (calls, errors, latency: figures are kept per type and method, not
+per grain), its reminder rows, the stream subscriptions the pulling agents deliver to it and
+the namespaces its class subscribes to implicitly. Its state as JSON is shown only when the
+silo sets grain_page_state (ORLEANSPY_GRAIN_PAGE_STATE): an active grain's from memory, an
+inactive one's from storage, each state cut at 64 KiB (marked truncated). KEY as for locate.
+--json prints the page.
+Exit codes: 0 active; 1 not active; 2 no silo answers, an unknown type or wrong arguments.
+
+Example:
+  orleanspy grains show Counter alice --membership sqlite:/srv/shop/cluster.db
+"""
+
+
 def add_parser(commands: Any) -> None:
-    """Register ``grains`` and its ``locate`` and ``top`` subcommands."""
+    """Register ``grains`` and its ``locate``, ``show`` and ``top`` subcommands."""
     grains = commands.add_parser("grains", help="inspect the grains of a cluster",
                                  description="Inspect the grains of a cluster.")
     grains.set_defaults(handler=lambda _: usage(grains))
@@ -76,6 +97,17 @@ def add_parser(commands: Any) -> None:
                         help="how to read KEY (default: auto: int if it looks like one)")
     add_arguments(locate)
     locate.set_defaults(handler=run)
+    show = sub.add_parser(
+        "show", help="a grain's page: silo, mailbox, figures, reminders, streams, state",
+        description="Show what the cluster knows of one grain, without activating it.",
+        epilog=_SHOW_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("type", metavar="TYPE", help="grain type name")
+    show.add_argument("key", metavar="KEY", help="grain key")
+    show.add_argument("--key-type", choices=("auto", "int", "str", "uuid"), default="auto",
+                      help="how to read KEY (default: auto: int if it looks like one)")
+    add_arguments(show)
+    show.set_defaults(handler=run_show)
     top = sub.add_parser(
         "top", help="the busiest grain methods, with errors and latency",
         description="Ask every live silo of the cluster for its grain call statistics and "
@@ -129,6 +161,95 @@ async def _locate(options: SiloOptions, type_name: str, key: Any, timeout: float
             return EXIT_OK if answer.get("silo") else EXIT_NOT_ACTIVE
     error(f"no active silo of cluster {options.cluster_id} answered")
     return EXIT_USAGE
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Handle ``orleanspy grains show``."""
+    try:
+        key = parse_key(args.key, args.key_type)
+    except ValueError as exc:
+        error(f"KEY {args.key!r} is not a valid {args.key_type} key: {exc}")
+        return EXIT_USAGE
+    options = cluster_options(args, "grains show")
+    if isinstance(options, int):
+        return options
+    configure_logging("console", "error")
+    return asyncio.run(_show(options, args.type, key, args.timeout, args.json))
+
+
+async def _show(options: SiloOptions, type_name: str, key: Any, timeout: float,
+                as_json: bool) -> int:
+    live = await read_live_silos(options)
+    if isinstance(live, int):
+        return live
+    for entry in live:
+        (answer,) = await ask_silos(options, [entry], "grain", timeout, [type_name, key])
+        if isinstance(answer, MessageRejectedError):
+            error(str(answer))
+            return EXIT_USAGE
+        if refusals([answer]):
+            return EXIT_USAGE
+        if isinstance(answer, dict):
+            if as_json:
+                print(json.dumps(answer), flush=True)
+            else:
+                _print_page(answer)
+            return EXIT_OK if answer.get("active") else EXIT_NOT_ACTIVE
+    error(f"no active silo of cluster {options.cluster_id} answered")
+    return EXIT_USAGE
+
+
+def _print_page(page: dict[str, Any]) -> None:
+    name = page["grain"]
+    if not page.get("directory", True):
+        print(f"{name}: {page['type']} is not placed through the directory (stateless "
+              "worker): it has no single silo", flush=True)
+        return
+    if not page.get("active"):
+        print(f"{name}: not active", flush=True)
+    else:
+        since = datetime.datetime.fromtimestamp(page["since"], datetime.UTC) \
+            if isinstance(page.get("since"), (int, float)) else None
+        print(f"{name}: active on {page['silo']}"
+              + (f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since else ""), flush=True)
+        if page.get("unreachable"):
+            print(f"  its silo did not answer: {page['unreachable']}", flush=True)
+        box = page.get("mailbox")
+        if box:
+            print(f"  mailbox: {box['queued']} queued, {box['running']} running, "
+                  f"{box['blocked_senders']} blocked senders (capacity {box['capacity']}, "
+                  f"most queued {box['max_queued']})", flush=True)
+    methods = page.get("methods") or []
+    if methods:
+        print(f"methods of {page['type']} on {page.get('methods_silo')}:", flush=True)
+        print_table([("METHOD", "CALLS", "ERRORS", "P50", "P99", "MEAN"), *(
+            (m["method"], str(m["calls"]), str(m["errors"]), _ms(m["p50_seconds"]),
+             _ms(m["p99_seconds"]), _ms(m["mean_seconds"])) for m in methods)])
+    reminders = page.get("reminders") or []
+    print(f"reminders: {len(reminders)}", flush=True)
+    for r in reminders:
+        print(f"  {r['name']}: every {r['period']:g} s from {r['start_at']:.0f}", flush=True)
+    implicit = page.get("implicit_namespaces") or []
+    if implicit:
+        print(f"implicit subscriptions (namespaces): {', '.join(implicit)}", flush=True)
+    subs = page.get("subscriptions") or []
+    print(f"stream subscriptions being delivered: {len(subs)}", flush=True)
+    for s in subs:
+        print(f"  {s['kind']} {s['provider']}/{s['stream']} ({s['subscription']}) lag "
+              f"{s['lag']}{' FAILING' if s['failing'] else ''} from {s['agent_silo']}",
+              flush=True)
+    state = page.get("state")
+    if state is None:
+        print("state: not shown (the silo does not set grain_page_state)", flush=True)
+        return
+    for st in state:
+        if st.get("json") is None:
+            print(f"state {st['name']} ({st['source']}): "
+                  f"{st.get('error') or 'never written'}", flush=True)
+            continue
+        cut = (f" [truncated: first {len(st['json'].encode())} of {st['bytes']} bytes]"
+               if st["truncated"] else "")
+        print(f"state {st['name']} ({st['source']}){cut}:\n{st['json']}", flush=True)
 
 
 def run_top(args: argparse.Namespace) -> int:

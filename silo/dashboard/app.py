@@ -6,6 +6,10 @@ JSON view of the silo's figures.
   stream providers started; 503 with the reasons otherwise.
 - ``GET /metrics``: Prometheus text (``silo/dashboard/metrics.py`` lists the names).
 - ``GET /api/silo``: the silo's statistics as JSON.
+- ``GET /api/cluster``: every silo's figures as JSON (the dashboard page reads it).
+- ``GET /api/grains/TYPE/KEY``: the grain page as JSON (``orleanspy.runtime.grain_report``;
+  ``?key_type=int|str|uuid`` forces how KEY is read): 404 for a type no silo hosts. Read-only:
+  it never activates the grain.
 
 Trust model: the server listens on 127.0.0.1 unless told otherwise, and beyond loopback only
 when the silo has a ``secret``. With a secret, ``/metrics`` and ``/api/*`` answer only
@@ -31,9 +35,13 @@ from typing import Any, Final
 from aiohttp import web
 
 from orleanspy import ConfigurationError
+from orleanspy.errors import MessageRejectedError
+from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
+from orleanspy.runtime.grain_report import activation_report, grain_page
 from orleanspy.runtime.reports import plain, reminders_report, status_report, streams_report
 from orleanspy.runtime.silo import Silo
+from silo.commands.common import parse_key
 from silo.dashboard.bounds import CappedConnections, RateLimitedLog, ops_connection_cap
 from silo.dashboard.health import FirstSeen, silo_health, unowned_queues
 from silo.dashboard.metrics import metrics_text, registry_for
@@ -97,6 +105,7 @@ class OpsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/api/silo", self._api_silo)
         app.router.add_get("/api/cluster", self._api_cluster)
+        app.router.add_get("/api/grains/{type}/{key}", self._api_grain)
         app.router.add_get("/", self._page)
         return app
 
@@ -195,6 +204,39 @@ class OpsServer:
         stats = self.silo.statistics()
         return web.Response(text=json.dumps(plain(stats)), content_type="application/json")
 
+    async def _api_grain(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._refuse()
+        if (starting := self._starting()) is not None:
+            return starting
+        key_type = request.query.get("key_type", "auto")
+        text = request.match_info["key"]
+        if key_type not in ("auto", "int", "str", "uuid"):
+            return web.json_response(
+                {"error": f"key_type {key_type!r}: use auto, int, str or uuid"}, status=400)
+        try:
+            key = parse_key(text, key_type)
+        except ValueError as exc:
+            return web.json_response(
+                {"error": f"key {text!r} is not a valid {key_type} key: {exc}"}, status=400)
+        try:
+            page = await self.grain_page(request.match_info["type"], key)
+        except MessageRejectedError as exc:
+            return web.json_response({"error": str(exc)}, status=404)
+        return web.Response(text=json.dumps(page), content_type="application/json")
+
+    async def grain_page(self, type_name: str, key: Any) -> dict[str, Any]:
+        """The grain page of ``type_name``/``key``, asked of the cluster through this silo,
+        or read here for a lone silo; never activates the grain."""
+        silo = self.silo
+        if silo.operations is not None:
+            page: dict[str, Any] = await silo.operations.grain(type_name, key)
+            return page
+        grain_id = GrainId(type_name, key)
+        info = silo.catalog.info_for(grain_id)
+        local = activation_report(silo, grain_id)
+        return await grain_page(silo, grain_id, info, local,
+                                [{"silo": silo.name, **streams_report(silo)}])
 
     async def _page(self, request: web.Request) -> web.Response:
         """The dashboard: a static page whose script reads ``/api/cluster`` (with the

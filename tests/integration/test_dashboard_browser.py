@@ -23,7 +23,8 @@ GRAINS = 12
 FAILING = 3
 REMINDERS = 5
 EVENTS = 30
-PANELS = ("overview", "grains-panel", "streams-panel", "reminders-panel", "spark-panel")
+PANELS = ("overview", "grains-panel", "streams-panel", "reminders-panel", "grain-panel",
+          "spark-panel")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -144,6 +145,12 @@ async def test_one_silos_page_shows_the_whole_cluster(
             latency_text = await page.locator("#latency tbody tr").all_inner_texts()
             spark_text = await page.locator("#spark tbody").inner_text()
             state = await page.locator("#state").inner_text()
+            # The grain lookup: one grain's page, read without activating it.
+            await page.fill("#grain-type", "Listener")
+            await page.fill("#grain-key", "l")
+            await page.click("#grain-form button")
+            await _until_text(page, "#grain-page > div:first-child", "Listener/l: active on ")
+            grain_page = await page.locator("#grain-page").inner_text()
             await page.screenshot(path=str(shot), full_page=True)
             # Each page (panel) on its own; ORLEANSPY_DASHBOARD_SHOTS=DIR keeps them (docs/).
             keep = os.environ.get("ORLEANSPY_DASHBOARD_SHOTS")
@@ -164,6 +171,9 @@ async def test_one_silos_page_shows_the_whole_cluster(
     assert latency_row[:2] == ["s", str(EVENTS)]
     assert spark_text.strip() == "none"
     assert state.startswith("live, 2 active")
+    assert "implicit subscriptions (namespaces): feed" in grain_page, grain_page
+    assert "s:feed/l\timplicit\timplicit:Listener\t0\tfalse" in grain_page, grain_page
+    assert "state: not shown" in grain_page
     assert errors == []  # the page's script ran without an error
     assert shot.stat().st_size > 10_000
     assert all((shots / f"dashboard-{panel}.png").stat().st_size > 2_000 for panel in PANELS)
