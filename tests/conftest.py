@@ -57,6 +57,17 @@ def _no_freeze() -> None:
     return None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) a file's tests stay
+    on one worker, so its module fixtures start once, and every Spark test shares one worker
+    and its one SparkSession."""
+    for item in items:
+        path = item.path.as_posix()
+        spark = "/tests/spark/" in path or item.get_closest_marker("spark") is not None
+        group = "spark" if spark else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def prefix_for(tmp_path: Path) -> str:
     """A key prefix of this test's own (the same for every call in one test)."""
     return "orleanspy-test-" + hashlib.blake2b(str(tmp_path).encode(), digest_size=8).hexdigest()
