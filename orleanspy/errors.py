@@ -34,6 +34,7 @@ Errors keep their fields in ``args`` so that they cross process boundaries intac
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
@@ -227,6 +228,21 @@ class ReplayUnavailableError(StreamError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+    @classmethod
+    def beyond_retention(cls, queue: str, requested: Any, oldest_token: Any,
+                         oldest_time: float) -> ReplayUnavailableError:
+        """The error for ``requested`` (a token, or a time in seconds since the epoch) that
+        queue ``queue`` keeps no longer, naming its oldest point."""
+        def when(at: float) -> str:
+            return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+
+        asked = (f"time {when(float(requested))}" if isinstance(requested, int | float)
+                 else f"token {requested}")
+        return cls(f"queue {queue} no longer keeps everything from {asked} on (beyond its "
+                   f"retention): the oldest point available is token {oldest_token} (enqueued "
+                   f"at {when(oldest_time)}); replay from there or later, or raise the "
+                   "provider's retention", requested, oldest_token, oldest_time)
 
 
 class EventsMissedError(StreamError):

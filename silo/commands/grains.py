@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import datetime
 import json
+from collections.abc import Callable
 from typing import Any
 
 from orleanspy import ConfigurationError, SiloOptions
@@ -124,66 +125,39 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy grains locate``."""
-    try:
-        key = parse_key(args.key, args.key_type)
-    except ValueError as exc:
-        error(f"KEY {args.key!r} is not a valid {args.key_type} key: {exc}")
-        return EXIT_USAGE
-    options = cluster_options(args, "grains locate")
-    if isinstance(options, int):
-        return options
-    configure_logging("console", "error")
-    return asyncio.run(_locate(options, args.type, key, args.timeout, args.json))
-
-
-async def _locate(options: SiloOptions, type_name: str, key: Any, timeout: float,
-                  as_json: bool) -> int:
-    live = await read_live_silos(options)
-    if isinstance(live, int):
-        return live
-    for entry in live:
-        (answer,) = await ask_silos(options, [entry], "locate", timeout, [type_name, key])
-        if isinstance(answer, MessageRejectedError):
-            error(str(answer))
-            return EXIT_USAGE
-        if refusals([answer]):
-            return EXIT_USAGE
-        if isinstance(answer, dict):
-            if as_json:
-                print(json.dumps(answer), flush=True)
-            elif not answer["directory"]:
-                print(f"{answer['grain']}: {type_name} is not placed through the directory "
-                      "(stateless worker): it has no single silo", flush=True)
-            elif answer["silo"] is None:
-                print(f"{answer['grain']}: not active", flush=True)
-            else:
-                print(f"{answer['grain']}: active on {answer['silo']}", flush=True)
-            return EXIT_OK if answer.get("silo") else EXIT_NOT_ACTIVE
-    error(f"no active silo of cluster {options.cluster_id} answered")
-    return EXIT_USAGE
+    return _ask_about_grain(args, "grains locate", "locate", _print_location)
 
 
 def run_show(args: argparse.Namespace) -> int:
     """Handle ``orleanspy grains show``."""
+    return _ask_about_grain(args, "grains show", "grain",
+                            lambda answer, _type_name: _print_page(answer))
+
+
+def _ask_about_grain(args: argparse.Namespace, command: str, operation: str,
+                     show: Callable[[dict[str, Any], str], None]) -> int:
+    """Ask the live silos, one at a time, ``operation`` about the grain TYPE KEY; print the
+    first answer (``show``, or JSON)."""
     try:
         key = parse_key(args.key, args.key_type)
     except ValueError as exc:
         error(f"KEY {args.key!r} is not a valid {args.key_type} key: {exc}")
         return EXIT_USAGE
-    options = cluster_options(args, "grains show")
+    options = cluster_options(args, command)
     if isinstance(options, int):
         return options
     configure_logging("console", "error")
-    return asyncio.run(_show(options, args.type, key, args.timeout, args.json))
+    return asyncio.run(_ask(options, operation, args.type, key, args.timeout, args.json, show))
 
 
-async def _show(options: SiloOptions, type_name: str, key: Any, timeout: float,
-                as_json: bool) -> int:
+async def _ask(options: SiloOptions, operation: str, type_name: str, key: Any,
+               timeout: float, as_json: bool,
+               show: Callable[[dict[str, Any], str], None]) -> int:
     live = await read_live_silos(options)
     if isinstance(live, int):
         return live
     for entry in live:
-        (answer,) = await ask_silos(options, [entry], "grain", timeout, [type_name, key])
+        (answer,) = await ask_silos(options, [entry], operation, timeout, [type_name, key])
         if isinstance(answer, MessageRejectedError):
             error(str(answer))
             return EXIT_USAGE
@@ -193,10 +167,21 @@ async def _show(options: SiloOptions, type_name: str, key: Any, timeout: float,
             if as_json:
                 print(json.dumps(answer), flush=True)
             else:
-                _print_page(answer)
-            return EXIT_OK if answer.get("active") else EXIT_NOT_ACTIVE
+                show(answer, type_name)
+            found = answer.get("silo") if operation == "locate" else answer.get("active")
+            return EXIT_OK if found else EXIT_NOT_ACTIVE
     error(f"no active silo of cluster {options.cluster_id} answered")
     return EXIT_USAGE
+
+
+def _print_location(answer: dict[str, Any], type_name: str) -> None:
+    if not answer["directory"]:
+        print(f"{answer['grain']}: {type_name} is not placed through the directory "
+              "(stateless worker): it has no single silo", flush=True)
+    elif answer["silo"] is None:
+        print(f"{answer['grain']}: not active", flush=True)
+    else:
+        print(f"{answer['grain']}: active on {answer['silo']}", flush=True)
 
 
 def _print_page(page: dict[str, Any]) -> None:

@@ -19,7 +19,6 @@ moves (retention) or deletes the entries, moves the mark, and trims a prefix of 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import msgpack
@@ -187,9 +186,6 @@ async def _first_at(client: RedisClient, queue: str, at: float) -> int | None:
     return min(best) if best else None
 
 
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-
 
 async def read_range(client: RedisClient, queue: str, start: SequenceToken | float,
                      max_count: int, stream: tuple[bytes, bytes] | None) -> list[KeptEntry]:
@@ -208,11 +204,5 @@ async def read_range(client: RedisClient, queue: str, start: SequenceToken | flo
         oldest = await read_union(client, queue, mark[0] + 1, 1, None)
         token = SequenceToken(oldest[0][0] if oldest else mark[0] + 1)
         at = oldest[0][4] if oldest else mark[1]
-        asked = f"token {start}" if isinstance(start, SequenceToken) else \
-            f"time {_when(float(start))}"
-        raise ReplayUnavailableError(
-            f"queue {queue} no longer keeps everything from {asked} on (beyond its "
-            f"retention): the oldest point available is token {token} (enqueued at "
-            f"{_when(at)}); replay from there or later, or raise the provider's retention",
-            start, token, at)
+        raise ReplayUnavailableError.beyond_retention(queue, start, token, at)
     return entries

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from orleanspy.errors import ReplayUnavailableError
@@ -115,9 +114,6 @@ def read_rows(conn: sqlite3.Connection, queue: str, seq: int, max_count: int,
     return conn.execute(sql, [*args, *args, max_count]).fetchall()
 
 
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-
 
 def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | float,
                max_count: int, stream: tuple[str, bytes] | None) -> list[Any]:
@@ -133,13 +129,7 @@ def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | floa
             (queue,)).fetchone()
         token = SequenceToken(oldest[0] if oldest else mark[0] + 1)
         at = float(oldest[1]) if oldest else float(mark[1])
-        asked = f"token {start}" if isinstance(start, SequenceToken) else \
-            f"time {_when(float(start))}"
-        raise ReplayUnavailableError(
-            f"queue {queue} no longer keeps everything from {asked} on (beyond its "
-            f"retention): the oldest point available is token {token} (enqueued at "
-            f"{_when(at)}); replay from there or later, or raise the provider's retention",
-            start, token, at)
+        raise ReplayUnavailableError.beyond_retention(queue, start, token, at)
     if isinstance(start, SequenceToken):
         seq = start.sequence
     else:
