@@ -144,7 +144,7 @@ class StandaloneCluster:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/",
                                         timeout=2) as r:
                 return int(json.load(r).get("aliveworkers", 0)) >= 1
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or its UI still answers with a page
             return False
 
     def stop(self) -> None:
