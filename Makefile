@@ -3,8 +3,7 @@
 #   make test   installs into .venv (and Debian's chromium, if missing and apt-get can), then
 #               runs ruff, import-linter (packages import downward only), mypy --strict (the
 #               packages and the typing test's correct module, with orleanspy.mypy_plugin)
-#               and the whole test suite (pytest-xdist: one worker per core; a file's tests
-#               stay on one worker, the Spark tests all on one: tests/conftest.py)
+#               and the whole test suite
 #   make test PYTHON=python3.13   the same on another interpreter, in a venv of its own
 #               (.venv-3.13); PYTHON is found on PATH or, if only installed, through pyenv
 #   make layers checks that packages import downward only (import-linter contracts)
@@ -61,7 +60,7 @@ test: $(STAMP) browser
 	@# not each compile the sources (PYTHONDONTWRITEBYTECODE would otherwise keep them from
 	@# caching it)
 	$(PY) -m compileall -q orleanspy silo tests examples >/dev/null
-	$(PY) -m pytest -q -n auto --dist loadgroup
+	$(PY) -m pytest -q
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
