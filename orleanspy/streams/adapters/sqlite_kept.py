@@ -52,7 +52,7 @@ _TRIM_PAGE: Final = 512
 def _archive_sql(n: int) -> str:
     return ("INSERT OR IGNORE INTO stream_kept "
             "(seq, queue, namespace, key, events, size, at, acked) "
-            "SELECT seq, queue, namespace, key, events, size, at, ?1 FROM stream_queue "
+            "SELECT seq, queue, namespace, key, events, size, at, ? FROM stream_queue "
             f"WHERE queue = ? AND seq IN ({', '.join(['?'] * n)})")
 
 
@@ -124,9 +124,9 @@ def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | floa
     if mark is not None and (start.sequence <= mark[0] if isinstance(start, SequenceToken)
                              else start <= mark[1]):
         oldest = conn.execute(
-            "SELECT seq, at FROM (SELECT seq, at FROM stream_kept WHERE queue = ?1 UNION ALL "
-            "SELECT seq, at FROM stream_queue WHERE queue = ?1) ORDER BY seq LIMIT 1",
-            (queue,)).fetchone()
+            "SELECT seq, at FROM (SELECT seq, at FROM stream_kept WHERE queue = ? UNION ALL "
+            "SELECT seq, at FROM stream_queue WHERE queue = ?) ORDER BY seq LIMIT 1",
+            (queue, queue)).fetchone()
         token = SequenceToken(oldest[0] if oldest else mark[0] + 1)
         at = float(oldest[1]) if oldest else float(mark[1])
         raise ReplayUnavailableError.beyond_retention(queue, start, token, at)
@@ -134,9 +134,9 @@ def read_range(conn: sqlite3.Connection, queue: str, start: SequenceToken | floa
         seq = start.sequence
     else:
         row = conn.execute(
-            "SELECT min(s) FROM (SELECT min(seq) AS s FROM stream_kept WHERE queue = ?1 AND "
-            "at >= ?2 UNION ALL SELECT min(seq) FROM stream_queue WHERE queue = ?1 AND "
-            "at >= ?2)", (queue, float(start))).fetchone()
+            "SELECT min(s) FROM (SELECT min(seq) AS s FROM stream_kept WHERE queue = ? AND "
+            "at >= ? UNION ALL SELECT min(seq) FROM stream_queue WHERE queue = ? AND "
+            "at >= ?)", (queue, float(start), queue, float(start))).fetchone()
         if row[0] is None:
             return []
         seq = row[0]
