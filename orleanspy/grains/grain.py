@@ -18,7 +18,7 @@ from orleanspy.grains.host import (
 from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
-__all__ = ["STREAM_CALLBACKS", "Grain"]
+__all__ = ["STREAM_CALLBACKS", "Grain", "stale_delivery"]
 
 #: The callbacks the stream delivery below finds on a grain by name (implicit subscriptions,
 #: ``stream.subscribe(self)``): stream handlers, closed to clients (``grains.interface``).
@@ -119,13 +119,9 @@ class Grain:
         ``handshake``: one without it was on its way before the resume (the delivery that
         activated the grain, say) and is refused, unhandled, with ``(token, handshake)``
         (the agent then delivers from ``token``, as the resume asked). Otherwise None."""
-        resumes = self.__dict__.get("_orleanspy_stream_resumes")
-        if resumes:
-            resumed = resumes.get(sub_id)
-            if resumed is not None:
-                if resumed[1] != handshake:
-                    return resumed
-                del resumes[sub_id]  # the resumed attachment delivers: no stale one follows
+        stale = stale_delivery(self, sub_id, handshake)
+        if stale is not None:
+            return stale
         handlers = self.__dict__.get("_orleanspy_stream_handlers")
         observer = handlers.get(sub_id) if handlers else None
         if observer is not None:
@@ -205,3 +201,17 @@ class Grain:
     def _reminders(self) -> ReminderRegistry:
         registry: ReminderRegistry = self._orleanspy_activation.silo.reminders
         return registry
+
+
+def stale_delivery(grain: Any, sub_id: str, handshake: Any) -> Any:
+    """``(token, handshake)`` of a resume of ``sub_id`` that this delivery (its
+    ``handshake``) does not carry: refuse it. None: deliver (the first delivery that
+    carries the resume's handshake ends the wait)."""
+    resumes = grain.__dict__.get("_orleanspy_stream_resumes")
+    if resumes:
+        resumed = resumes.get(sub_id)
+        if resumed is not None:
+            if resumed[1] != handshake:
+                return resumed
+            del resumes[sub_id]  # the resumed attachment delivers: no stale one follows
+    return None

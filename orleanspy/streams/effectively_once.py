@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from orleanspy.errors import ConfigurationError, StreamDeliveryInterrupted, StreamError
-from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain import Grain, stale_delivery
 from orleanspy.grains.state import PersistentState, StateSpec
 
 __all__ = ["effectively_once", "handled_prefix"]
@@ -128,13 +128,9 @@ async def _deliver(
     the state before its handler runs (so that a write by the handler stores it). A handler
     that raises leaves the previous token, unless it wrote the state before raising: the
     stored record then claims the event, which counts as handled (its retry is dropped)."""
-    resumes = self.__dict__.get("_orleanspy_stream_resumes")
-    if resumes:
-        resumed = resumes.get(sub_id)
-        if resumed is not None:
-            if resumed[1] != handshake:
-                return resumed
-            del resumes[sub_id]
+    stale = stale_delivery(self, sub_id, handshake)
+    if stale is not None:
+        return stale
     ps: PersistentState[Any] = self.__dict__["_orleanspy_states"][getattr(self, STATE_ATTR)]
     tokens = ps.stream_tokens
     assert tokens is not None  # the spec was marked by @effectively_once
