@@ -25,6 +25,7 @@ from orleanspy.streams.tokens import SequenceToken
 __all__ = ["ClientSubscriptionHandle", "StreamReceiver"]
 
 POLL_WAIT = 10.0
+REMOVED_KEPT = 64  # removed subscription ids remembered (late deliveries are dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,9 @@ class StreamReceiver:
         self.client = client
         self.consumer = client.get_grain(CLIENT_CONSUMER_TYPE, client.client_id)
         self.observers: dict[str, StreamObserver[Any]] = {}
+        #: subscriptions this client removed, newest last (at most ``REMOVED_KEPT``): a
+        #: delivery already on its way to one of them is dropped, not failed
+        self.removed: dict[str, None] = {}
         self._handling: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
@@ -86,6 +90,9 @@ class StreamReceiver:
     async def unsubscribe(self, sub_id: str) -> None:
         await self.consumer.unsubscribe(sub_id)
         self.observers.pop(sub_id, None)
+        self.removed[sub_id] = None
+        if len(self.removed) > REMOVED_KEPT:
+            del self.removed[next(iter(self.removed))]
 
     async def resume(
         self, sub_id: str, handler: StreamHandler[Any], token: SequenceToken | None,
@@ -150,6 +157,9 @@ class StreamReceiver:
             await self._on_error(observer, sub_id, packed)
             return
         try:
+            if observer is None and sub_id in self.removed:
+                await self._ack(delivery, True, 0, "")  # unsubscribed meanwhile: dropped
+                return
             if observer is None:
                 await self._ack(delivery, False, 0, "this client has no handler for "
                                 f"subscription {sub_id}: resume it with a handler")

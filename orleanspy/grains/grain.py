@@ -18,7 +18,7 @@ from orleanspy.grains.host import (
 from orleanspy.grains.reference import GrainRef
 from orleanspy.ids import GrainId, GrainKey
 
-__all__ = ["STREAM_CALLBACKS", "Grain", "stale_delivery"]
+__all__ = ["REMOVED", "STREAM_CALLBACKS", "Grain", "removed_subscription", "stale_delivery"]
 
 #: The callbacks the stream delivery below finds on a grain by name (implicit subscriptions,
 #: ``stream.subscribe(self)``): stream handlers, closed to clients (``grains.interface``).
@@ -136,6 +136,8 @@ class Grain:
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
         else:
+            if removed_subscription(self, sub_id):
+                return None  # unsubscribed while this delivery was on its way: dropped
             raise StreamError(
                 f"{self.grain_id} has no handler for subscription {sub_id} on stream "
                 f"{namespace}/{key}: after a reactivation, resume it in on_activate "
@@ -201,6 +203,20 @@ class Grain:
     def _reminders(self) -> ReminderRegistry:
         registry: ReminderRegistry = self._orleanspy_activation.silo.reminders
         return registry
+
+
+#: the subscriptions this activation removed (``handle.unsubscribe``), newest last, at most
+#: ``REMOVED_KEPT``: a delivery already on its way to one of them is dropped, not failed (a
+#: failure would be retried, or at a hand-off leave the events to be delivered again to
+#: every other subscription of the stream)
+REMOVED = "_orleanspy_stream_removed"
+REMOVED_KEPT = 64
+
+
+def removed_subscription(grain: Any, sub_id: str) -> bool:
+    """Did this activation unsubscribe ``sub_id``?"""
+    removed = grain.__dict__.get(REMOVED)
+    return removed is not None and sub_id in removed
 
 
 def stale_delivery(grain: Any, sub_id: str, handshake: Any) -> Any:

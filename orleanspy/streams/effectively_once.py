@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from orleanspy.errors import ConfigurationError, StreamDeliveryInterrupted, StreamError
-from orleanspy.grains.grain import Grain, stale_delivery
+from orleanspy.grains.grain import Grain, removed_subscription, stale_delivery
 from orleanspy.grains.state import PersistentState, StateSpec
 
 __all__ = ["effectively_once", "handled_prefix"]
@@ -112,6 +112,8 @@ def _handlers(grain: Any, sub_id: str, namespace: str, key: Any) -> tuple[Any, A
             return None, grain.on_next_batch
         if hasattr(grain, "on_next"):
             return grain.on_next, None
+    if removed_subscription(grain, sub_id):
+        return None, None  # unsubscribed while this delivery was on its way: dropped
     raise StreamError(
         f"{grain.grain_id} has no handler for subscription {sub_id} on stream "
         f"{namespace}/{key}: after a reactivation, resume it in on_activate "
@@ -149,6 +151,8 @@ async def _deliver(
                 return None
             events = events[n:]
     on_next, on_next_batch = _handlers(self, sub_id, namespace, key)
+    if on_next is None and on_next_batch is None:
+        return None
     if on_next_batch is not None:
         end = events[-1][1]
         tokens[entry] = (end.sequence, end.index)

@@ -13,6 +13,7 @@ from orleanspy._util.clock import SystemClock
 from orleanspy._util.histogram import Histogram
 from orleanspy.errors import ReplayUnavailableError, StreamError
 from orleanspy.grains.context import current_turn
+from orleanspy.grains.grain import REMOVED, REMOVED_KEPT
 from orleanspy.grains.interface import check_handler
 from orleanspy.streams.filters import compile_filter
 from orleanspy.streams.ids import StreamId
@@ -147,8 +148,13 @@ class StreamSubscriptionHandle:
                 "class's @implicit_subscription and cannot be unsubscribed"
             )
         await self._rendezvous(activation).remove_subscription(self.sub_id)
-        activation.grain.__dict__.get(HANDLERS, {}).pop(self.sub_id, None)
-        activation.grain.__dict__.get(RESUMES, {}).pop(self.sub_id, None)
+        grain_dict = activation.grain.__dict__
+        grain_dict.get(HANDLERS, {}).pop(self.sub_id, None)
+        grain_dict.get(RESUMES, {}).pop(self.sub_id, None)
+        removed: dict[str, None] = grain_dict.setdefault(REMOVED, {})
+        removed[self.sub_id] = None
+        if len(removed) > REMOVED_KEPT:
+            del removed[next(iter(removed))]
 
     async def resume(
         self, handler: StreamHandler[Any], token: SequenceToken | None = None, *,

@@ -70,6 +70,9 @@ class StreamTable:
         self.registered = asyncio.Event()  # set when a registration ends (the hand-off)
         #: subscriptions the rendezvous announced while their stream was registering
         self.early: dict[StreamId, dict[str, SubscriptionRecord]] = {}
+        #: subscriptions the rendezvous removed while their stream was registering (its
+        #: answer may list them: they are not attached)
+        self.gone: dict[StreamId, set[str]] = {}
         #: when each known stream last had an event read (the inactivity sweep)
         self.last_event: dict[StreamId, float] = {}
         self.next_sweep = 0.0
@@ -123,10 +126,11 @@ class StreamTable:
                         return
             records += self.agent.provider.implicit_records(sid)
             records += self.early.pop(sid, {}).values()
+            gone = self.gone.pop(sid, ())
             self.last_event.setdefault(sid, self.agent.clock.monotonic())
             subs = self.streams.setdefault(sid, {})
             for record in records:
-                if record.sub_id not in subs:
+                if record.sub_id not in subs and record.sub_id not in gone:
                     self.attach(sid, record, record.token or first)
         finally:
             self.agent.cache.remove_cursor(pin)
@@ -135,6 +139,7 @@ class StreamTable:
     def registration_ended(self, sid: StreamId) -> None:
         self.registering.discard(sid)
         self.early.pop(sid, None)
+        self.gone.pop(sid, None)
         self.registered.set()
 
     def sweep(self) -> None:
@@ -188,6 +193,7 @@ class StreamTable:
         if subs is None:
             if sid in self.registering:  # the rendezvous may have answered already: keep it
                 self.early.setdefault(sid, {})[record.sub_id] = record
+                self.gone.get(sid, set()).discard(record.sub_id)
             return  # not read yet: register_producer will return this record
         old = subs.get(record.sub_id)
         if old is not None and record.token is None:
@@ -212,7 +218,9 @@ class StreamTable:
         sid = StreamId(record.namespace, record.key)
         subs = self.streams.get(sid)
         if subs is None:
-            self.early.get(sid, {}).pop(record.sub_id, None)
+            if sid in self.registering:  # the rendezvous may have answered already
+                self.early.get(sid, {}).pop(record.sub_id, None)
+                self.gone.setdefault(sid, set()).add(record.sub_id)
             return
         sub = subs.pop(record.sub_id, None)
         if sub is not None:

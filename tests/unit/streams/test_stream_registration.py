@@ -12,6 +12,8 @@ import pytest
 from orleanspy import Grain, Silo, SiloOptions
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.ids import StreamId
+from orleanspy.streams.pubsub import SubscriptionRecord
 from orleanspy.testing.gates import GatedStorage
 
 WAIT = 10.0
@@ -98,3 +100,38 @@ async def test_a_subscription_made_while_the_stream_registers_is_kept(setup: Any
     await provider.get_stream("ns", "late").on_next("l1")
     await arrival("late", "l1")
     assert [item for who, item in GOT if who == "late"] == ["l0", "l1"]
+
+
+async def test_a_subscription_removed_while_the_stream_registers_stays_removed(
+    setup: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rendezvous answers the registration with a subscription, then removes it and
+    tells the agent before the agent has read the answer: the agent does not attach it."""
+    _silo, _storage, provider = setup
+    (agent,) = provider.agents.values()
+    table = agent.table
+    record = SubscriptionRecord("s1", "ns", "gone", "Reader", "gone")
+    answered = asyncio.Event()
+    asked = asyncio.Event()
+
+    class Rendezvous:
+        async def register_producer(self, key: Any) -> list[SubscriptionRecord]:
+            asked.set()
+            await answered.wait()
+            return [record]
+
+        async def unregister_producer(self, key: Any) -> None:
+            return None
+
+    monkeypatch.setattr(table, "rendezvous", lambda sid: Rendezvous())
+    await provider.get_stream("ns", "gone").on_next("g0")
+    async with asyncio.timeout(WAIT):
+        await asked.wait()
+    table.remove(record)  # the rendezvous's remove_subscriber, overtaking its answer
+    answered.set()
+    async with asyncio.timeout(WAIT):
+        while table.registering:
+            await table.registered.wait()
+            table.registered.clear()
+    assert table.streams[StreamId("ns", "gone")] == {}
+    assert GOT == []
