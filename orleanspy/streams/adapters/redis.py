@@ -47,7 +47,13 @@ from orleanspy.streams.adapters.base import (
     QueueAdapterFactory,
     QueueAdapterReceiver,
 )
-from orleanspy.streams.adapters.redis_kept import ACK, KeptEntry, read_range, read_union
+from orleanspy.streams.adapters.redis_kept import (
+    ACK,
+    TIME_FORMAT,
+    KeptEntry,
+    read_range,
+    read_union,
+)
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
 
@@ -237,7 +243,7 @@ class RedisQueueAdapter(QueueAdapter):
             self._script = self.client.redis.register_script(_APPEND)
         script = self._script
         pipe = self.client.redis.pipeline(transaction=False)  # execute() resets it
-        now = f"{self._clock.time():.6f}"
+        now = format(self._clock.time(), TIME_FORMAT)
         for queue, args in pending.items():
             await script(keys=[self.stream_key(queue), self.client.key("queue-seq", queue)],
                          args=[now, *args], client=pipe)
@@ -293,7 +299,7 @@ class RedisQueueAdapter(QueueAdapter):
             keys=[self.stream_key(queue), client.key("kept", str(queue)), trimmed,
                   trimmed if fence is None else fence.key],
             args=[str(queue), "" if fence is None else fence.owner,
-                  f"{self._clock.time():.6f}", seconds, count,
+                  format(self._clock.time(), TIME_FORMAT), seconds, count,
                   "0" if self.keep is None else "1", f"0-{max(seqs)}",
                   *[f"0-{s}" for s in seqs]]))
         if done == -1:

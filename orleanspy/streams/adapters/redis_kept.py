@@ -89,6 +89,8 @@ end
 return 1
 """
 _PAGE: Final = 256
+#: how write times are kept (seconds since the epoch, to the microsecond)
+TIME_FORMAT: Final = ".6f"
 
 #: (seq, namespace, packed key, packed events, write time) of one kept or queued entry
 KeptEntry = tuple[int, bytes, bytes, bytes, float]
@@ -195,8 +197,9 @@ async def read_range(client: RedisClient, queue: str, start: SequenceToken | flo
         raise ValueError(f"max_count must be >= 0, got {max_count}")
     if isinstance(start, SequenceToken):
         seq: int | None = start.sequence
-    else:
-        seq = await _first_at(client, queue, float(start))
+    else:  # write times are kept to the microsecond (``TIME_FORMAT``): compare at that
+        start = float(format(float(start), TIME_FORMAT))
+        seq = await _first_at(client, queue, start)
     entries = [] if seq is None else await read_union(client, queue, seq, max_count, stream)
     mark = await _mark(client, queue)
     if mark is not None and (start.sequence <= mark[0] if isinstance(start, SequenceToken)
