@@ -35,6 +35,7 @@ from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url, relative_sqlite, sqlite_file
 from orleanspy.runtime.options import BACKENDS_OF
 from orleanspy.spark.options import SparkOptions
+from silo.filters_config import FILTERS_KEY, FilterSpecs, parse_filters
 from silo.spark_config import parse_spark
 from silo.streams_config import parse_streams
 
@@ -86,6 +87,7 @@ class SiloConfig:
     app: tuple[str, ...] = ()
     streams: Mapping[str, Any] = field(default_factory=dict)
     spark: SparkOptions | None = None  # the [spark] table (silo/spark_config.py)
+    filters: FilterSpecs = field(default_factory=FilterSpecs)  # [filters]: filters_config.py
     config_file: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -207,10 +209,10 @@ def parse_toml(path: Path) -> _Layer:
         raise ConfigurationError(f"{label}: not valid TOML: {exc}") from None
 
     entries: dict[str, tuple[str, object]] = {}  # name -> (key as written, value)
-    top_known = [*_FIELDS, APP_KEY, _TABLE, _STREAMS, _SPARK]
+    top_known = [*_FIELDS, APP_KEY, _TABLE, _STREAMS, _SPARK, FILTERS_KEY]
     for key, value in data.items():
-        if key in (_STREAMS, _SPARK):
-            continue  # [streams.NAME] tables: silo/streams_config.py; [spark]: spark_config.py
+        if key in (_STREAMS, _SPARK, FILTERS_KEY):
+            continue  # [streams.NAME]: silo/streams_config.py; [spark], [filters]: *_config.py
         if key == _TABLE:
             if not isinstance(value, dict):
                 raise ConfigurationError(
@@ -373,6 +375,7 @@ def load_config(
         _shared_paths(merged)
     streams: dict[str, Any] = {}
     spark: SparkOptions | None = None
+    filters = FilterSpecs()
     try:
         options = SiloOptions(**{name: s.value for name, s in merged.items()})
     except ConfigurationError as exc:  # pragma: no cover - every field was checked alone
@@ -388,6 +391,8 @@ def load_config(
             streams = parse_streams(tables, base, str(path))
         if _SPARK in document:
             spark = parse_spark(document[_SPARK], str(path))
+        if FILTERS_KEY in document:
+            filters = parse_filters(document[FILTERS_KEY], str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}
     if app_setting is not None:
         sources[APP_KEY] = app_setting.source
@@ -398,4 +403,5 @@ def load_config(
         sources=sources,
         streams=streams,
         spark=spark,
+        filters=filters,
     )

@@ -25,6 +25,7 @@ from orleanspy.spark.session import SparkSessionManager
 from silo.dashboard import install_ops_server
 from silo.dashboard.bounds import RateLimitedLog, limit_loop_error_logs, raise_fd_limit
 from silo.dashboard.prober import ProbeConsumer, install_prober
+from silo.filters_config import FilterSpecs, resolve_filters
 
 __all__ = ["FORCED_EXIT_GRACE", "LOG_LEVELS", "configure_logging", "run_silo"]
 
@@ -148,6 +149,7 @@ async def run_silo(
     spark: SparkOptions | SparkSessionManager | None = None,
     dashboard: tuple[str, int] | None = None,
     prober: tuple[str, float, float] | None = None,
+    filters: FilterSpecs | None = None,
 ) -> int:
     """Run one silo until a signal (or ``silo.stop()``) stops it.
 
@@ -163,6 +165,8 @@ async def run_silo(
             ``/metrics``, ``/api/silo``; port 0 picks one); None serves none.
         prober: (stream provider, period, bound) of the built-in stream prober; None runs
             none.
+        filters: the silo's call filters (the config file's ``[filters]`` table), imported
+            here, after the app modules.
 
     Returns:
         0 after a graceful stop (a signal during the start rolls the start back and also
@@ -184,6 +188,12 @@ async def run_silo(
     limit_loop_error_logs(asyncio.get_running_loop(), RateLimitedLog(log))
     silo = Silo(options, modules=app_modules, stream_providers=dict(stream_providers or {}),
                 spark=spark)
+    if filters:
+        incoming, outgoing = resolve_filters(filters)
+        for fn in incoming:
+            silo.add_call_filter(fn)
+        for fn in outgoing:
+            silo.add_call_filter(fn, outgoing=True)
     for module in app_modules:
         if not any(info.cls.__module__ == module for info in silo.registry.values()):
             raise ConfigurationError(

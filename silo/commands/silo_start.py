@@ -244,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = runner.run(
             run_silo(options, config.app, on_ready=ready, stream_providers=config.streams,
-                     spark=spark, dashboard=dashboard, prober=prober)
+                     spark=spark, dashboard=dashboard, prober=prober,
+                     filters=config.filters)
         )
     except BaseException:
         for path in record:

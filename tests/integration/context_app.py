@@ -8,7 +8,7 @@ from typing import Any
 
 from orleanspy import Grain, GrainCall, RequestContext, placement
 
-__all__ = ["Guarded", "Hopper"]
+__all__ = ["Guarded", "Hopper", "tenant_required"]
 
 
 @placement("hash_based")
@@ -39,3 +39,11 @@ class Guarded(Grain):
 
     async def secret(self) -> str:
         return f"secret of {self.key} on {self.silo.name}"
+
+
+async def tenant_required(call: GrainCall) -> Any:
+    """A silo filter (the config file's ``[filters]``): a Hopper call without a tenant, or
+    with the tenant "blocked", is refused."""
+    if call.grain_id.type_name == "Hopper" and call.context.get("tenant") in (None, "blocked"):
+        raise PermissionError(f"tenant {call.context.get('tenant')!r} is refused by the silo")
+    return await call.proceed()

@@ -4,6 +4,7 @@ gateway. One cluster serves both checks to keep the suite fast."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,5 +66,29 @@ async def test_context_travels_three_hops_and_a_filter_rejects_by_it(
                 await guarded.secret()
         finally:
             request_context.reset(token)
+    finally:
+        await client.close()
+
+
+async def test_a_silo_filter_from_the_config_file_rejects_by_context(
+        silo_launcher: SiloLauncher, tmp_path: Path):
+    """``[filters] incoming = ["module:function"]`` in the silo's config file: the silo
+    process imports the filter and runs it around every call it serves."""
+    config = tmp_path / "filters.toml"
+    config.write_text('[filters]\nincoming = ["tests.integration.context_app:'
+                      'tenant_required"]\n', encoding="utf-8")
+    silo = await silo_launcher.start("--config", str(config), app=APP)
+    client = silo.client()
+    await client.connect()
+    try:
+        hopper = client.get_grain("Hopper", "h")
+        with RequestContext.set(tenant="acme"):
+            assert (await hopper.relay([]))[0][1] == "acme"
+        with RequestContext.set(tenant="blocked"), pytest.raises(
+                (PermissionError, RemoteGrainError), match="'blocked' is refused by the silo"):
+            await hopper.relay([])
+        with pytest.raises((PermissionError, RemoteGrainError), match="None is refused"):
+            await hopper.where()
+        assert (await client.get_grain("Guarded", "g").where())  # other classes pass
     finally:
         await client.close()

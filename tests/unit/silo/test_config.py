@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from orleanspy import ConfigurationError, SiloOptions
 from silo.config import find_config_file, load_config, parse_env
+from silo.filters_config import resolve_filters
 
 
 def write(tmp_path: Path, text: str, name: str = "orleanspy.toml") -> Path:
@@ -241,3 +243,40 @@ def test_bad_stream_adapter_names_the_key_and_the_forms(tmp_path: Path) -> None:
     assert message.startswith(f"{path}: streams.events.adapter = 'kafka://x': unknown back end")
     assert ("generator | memory | nats://HOST:PORT | postgresql://HOST:PORT/DB | "
             "redis://HOST:PORT/DB | sqlite:PATH") in message
+
+
+def test_filters_table_is_read_and_checked(tmp_path: Path) -> None:
+    path = write(tmp_path, '[filters]\nincoming = ["tests.integration.context_app:'
+                           'tenant_required"]\noutgoing = "json:dumps"\n')
+    config = load_config(path, environ={})
+    assert config.filters.incoming == ("tests.integration.context_app:tenant_required",)
+    assert config.filters.outgoing == ("json:dumps",)
+    incoming, _ = resolve_filters(dataclasses.replace(config.filters, outgoing=()))
+    assert [f.__name__ for f in incoming] == ["tenant_required"]
+    # a plain function is refused when the silo imports it, naming the key
+    with pytest.raises(ConfigurationError,
+                       match=r"key filters\.outgoing: 'json:dumps' is not an async function"):
+        resolve_filters(config.filters)
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[filters]\nincomming = ["a:b"]\n', r"key filters\.incomming is unknown; known keys"),
+    ('[filters]\nincoming = ["myapp/filters.py"]\n', r"is not a \"module:function\" name"),
+    ('[filters]\nincoming = [1]\n', r"must be an array of \"module:function\" names"),
+    ('filters = "a:b"\n', r"key filters must be a table"),
+])
+def test_a_bad_filters_table_names_the_key_and_the_fix(tmp_path: Path, text: str,
+                                                       error: str) -> None:
+    with pytest.raises(ConfigurationError, match=error):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_a_filter_that_does_not_import_names_the_entry(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, '[filters]\nincoming = ["no_such_module_x:f", '
+                                         '"json:no_such_function"]\n'), environ={})
+    with pytest.raises(ConfigurationError, match=r"module no_such_module_x cannot be imported"):
+        resolve_filters(config.filters)
+    only = load_config(write(tmp_path, '[filters]\nincoming = ["json:no_such_function"]\n'),
+                       environ={})
+    with pytest.raises(ConfigurationError, match=r"json has no no_such_function"):
+        resolve_filters(only.filters)
