@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orleanspy.grains.grain import deliver_batch, with_context
+from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.stream import ErrorHandler, StreamHandler, StreamObserver, as_observer
@@ -173,11 +175,14 @@ class StreamReceiver:
             done = 0
             try:
                 if observer.on_next_batch is not None:
-                    await observer.on_next_batch(events)
+                    await deliver_batch(observer.on_next_batch, events)
                 else:
                     on_next: Callable[[Any, Any], Awaitable[object]] = observer.on_next  # type: ignore[assignment]
                     for item, token in events:
-                        await on_next(item, token)
+                        if type(item) is ContextEvent:  # published under a request context
+                            await with_context(item.context, on_next(item.item, token))
+                        else:
+                            await on_next(item, token)
                         done += 1
             except Exception as exc:
                 self.log.debug("client_stream_handler_failed", subscription=sub_id,

@@ -16,9 +16,14 @@ from orleanspy.grains.host import (
     TimerHandle,
 )
 from orleanspy.grains.reference import GrainRef
+from orleanspy.grains.request_context import request_context, set_context, unwrap_events
 from orleanspy.ids import GrainId, GrainKey
+from orleanspy.messaging.context_event import ContextEvent
 
-__all__ = ["REMOVED", "STREAM_CALLBACKS", "Grain", "removed_subscription", "stale_delivery"]
+__all__ = [
+    "REMOVED", "STREAM_CALLBACKS", "Grain", "deliver_batch", "removed_subscription",
+    "stale_delivery", "with_context",
+]
 
 #: The callbacks the stream delivery below finds on a grain by name (implicit subscriptions,
 #: ``stream.subscribe(self)``): stream handlers, closed to clients (``grains.interface``).
@@ -125,13 +130,13 @@ class Grain:
         handlers = self.__dict__.get("_orleanspy_stream_handlers")
         observer = handlers.get(sub_id) if handlers else None
         if observer is not None:
-            if observer.on_next_batch is not None:
-                await observer.on_next_batch(events)  # the whole delivery in one call
+            if observer.on_next_batch is not None:  # the whole delivery in one call
+                await deliver_batch(observer.on_next_batch, events)
                 return None
             on_next = observer.on_next
             assert on_next is not None  # as_observer requires on_next or on_next_batch
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next_batch"):
-            await self.on_next_batch(events)
+            await deliver_batch(self.on_next_batch, events)
             return None
         elif sub_id.startswith("implicit:") and hasattr(self, "on_next"):
             on_next = self.on_next
@@ -146,7 +151,10 @@ class Grain:
         done = 0
         try:
             for item, token in events:
-                await on_next(item, token)
+                if type(item) is ContextEvent:  # published under a request context
+                    await with_context(item.context, on_next(item.item, token))
+                else:
+                    await on_next(item, token)
                 done += 1
         except Exception as exc:
             if done == 0:
@@ -203,6 +211,26 @@ class Grain:
     def _reminders(self) -> ReminderRegistry:
         registry: ReminderRegistry = self._orleanspy_activation.silo.reminders
         return registry
+
+
+async def with_context(context: dict[str, Any] | None, handling: Awaitable[Any]) -> Any:
+    """Await a stream handler under the request context its event was published with."""
+    token = set_context(context)
+    try:
+        return await handling
+    finally:
+        request_context.reset(token)
+
+
+async def deliver_batch(on_next_batch: Callable[[list[Any]], Awaitable[Any]],
+                        events: list[Any]) -> None:
+    """A batch handler's call: events unwrapped, under the context of the first event that
+    was published with one (if any)."""
+    if any(type(item) is ContextEvent for item, _ in events):
+        unwrapped, context = unwrap_events(events)
+        await with_context(context, on_next_batch(unwrapped))
+    else:
+        await on_next_batch(events)
 
 
 #: the subscriptions this activation removed (``handle.unsubscribe``), newest last, at most

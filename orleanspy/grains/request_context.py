@@ -4,8 +4,9 @@ A caller sets values for a block (``with RequestContext.set(tenant="a"):``); eve
 call made inside it, and every call those grains make in turn, carries them: to local
 activations, to other silos and from a client through its gateway, in the request frame.
 A grain reads them with ``RequestContext.get("tenant")``. A timer runs with the context
-that was current when it was registered. A turn sees only its own request's values: what
-one turn sets is gone when the next turn starts.
+that was current when it was registered; a stream event carries its publisher's context to
+each consumer's handler (``messaging.context_event``). A turn sees only its own request's
+values: what one turn sets is gone when the next turn starts.
 
 The carrier is one ``contextvars.ContextVar`` holding a dict never changed once set (or None when
 empty, so a call without context pays nothing and sends nothing). Values must be msgpack
@@ -22,7 +23,9 @@ from typing import Any, Final
 
 import msgpack
 
-__all__ = ["MAX_BYTES", "RequestContext", "check_context", "request_context"]
+from orleanspy.messaging.context_event import ContextEvent
+
+__all__ = ["MAX_BYTES", "RequestContext", "check_context", "request_context", "unwrap_events"]
 
 #: The largest encoded size of a request context, in bytes.
 MAX_BYTES: Final = 4096
@@ -96,3 +99,18 @@ class RequestContext:
         """A copy of the current request context (empty when none is set)."""
         current = get_context()
         return dict(current) if current else {}
+
+
+def unwrap_events(events: list[tuple[Any, Any]]) -> tuple[list[tuple[Any, Any]],
+                                                         dict[str, Any] | None]:
+    """Stream events as a batch handler takes them: each item unwrapped from its
+    ``ContextEvent``, and the context of the first that carries one (None: none does)."""
+    context = None
+    out = []
+    for item, token in events:
+        if type(item) is ContextEvent:
+            if context is None:
+                context = item.context
+            item = item.item
+        out.append((item, token))
+    return out, context

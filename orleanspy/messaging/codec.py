@@ -1,7 +1,8 @@
 """msgpack encoding of values, with ext types for the Python types grains exchange.
 
 Supported beyond msgpack's own types: tuple, set, frozenset, UUID, datetime, date, time,
-timedelta, Decimal, Enum members, dataclass instances, GrainId and grain references.
+timedelta, Decimal, Enum members, dataclass instances, GrainId, grain references and stream
+events with their request context (``ContextEvent``).
 Dataclasses, enums and exceptions are encoded by ``module:qualname`` and resolved on the
 other side through the codec's ``TypePolicy`` (``messaging/types.py``: never an import, only
 allowed classes); one that does not resolve arrives as a plain value (a dataclass as the dict
@@ -26,6 +27,7 @@ import msgpack
 
 from orleanspy.errors import ProtocolError, RemoteGrainError, SerializationError
 from orleanspy.ids import GrainId
+from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.messaging.types import TypePolicy
 
 __all__ = [
@@ -69,6 +71,7 @@ EXT_REFERENCE: Final = 11
 EXT_DECIMAL: Final = 12
 EXT_GRAIN_ID: Final = 13
 EXT_EXCEPTION: Final = 14
+EXT_CONTEXT_EVENT: Final = 15
 
 #: How deeply ext values (tuples, sets, dataclasses, ...) may nest in one decoded value.
 MAX_EXT_DEPTH: Final = 64
@@ -331,6 +334,8 @@ class Codec:
             return msgpack.ExtType(EXT_FROZENSET, self._nested(list(obj)))
         if t is GrainId:
             return msgpack.ExtType(EXT_GRAIN_ID, self._nested([obj.type_name, obj.key]))
+        if t is ContextEvent:
+            return msgpack.ExtType(EXT_CONTEXT_EVENT, self._nested([obj.context, obj.item]))
         ref_state = getattr(obj, "__grain_reference_state__", None)
         if ref_state is not None:
             cls_name, grain_id = ref_state()
@@ -463,6 +468,9 @@ class Codec:
                     if k in values:
                         object.__setattr__(obj, k, values[k])
                 return obj
+            if code == EXT_CONTEXT_EVENT:
+                context, item = self.unpackb(data)
+                return ContextEvent(item, context if type(context) is dict else None)
             if code == EXT_EXCEPTION:
                 name, args, message = self.unpackb(data)
                 cls = self.policy.resolve(name, exception=True)

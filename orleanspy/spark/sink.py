@@ -43,7 +43,9 @@ from typing import Any, ClassVar
 
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import read_only, stream_handler
+from orleanspy.grains.request_context import unwrap_events
 from orleanspy.logging import get_logger
+from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.spark.errors import SparkUnavailableError
 from orleanspy.spark.options import ParquetSinkOptions
 
@@ -260,6 +262,8 @@ class ParquetSink(Grain):
         handshake: str | None = None,
     ) -> None:
         """Runtime extension: one delivery (a batch of ``(event, token)``) -> committed files."""
+        if any(type(item) is ContextEvent for item, _ in events):
+            events = unwrap_events(events)[0]  # the rows are the events, not their context
         await self.write_events(namespace, key, events)
 
     async def on_next(self, item: Any, token: Any) -> None:

@@ -19,8 +19,15 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from orleanspy.errors import ConfigurationError, StreamDeliveryInterrupted, StreamError
-from orleanspy.grains.grain import Grain, removed_subscription, stale_delivery
+from orleanspy.grains.grain import (
+    Grain,
+    deliver_batch,
+    removed_subscription,
+    stale_delivery,
+    with_context,
+)
 from orleanspy.grains.state import PersistentState, StateSpec
+from orleanspy.messaging.context_event import ContextEvent
 
 __all__ = ["effectively_once", "handled_prefix"]
 
@@ -158,7 +165,7 @@ async def _deliver(
         tokens[entry] = (end.sequence, end.index)
         etag = ps.etag
         try:
-            await on_next_batch(events)
+            await deliver_batch(on_next_batch, events)
         except BaseException:
             if ps.etag == etag:  # not stored: the batch is not handled
                 _restore(ps, entry, last)
@@ -168,7 +175,10 @@ async def _deliver(
         tokens[entry] = (token.sequence, token.index)
         etag = ps.etag
         try:
-            await on_next(item, token)
+            if type(item) is ContextEvent:  # published under a request context
+                await with_context(item.context, on_next(item.item, token))
+            else:
+                await on_next(item, token)
         except BaseException as exc:
             if ps.etag == etag:  # not stored: the event is not handled
                 _restore(ps, entry, last)

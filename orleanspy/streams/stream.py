@@ -15,6 +15,8 @@ from orleanspy.errors import ReplayUnavailableError, StreamError
 from orleanspy.grains.context import current_turn
 from orleanspy.grains.grain import REMOVED, REMOVED_KEPT
 from orleanspy.grains.interface import check_handler
+from orleanspy.grains.request_context import get_context
+from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.streams.filters import compile_filter
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.pubsub import PubSubRendezvous, SubscriptionRecord
@@ -284,6 +286,9 @@ class AsyncStream(Generic[T]):
             await self._publish(events)
 
     async def _publish(self, events: list[Any]) -> None:
+        context = get_context()
+        if context is not None:  # each consumer handles it under the publisher's context
+            events = [ContextEvent(e, context) for e in events]
         if self._tail is not None:
             await self._after_sends()
         send = self._send
@@ -319,6 +324,9 @@ class AsyncStream(Generic[T]):
         return self._send_now(events)
 
     def _send_now(self, events: list[Any]) -> asyncio.Future[None]:
+        context = get_context()
+        if context is not None:  # each consumer handles it under the publisher's context
+            events = [ContextEvent(e, context) for e in events]
         future = self._send_pipelined(events)
         latency = self._latency
         if latency is not None and latency.due():

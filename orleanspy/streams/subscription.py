@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from orleanspy.messaging.context_event import ContextEvent
+
 if TYPE_CHECKING:
     from orleanspy.streams.adapters.base import BatchContainer
     from orleanspy.streams.cache import CacheCursor, CacheItem
@@ -92,7 +94,8 @@ class Subscription:
         """Those of ``events`` its filter matches."""
         match, key = self.match, self.stream_id.key
         assert match is not None
-        return [e for e in events if match(e[0], key)]
+        return [e for e in events if match(
+            e[0].item if type(e[0]) is ContextEvent else e[0], key)]
 
     def resume(self, record: SubscriptionRecord, consumer: Any) -> None:
         """Resumed without a token (a reactivation, say): it goes on where it was."""

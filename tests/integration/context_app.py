@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orleanspy import Grain, GrainCall, RequestContext, placement
+from orleanspy import Grain, GrainCall, RequestContext, implicit_subscription, placement
 
-__all__ = ["Guarded", "Hopper", "tenant_required"]
+__all__ = ["ContextPublisher", "ContextSink", "Guarded", "Hopper", "tenant_required"]
 
 
 @placement("hash_based")
@@ -39,6 +39,33 @@ class Guarded(Grain):
 
     async def secret(self) -> str:
         return f"secret of {self.key} on {self.silo.name}"
+
+
+@placement("hash_based")
+class ContextPublisher(Grain):
+    """Publishes to stream ("ctx", key) of provider "s" (under the caller's context)."""
+
+    async def where(self) -> str:
+        return self.silo.name
+
+    async def publish(self, key: str, items: list[int]) -> None:
+        stream = self.get_stream_provider("s").get_stream("ctx", key)
+        for item in items:
+            await stream.on_next(item)
+
+
+@implicit_subscription("ctx")
+class ContextSink(Grain):
+    """Keeps each event with the tenant its handler saw, and where it ran."""
+
+    async def on_activate(self) -> None:
+        self.seen_items: list[list[Any]] = []
+
+    async def on_next(self, item: int, token: Any) -> None:
+        self.seen_items.append([item, RequestContext.get("tenant"), self.silo.name])
+
+    async def seen(self) -> list[list[Any]]:
+        return self.seen_items
 
 
 async def tenant_required(call: GrainCall) -> Any:

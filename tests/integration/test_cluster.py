@@ -28,11 +28,12 @@ FAST = ("--probe-period", "0.5", "--i-am-alive-period", "0.5",
 DETECTION_BOUND = 5.0
 
 
-async def start_cluster(launcher: SiloLauncher, n: int = 3, app: str = APP
-                        ) -> list[SiloProcess]:
+async def start_cluster(launcher: SiloLauncher, n: int = 3, app: str = APP,
+                        extra: tuple[str, ...] = ()) -> list[SiloProcess]:
     silos = [
         await launcher.start("--membership", "sqlite:membership.db", "--cluster-id", CLUSTER,
-                             "--storage", "memory", "--reminders", "memory", *FAST, app=app)
+                             "--storage", "memory", "--reminders", "memory", *FAST, *extra,
+                             app=app)
         for _ in range(n)
     ]
     table = membership_table(launcher.data_dir)

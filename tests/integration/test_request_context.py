@@ -12,7 +12,7 @@ import pytest
 from orleanspy import ClusterClient, MessageRejectedError, RemoteGrainError, RequestContext
 from orleanspy.grains.request_context import request_context
 
-from .silo_process import SiloLauncher
+from .silo_process import SiloLauncher, poll_until
 from .test_cluster import CLUSTER, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,12 @@ async def _key_on(client: ClusterClient, type_name: str, silo: str, other: bool,
 
 async def test_context_travels_three_hops_and_a_filter_rejects_by_it(
         silo_launcher: SiloLauncher):
-    first, _second = await start_cluster(silo_launcher, n=2, app=APP)
+    silo_launcher.data_dir.mkdir(parents=True, exist_ok=True)
+    config = silo_launcher.data_dir / "streams.toml"
+    config.write_text('[streams.s]\nadapter = "sqlite:streams.db"\npull_period = 0.02\n',
+                      encoding="utf-8")
+    first, _second = await start_cluster(silo_launcher, n=2, app=APP,
+                                         extra=("--config", str(config)))
     client = first.client(cluster_id=CLUSTER)
     await client.connect()
     try:
@@ -58,6 +63,17 @@ async def test_context_travels_three_hops_and_a_filter_rejects_by_it(
             await guarded.secret()
         with pytest.raises((PermissionError, RemoteGrainError), match="None may not"):
             await guarded.secret()
+
+        # client -> gateway silo -> a publisher on the other silo -> stream -> a consumer:
+        # each event is handled under the context of the call that published it
+        p = await _key_on(client, "ContextPublisher", gateway_silo, True, "p")
+        with RequestContext.set(tenant="acme"):
+            await client.get_grain("ContextPublisher", p).publish("k", [1, 2])
+        await client.get_grain("ContextPublisher", p).publish("k", [3])
+        sink = client.get_grain("ContextSink", "k")
+        seen = await poll_until(sink.seen, lambda s: len(s) >= 3, timeout=15)
+        assert [[item, tenant] for item, tenant, _ in seen] == [
+            [1, "acme"], [2, "acme"], [3, None]]
 
         # the gateway holds a client's context to the rules RequestContext.set checks
         token = request_context.set({"tenant": "allowed", "blob": "x" * 5000})

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orleanspy import ClusterClient, Grain, MessageRejectedError
+from orleanspy import ClusterClient, Grain, MessageRejectedError, RequestContext
 from orleanspy.diagnostics import CachePurged
 from orleanspy.errors import QueueCacheMissError
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
@@ -223,3 +223,26 @@ async def test_a_client_holds_at_most_max_client_subscriptions_per_provider() ->
     finally:
         await client.close()
         await cluster.stop()
+
+
+async def test_a_client_handler_runs_under_the_publishers_context(cluster: Any) -> None:
+    """The client's request context travels with its call to the producer grain, into the
+    events it publishes, and back to the client's handler (which runs under it)."""
+    client = cluster.client
+    tenants: list[Any] = []
+    done = asyncio.Event()
+
+    async def on_next(item: Any, token: Any) -> None:
+        tenants.append(RequestContext.get("tenant"))
+        if len(tenants) == 3:
+            done.set()
+
+    stream = client.get_stream_provider("s").get_stream("readings", "t9", Reading)
+    await stream.subscribe(on_next)
+    with RequestContext.set(tenant="acme"):
+        await client.get_grain(Sensor, "t9").report(2)
+    await client.get_grain(Sensor, "t9").report(1, start=2)
+    async with asyncio.timeout(WAIT):
+        await done.wait()
+    assert tenants == ["acme", "acme", None]
+    assert RequestContext.get("tenant") is None  # the handler's context stays its own
