@@ -23,12 +23,12 @@ from typing import Any, Final
 
 import msgpack
 
-from orleanspy.messaging.context_event import ContextEvent
+from orleanspy.messaging.context_event import MAX_CONTEXT_BYTES, ContextEvent
 
 __all__ = ["MAX_BYTES", "RequestContext", "check_context", "request_context", "unwrap_events"]
 
 #: The largest encoded size of a request context, in bytes.
-MAX_BYTES: Final = 4096
+MAX_BYTES: Final = MAX_CONTEXT_BYTES
 
 _SCALARS: Final = (str, int, float, bool, bytes, type(None))
 

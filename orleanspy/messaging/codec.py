@@ -27,7 +27,7 @@ import msgpack
 
 from orleanspy.errors import ProtocolError, RemoteGrainError, SerializationError
 from orleanspy.ids import GrainId
-from orleanspy.messaging.context_event import ContextEvent
+from orleanspy.messaging.context_event import ContextEvent, valid_context
 from orleanspy.messaging.types import TypePolicy
 
 __all__ = [
@@ -470,7 +470,7 @@ class Codec:
                 return obj
             if code == EXT_CONTEXT_EVENT:
                 context, item = self.unpackb(data)
-                return ContextEvent(item, context if type(context) is dict else None)
+                return ContextEvent(item, valid_context(context))
             if code == EXT_EXCEPTION:
                 name, args, message = self.unpackb(data)
                 cls = self.policy.resolve(name, exception=True)

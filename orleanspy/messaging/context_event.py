@@ -8,9 +8,15 @@ one travels as itself (nothing is added to it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["ContextEvent"]
+import msgpack
+
+__all__ = ["MAX_CONTEXT_BYTES", "ContextEvent", "valid_context"]
+
+#: The largest encoded size of a request context, in bytes.
+MAX_CONTEXT_BYTES: Final = 4096
+_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class ContextEvent:
@@ -30,3 +36,18 @@ class ContextEvent:
                 and other.context == self.context)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def valid_context(context: Any) -> dict[str, Any] | None:
+    """``context`` if it may travel as a request context (a dict of msgpack scalars under
+    str keys, at most ``MAX_CONTEXT_BYTES`` encoded), else None: a decoded event keeps only a
+    context its publisher's ``RequestContext.set`` could have made (bytes from a client are
+    held to the same rules as its requests' contexts)."""
+    if type(context) is not dict or not context:
+        return None
+    for key, value in context.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return None
+    if len(msgpack.packb(context, use_bin_type=True)) > MAX_CONTEXT_BYTES:
+        return None
+    return context
