@@ -6,8 +6,9 @@ Example::
     incoming = ["myapp.filters:tenant_check"]   # run in the callee's turn, in this order
     outgoing = ["myapp.filters:audit"]          # run around the calls grains make
 
-Each entry names an ``async def f(call)`` (``orleanspy.GrainCall``) as ``module:function``
-(``module:object.attribute`` for one inside a class or object). The file is checked when it
+Each entry names an ``async def f(call)`` (``orleanspy.GrainCall``), or an object whose
+``__call__`` is one, as ``module:function`` (``module:object.attribute`` for one inside a
+class or object). The file is checked when it
 is read (the table's keys and the form of each entry); the functions are imported when the
 silo starts, after the app modules' folder is on the import path, and an entry that does
 not import or is not an async function stops the start with an error naming it.
@@ -87,6 +88,10 @@ def _resolve(names: Sequence[str], where: str) -> list[Callable[..., Any]]:
                 f"{where}: {spec!r}: module {module_name} cannot be imported ({exc}); check "
                 "the name and that it is on the import path (the working directory is)"
             ) from None
+        except Exception as exc:  # the module itself failed: say so, not a traceback
+            raise ConfigurationError(
+                f"{where}: {spec!r}: importing module {module_name} failed: {exc!r}"
+            ) from None
         for part in path.split("."):
             try:
                 obj = getattr(obj, part)
@@ -94,7 +99,8 @@ def _resolve(names: Sequence[str], where: str) -> list[Callable[..., Any]]:
                 raise ConfigurationError(
                     f"{where}: {spec!r}: {module_name} has no {path}; name an async "
                     "function defined there") from None
-        if not inspect.iscoroutinefunction(obj):
+        call = inspect.getattr_static(type(obj), "__call__", None)  # an async callable object
+        if not (inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(call)):
             raise ConfigurationError(
                 f"{where}: {spec!r} is not an async function (a call filter is "
                 "`async def f(call)`, awaiting call.proceed())")

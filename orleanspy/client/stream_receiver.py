@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from orleanspy.grains.grain import deliver_batch, with_context
+from orleanspy.grains.request_context import without_context
 from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams.ids import StreamId
@@ -113,7 +114,8 @@ class StreamReceiver:
     # -- the loop ---------------------------------------------------------------------------
     def _start(self) -> None:
         if self._loop is None and not self._closed:
-            self._loop = asyncio.get_running_loop().create_task(self._run())
+            self._loop = asyncio.get_running_loop().create_task(
+                self._run(), context=without_context())
 
     async def close(self) -> None:
         if self._loop is not None and not self._closed:
@@ -148,8 +150,9 @@ class StreamReceiver:
                 self._spawn(self._handle(delivery, sub_id, packed))
         self._loop = None  # no subscription left: the next one starts the loop again
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            coro, context=without_context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

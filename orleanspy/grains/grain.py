@@ -21,7 +21,7 @@ from orleanspy.ids import GrainId, GrainKey
 from orleanspy.messaging.context_event import ContextEvent
 
 __all__ = [
-    "REMOVED", "STREAM_CALLBACKS", "Grain", "deliver_batch", "removed_subscription",
+    "REMOVED", "REMOVED_KEPT", "STREAM_CALLBACKS", "Grain", "deliver_batch", "removed_subscription",
     "stale_delivery", "with_context",
 ]
 

@@ -18,19 +18,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import Context, ContextVar, copy_context
 from typing import Any, Final
 
 import msgpack
 
 from orleanspy.messaging.context_event import MAX_CONTEXT_BYTES, ContextEvent
 
-__all__ = ["MAX_BYTES", "RequestContext", "check_context", "request_context", "unwrap_events"]
+__all__ = ["MAX_BYTES", "RequestContext", "check_context", "request_context", "unwrap_events",
+           "without_context"]
 
 #: The largest encoded size of a request context, in bytes.
 MAX_BYTES: Final = MAX_CONTEXT_BYTES
 
 _SCALARS: Final = (str, int, float, bool, bytes, type(None))
+_PLAIN: Final = frozenset(_SCALARS)
+
+
+def _plain(value: Any) -> Any:
+    """A subclass's value (an IntEnum, a str enum) as its plain scalar, without its
+    ``__str__`` (``check_context`` admitted it)."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    return value
 
 #: The current request context (a dict never changed once set: ``set`` makes a new one), or
 #: None when empty.
@@ -80,6 +98,10 @@ class RequestContext:
         merged = dict(current) if current else {}
         merged.update(values)
         check_context(merged)
+        for key, value in values.items():  # plain scalars: what travels is what is read
+            kind = type(value)
+            if kind not in _PLAIN:
+                merged[key] = _plain(value)
         token = set_context(merged or None)
         try:
             yield
@@ -99,6 +121,18 @@ class RequestContext:
         """A copy of the current request context (empty when none is set)."""
         current = get_context()
         return dict(current) if current else {}
+
+
+def without_context() -> Context | None:
+    """For a background task started here (``create_task(..., context=...)``): a copy of
+    the current context without its request context, or None when there is none (the task
+    copies the current context then, at no extra cost). A task that outlives the call that
+    started it (a stream's delivery loop, say) must not run under that call's values."""
+    if get_context() is None:
+        return None
+    context = copy_context()
+    context.run(set_context, None)
+    return context
 
 
 def unwrap_events(events: list[tuple[Any, Any]]) -> tuple[list[tuple[Any, Any]],

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from orleanspy.errors import StreamDeliveryInterrupted, StreamError
-from orleanspy.grains.grain import Grain
+from orleanspy.grains.grain import REMOVED_KEPT, Grain
 from orleanspy.grains.interface import client_endpoint, grain_type, reentrant, runtime_grain
 from orleanspy.grains.state import persistent_state
 from orleanspy.logging import get_logger
@@ -56,6 +56,10 @@ log = get_logger(__name__)
 class ClientSubscriptionsState:
     #: sub_id -> [provider, namespace, key]
     subscriptions: dict[str, list[Any]] = field(default_factory=dict)
+    #: the subscriptions removed last, oldest first (at most ``REMOVED_KEPT``): a delivery
+    #: that reaches one of them later is dropped (delivered), not failed, also after this
+    #: grain deactivated (the removal of its last subscription deactivates it)
+    removed: list[str] = field(default_factory=list)
 
 
 class _Pending:
@@ -226,6 +230,8 @@ class ClientStreamConsumer(Grain):
         handshake: str | None = None,
     ) -> None:
         if sub_id not in self.state.value.subscriptions:
+            if sub_id in self.state.value.removed:
+                return None  # removed while this delivery was on its way: dropped
             raise StreamError(f"client {self.key} has no subscription {sub_id}")
         if self._away_for() > AWAY_AFTER:
             raise StreamError(f"client {self.key} is not connected (it will be retried)")
@@ -325,11 +331,18 @@ class ClientStreamConsumer(Grain):
 
     async def _forget(self, sub_ids: list[str]) -> None:
         subs = self.state.value.subscriptions
+        removed = self.state.value.removed
         for sub_id in sub_ids:
             subs.pop(sub_id, None)
+            if sub_id not in removed:
+                removed.append(sub_id)
+            del removed[:-REMOVED_KEPT]
+            # Its deliveries on their way are dropped, not failed: a failure would be
+            # retried, or at a queue's hand-off leave the events to be delivered again to
+            # every other subscriber of the stream.
             for p in [p for p in self._pending.values() if p.sub_id == sub_id]:
                 if not p.future.done():
-                    p.future.set_exception(StreamError(f"subscription {sub_id} was removed"))
+                    p.future.set_result(None)
         await self.state.write()
         if not subs:
             self._disarm()

@@ -29,6 +29,7 @@ from orleanspy.errors import (
     StreamDeliveryError,
     StreamDeliveryInterrupted,
 )
+from orleanspy.grains.request_context import without_context
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
 from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
@@ -481,7 +482,8 @@ class Delivery:
     # -- telling the consumer -----------------------------------------------------------------
     def notify_later(self, sub: Subscription, exc: Exception) -> None:
         """Run ``sub``'s ``on_error(exc)`` in the background."""
-        self.track(asyncio.get_running_loop().create_task(self.notify(sub, exc)))
+        self.track(asyncio.get_running_loop().create_task(self.notify(sub, exc),
+                                                          context=without_context()))
 
     async def notify(self, sub: Subscription, exc: Exception) -> None:
         """Run ``sub``'s ``on_error(exc)``; a failure there is logged."""

@@ -13,7 +13,12 @@ from orleanspy.grains.interface import client_endpoint, grain_type, reentrant
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.admin import StreamSubscriptionManager, SubscriptionInfo
 from orleanspy.streams.ids import StreamId, StreamKey
-from orleanspy.streams.stream import ErrorHandler, StreamHandler, StreamProducer
+from orleanspy.streams.stream import (
+    ErrorHandler,
+    StreamHandler,
+    StreamProducer,
+    with_publisher_context,
+)
 from orleanspy.streams.tokens import SequenceToken
 
 __all__ = ["PUBLISHER_TYPE", "ClientStream", "ClientStreamProvider", "StreamPublisher"]
@@ -33,8 +38,9 @@ class StreamPublisher(SystemTarget):
         self.provider = provider
 
     async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
-        if events:
-            await self.provider.enqueue(StreamId(namespace, key), list(events))
+        if events:  # under the client's request context, as a grain's on_next
+            await self.provider.enqueue(StreamId(namespace, key),
+                                        with_publisher_context(list(events)))
 
     async def subscriptions(self, namespace: str, key: Any) -> list[SubscriptionInfo]:
         """The subscriptions of the stream (a client's ``list_subscriptions``)."""

@@ -213,6 +213,15 @@ class StreamSubscriptionHandle:
 _UNSET: Any = object()
 
 
+def with_publisher_context(events: list[Any]) -> list[Any]:
+    """``events`` as stored when published under a request context: each wrapped with it
+    (``ContextEvent``), so that every consumer handles it under that context."""
+    context = get_context()
+    if context is None:
+        return events
+    return [ContextEvent(e, context) for e in events]
+
+
 async def _replay_token(provider: Any, stream_id: StreamId, token: SequenceToken | None,
                         from_time: float) -> SequenceToken | None:
     """The token a subscription from ``from_time`` starts at (None: nothing kept since)."""
@@ -286,9 +295,8 @@ class AsyncStream(Generic[T]):
             await self._publish(events)
 
     async def _publish(self, events: list[Any]) -> None:
-        context = get_context()
-        if context is not None:  # each consumer handles it under the publisher's context
-            events = [ContextEvent(e, context) for e in events]
+        if get_context() is not None:  # each consumer handles it under this context
+            events = with_publisher_context(events)
         if self._tail is not None:
             await self._after_sends()
         send = self._send
@@ -324,9 +332,8 @@ class AsyncStream(Generic[T]):
         return self._send_now(events)
 
     def _send_now(self, events: list[Any]) -> asyncio.Future[None]:
-        context = get_context()
-        if context is not None:  # each consumer handles it under the publisher's context
-            events = [ContextEvent(e, context) for e in events]
+        if get_context() is not None:  # each consumer handles it under this context
+            events = with_publisher_context(events)
         future = self._send_pipelined(events)
         latency = self._latency
         if latency is not None and latency.due():

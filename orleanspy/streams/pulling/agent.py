@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy.errors import LeaseLostError
 from orleanspy.grains.interface import always_interleave, grain_type
+from orleanspy.grains.request_context import without_context
 from orleanspy.logging import get_logger
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.adapters.base import BatchContainer
@@ -144,7 +145,7 @@ class PullingAgent(SystemTarget):
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background, owned by the silo (awaited at its stop)."""
-        self.silo.track(asyncio.get_running_loop().create_task(coro))
+        self.silo.track(asyncio.get_running_loop().create_task(coro, context=without_context()))
 
     # -- lifecycle (called by the provider) ---------------------------------------------------
     async def start(self) -> None:
@@ -321,7 +322,8 @@ class PullingAgent(SystemTarget):
             cursor is not None and (cursor.is_set or cursor.gap is not None)
         )) and self.table.group_ready(sub.stream_id):
             assert self.delivery is not None
-            sub.started(asyncio.get_running_loop().create_task(self.delivery.run(sub)))
+            sub.started(asyncio.get_running_loop().create_task(
+                self.delivery.run(sub), context=without_context()))
 
     def rewind(self, sub: Subscription, token: SequenceToken, handshake: str) -> None:
         self.table.add(dataclasses.replace(sub.record, token=token, handshake=handshake))

@@ -13,10 +13,11 @@ import pytest
 
 from orleanspy import ClusterClient, Grain, MessageRejectedError, RequestContext
 from orleanspy.diagnostics import CachePurged
-from orleanspy.errors import QueueCacheMissError
+from orleanspy.errors import QueueCacheMissError, StreamError
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
+from orleanspy.streams.delivery import DELIVER
 from orleanspy.streams.pubsub import PubSubRendezvous
 from orleanspy.testing import EventRecorder, TestCluster
 
@@ -246,3 +247,40 @@ async def test_a_client_handler_runs_under_the_publishers_context(cluster: Any) 
         await done.wait()
     assert tenants == ["acme", "acme", None]
     assert RequestContext.get("tenant") is None  # the handler's context stays its own
+
+
+async def test_a_clients_own_publish_carries_its_context(cluster: Any) -> None:
+    client = cluster.client
+    got: list[Any] = []
+    done = asyncio.Event()
+
+    async def on_next(item: Any, token: Any) -> None:
+        got.append([item, RequestContext.get("tenant")])
+        if len(got) == 2:
+            done.set()
+
+    stream = client.get_stream_provider("s").get_stream("readings", "t10")
+    await stream.subscribe(on_next)
+    with RequestContext.set(tenant="acme"):
+        await stream.on_next(1)
+    await stream.on_next(2)
+    async with asyncio.timeout(WAIT):
+        await done.wait()
+    assert got == [[1, "acme"], [2, None]]
+
+
+async def test_a_delivery_to_a_subscription_the_client_removed_is_dropped(
+    cluster: Any,
+) -> None:
+    """A delivery that reaches the client's consumer after the client unsubscribed counts
+    as delivered (a failure would be retried, or re-delivered to the stream's other
+    subscribers at a hand-off); one for a subscription it never had still fails."""
+    client = cluster.client
+    stream = client.get_stream_provider("s").get_stream("readings", "t11", Reading)
+    handle = await stream.subscribe(Collector(1))
+    await handle.unsubscribe()
+    consumer = cluster.silos[0].get_grain(CLIENT_CONSUMER_TYPE, client.client_id)
+    event = [(Reading("t11", 1.0), None)]
+    assert await consumer.invoke(DELIVER, handle.sub_id, "readings", "t11", event) is None
+    with pytest.raises(StreamError, match="has no subscription"):
+        await consumer.invoke(DELIVER, f"{client.client_id}/never", "readings", "t11", event)
