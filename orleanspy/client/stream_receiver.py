@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from orleanspy.grains.grain import deliver_batch, with_context
+from orleanspy.grains.grain import deliver_batch, handle_event, remember_removed
 from orleanspy.grains.request_context import without_context
-from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.stream import ErrorHandler, StreamHandler, StreamObserver, as_observer
@@ -28,7 +27,6 @@ from orleanspy.streams.tokens import SequenceToken
 __all__ = ["ClientSubscriptionHandle", "StreamReceiver"]
 
 POLL_WAIT = 10.0
-REMOVED_KEPT = 64  # removed subscription ids remembered (late deliveries are dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +91,7 @@ class StreamReceiver:
     async def unsubscribe(self, sub_id: str) -> None:
         await self.consumer.unsubscribe(sub_id)
         self.observers.pop(sub_id, None)
-        self.removed[sub_id] = None
-        if len(self.removed) > REMOVED_KEPT:
-            del self.removed[next(iter(self.removed))]
+        remember_removed(self.removed, sub_id)
 
     async def resume(
         self, sub_id: str, handler: StreamHandler[Any], token: SequenceToken | None,
@@ -182,10 +178,7 @@ class StreamReceiver:
                 else:
                     on_next: Callable[[Any, Any], Awaitable[object]] = observer.on_next  # type: ignore[assignment]
                     for item, token in events:
-                        if type(item) is ContextEvent:  # published under a request context
-                            await with_context(item.context, on_next(item.item, token))
-                        else:
-                            await on_next(item, token)
+                        await handle_event(on_next, item, token)
                         done += 1
             except Exception as exc:
                 self.log.debug("client_stream_handler_failed", subscription=sub_id,

@@ -21,8 +21,8 @@ from orleanspy.ids import GrainId, GrainKey
 from orleanspy.messaging.context_event import ContextEvent
 
 __all__ = [
-    "REMOVED", "REMOVED_KEPT", "STREAM_CALLBACKS", "Grain", "deliver_batch", "removed_subscription",
-    "stale_delivery", "with_context",
+    "REMOVED", "REMOVED_KEPT", "STREAM_CALLBACKS", "Grain", "deliver_batch", "handle_event",
+    "remember_removed", "removed_subscription", "stale_delivery", "with_context",
 ]
 
 #: The callbacks the stream delivery below finds on a grain by name (implicit subscriptions,
@@ -151,6 +151,7 @@ class Grain:
         done = 0
         try:
             for item, token in events:
+                # ``handle_event`` inlined: the call per event costs memory_fanout_100 5-10 %
                 if type(item) is ContextEvent:  # published under a request context
                     await with_context(item.context, on_next(item.item, token))
                 else:
@@ -222,6 +223,15 @@ async def with_context(context: dict[str, Any] | None, handling: Awaitable[Any])
         request_context.reset(token)
 
 
+def handle_event(on_next: Callable[[Any, Any], Awaitable[Any]], item: Any, token: Any
+                 ) -> Awaitable[Any]:
+    """One event's handler call, to await: under the request context the event was
+    published with, if any (``ContextEvent``)."""
+    if type(item) is ContextEvent:
+        return with_context(item.context, on_next(item.item, token))
+    return on_next(item, token)
+
+
 async def deliver_batch(on_next_batch: Callable[[list[Any]], Awaitable[Any]],
                         events: list[Any]) -> None:
     """A batch handler's call: events unwrapped, under the context of the first event that
@@ -239,6 +249,13 @@ async def deliver_batch(on_next_batch: Callable[[list[Any]], Awaitable[Any]],
 #: every other subscription of the stream)
 REMOVED = "_orleanspy_stream_removed"
 REMOVED_KEPT = 64
+
+
+def remember_removed(removed: dict[str, None], sub_id: str) -> None:
+    """Add ``sub_id`` to ``removed`` (oldest first), keeping the newest ``REMOVED_KEPT``."""
+    removed[sub_id] = None
+    if len(removed) > REMOVED_KEPT:
+        del removed[next(iter(removed))]
 
 
 def removed_subscription(grain: Any, sub_id: str) -> bool:

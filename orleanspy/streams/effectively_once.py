@@ -22,12 +22,11 @@ from orleanspy.errors import ConfigurationError, StreamDeliveryInterrupted, Stre
 from orleanspy.grains.grain import (
     Grain,
     deliver_batch,
+    handle_event,
     removed_subscription,
     stale_delivery,
-    with_context,
 )
 from orleanspy.grains.state import PersistentState, StateSpec
-from orleanspy.messaging.context_event import ContextEvent
 
 __all__ = ["effectively_once", "handled_prefix"]
 
@@ -175,10 +174,7 @@ async def _deliver(
         tokens[entry] = (token.sequence, token.index)
         etag = ps.etag
         try:
-            if type(item) is ContextEvent:  # published under a request context
-                await with_context(item.context, on_next(item.item, token))
-            else:
-                await on_next(item, token)
+            await handle_event(on_next, item, token)
         except BaseException as exc:
             if ps.etag == etag:  # not stored: the event is not handled
                 _restore(ps, entry, last)

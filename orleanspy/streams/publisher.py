@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from orleanspy.grains.interface import client_endpoint, grain_type, reentrant
+from orleanspy.grains.request_context import get_context
 from orleanspy.runtime.system_target import SystemTarget
 from orleanspy.streams.admin import StreamSubscriptionManager, SubscriptionInfo
 from orleanspy.streams.ids import StreamId, StreamKey
@@ -17,7 +18,7 @@ from orleanspy.streams.stream import (
     ErrorHandler,
     StreamHandler,
     StreamProducer,
-    with_publisher_context,
+    with_context_events,
 )
 from orleanspy.streams.tokens import SequenceToken
 
@@ -40,7 +41,7 @@ class StreamPublisher(SystemTarget):
     async def publish(self, namespace: str, key: Any, events: list[Any]) -> None:
         if events:  # under the client's request context, as a grain's on_next
             await self.provider.enqueue(StreamId(namespace, key),
-                                        with_publisher_context(list(events)))
+                                        with_context_events(list(events), get_context()))
 
     async def subscriptions(self, namespace: str, key: Any) -> list[SubscriptionInfo]:
         """The subscriptions of the stream (a client's ``list_subscriptions``)."""

@@ -13,7 +13,7 @@ from orleanspy._util.clock import SystemClock
 from orleanspy._util.histogram import Histogram
 from orleanspy.errors import ReplayUnavailableError, StreamError
 from orleanspy.grains.context import current_turn
-from orleanspy.grains.grain import REMOVED, REMOVED_KEPT
+from orleanspy.grains.grain import REMOVED, remember_removed
 from orleanspy.grains.interface import check_handler
 from orleanspy.grains.request_context import get_context
 from orleanspy.messaging.context_event import ContextEvent
@@ -153,10 +153,7 @@ class StreamSubscriptionHandle:
         grain_dict = activation.grain.__dict__
         grain_dict.get(HANDLERS, {}).pop(self.sub_id, None)
         grain_dict.get(RESUMES, {}).pop(self.sub_id, None)
-        removed: dict[str, None] = grain_dict.setdefault(REMOVED, {})
-        removed[self.sub_id] = None
-        if len(removed) > REMOVED_KEPT:
-            del removed[next(iter(removed))]
+        remember_removed(grain_dict.setdefault(REMOVED, {}), self.sub_id)
 
     async def resume(
         self, handler: StreamHandler[Any], token: SequenceToken | None = None, *,
@@ -213,10 +210,10 @@ class StreamSubscriptionHandle:
 _UNSET: Any = object()
 
 
-def with_publisher_context(events: list[Any]) -> list[Any]:
-    """``events`` as stored when published under a request context: each wrapped with it
-    (``ContextEvent``), so that every consumer handles it under that context."""
-    context = get_context()
+def with_context_events(events: list[Any], context: dict[str, Any] | None) -> list[Any]:
+    """``events`` as stored when published under the request context ``context``: each
+    wrapped with it (``ContextEvent``), so that every consumer handles it under that
+    context; as they are without one."""
     if context is None:
         return events
     return [ContextEvent(e, context) for e in events]
@@ -295,8 +292,9 @@ class AsyncStream(Generic[T]):
             await self._publish(events)
 
     async def _publish(self, events: list[Any]) -> None:
-        if get_context() is not None:  # each consumer handles it under this context
-            events = with_publisher_context(events)
+        context = get_context()
+        if context is not None:  # each consumer handles it under this context
+            events = with_context_events(events, context)
         if self._tail is not None:
             await self._after_sends()
         send = self._send
@@ -332,8 +330,9 @@ class AsyncStream(Generic[T]):
         return self._send_now(events)
 
     def _send_now(self, events: list[Any]) -> asyncio.Future[None]:
-        if get_context() is not None:  # each consumer handles it under this context
-            events = with_publisher_context(events)
+        context = get_context()
+        if context is not None:  # each consumer handles it under this context
+            events = with_context_events(events, context)
         future = self._send_pipelined(events)
         latency = self._latency
         if latency is not None and latency.due():
