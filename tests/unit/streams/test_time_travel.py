@@ -8,7 +8,8 @@ fake time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,21 @@ async def test_a_replay_from_an_hour_back_hands_over_to_live_without_gap_or_dupl
             await silo.stop()
 
 
+@contextlib.asynccontextmanager
+async def _retaining(durable: QueueAdapterFactory, clock: FakeClock, seconds: float,
+                     count: int) -> AsyncIterator[QueueAdapter]:
+    """An open adapter of provider "s" on ``clock`` that keeps acknowledged events for
+    ``seconds`` or the newest ``count``; closed afterwards."""
+    adapter = durable.create_adapter("s")
+    adapter.use_clock(clock)
+    adapter.retain(seconds, count)
+    await adapter.open()
+    try:
+        yield adapter
+    finally:
+        await adapter.close()
+
+
 async def _fill(adapter: QueueAdapter, clock: FakeClock, queue: QueueId, stream: StreamId,
                 n: int) -> list[Any]:
     receiver = adapter.create_receiver(queue)
@@ -174,12 +190,8 @@ async def test_retention_trims_by_duration_after_acknowledgement(
     durable: QueueAdapterFactory,
 ) -> None:
     clock = FakeClock(start=1_000_000.0)
-    adapter = durable.create_adapter("s")
-    adapter.use_clock(clock)
-    adapter.retain(100.0, 0)
-    await adapter.open()
     queue, stream = QueueId("s", 0), StreamId("ns", "k")
-    try:
+    async with _retaining(durable, clock, 100.0, 0) as adapter:
         receiver, batch = await _fill(adapter, clock, queue, stream, 10)
         await receiver.messages_delivered(batch[:6])  # acknowledged at 1_000_100
         kept = await adapter.read_range(queue, SequenceToken(0), 100, stream)
@@ -200,8 +212,6 @@ async def test_retention_trims_by_duration_after_acknowledgement(
         rest = await adapter.read_range(queue, caught.value.oldest_token, 100, stream)
         assert [c.events for c in rest] == [(i,) for i in range(6, 10)]
         await receiver.shutdown()
-    finally:
-        await adapter.close()
 
 
 async def test_a_replay_from_an_events_own_write_time_includes_it(
@@ -210,12 +220,8 @@ async def test_a_replay_from_an_events_own_write_time_includes_it(
     """Write times are kept to the microsecond: a time that rounds down there (and is the
     event's own write time, as a caller took it from the same clock) still finds it."""
     clock = FakeClock(start=3_000_000.0000004)
-    adapter = durable.create_adapter("s")
-    adapter.use_clock(clock)
-    adapter.retain(3600.0, 0)
-    await adapter.open()
     queue, stream = QueueId("s", 2), StreamId("ns", "k")
-    try:
+    async with _retaining(durable, clock, 3600.0, 0) as adapter:
         clock.advance(10.0)
         at = clock.time()
         receiver, batch = await _fill(adapter, clock, queue, stream, 3)
@@ -223,20 +229,14 @@ async def test_a_replay_from_an_events_own_write_time_includes_it(
         by_time = await adapter.read_range(queue, at, 100, stream)
         assert [c.events for c in by_time] == [(0,), (1,), (2,)]
         await receiver.shutdown()
-    finally:
-        await adapter.close()
 
 
 async def test_retention_trims_by_count_and_without_retention_nothing_replays(
     durable: QueueAdapterFactory,
 ) -> None:
     clock = FakeClock(start=2_000_000.0)
-    adapter = durable.create_adapter("s")
-    adapter.use_clock(clock)
-    adapter.retain(0.0, 3)
-    await adapter.open()
     queue, stream = QueueId("s", 1), StreamId("ns", "k")
-    try:
+    async with _retaining(durable, clock, 0.0, 3) as adapter:
         receiver, batch = await _fill(adapter, clock, queue, stream, 8)
         await receiver.messages_delivered(batch[:6])  # the newest 3 acknowledged stay
         with pytest.raises(ReplayUnavailableError) as caught:
@@ -247,8 +247,6 @@ async def test_retention_trims_by_count_and_without_retention_nothing_replays(
         # read_from (what a spilled subscription reads) sees the retained ones too
         assert await receiver.read_from(batch[3].token, 100, stream) == again
         await receiver.shutdown()
-    finally:
-        await adapter.close()
 
     plain = durable.create_adapter("t")  # no retention: acknowledged means gone
     plain.use_clock(clock)
