@@ -18,6 +18,7 @@ from orleanspy.errors import ConfigurationError, StorageError
 __all__ = ["RedisClient", "redact", "split_prefix"]
 
 DEFAULT_PREFIX = "orleanspy"
+CLOSE_GRACE = 2.0
 
 T = TypeVar("T")
 
@@ -59,6 +60,7 @@ class RedisClient:
         self.url = url
         self.server_url, self.prefix = split_prefix(url)
         self._redis: Any = None
+        self._detached: set[asyncio.Future[Any]] = set()  # commands whose callers gave up
 
     def __repr__(self) -> str:
         return f"RedisClient({redact(self.url)!r})"
@@ -84,6 +86,8 @@ class RedisClient:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(_retrieve)
+            self._detached.add(task)
+            task.add_done_callback(self._detached.discard)
             raise
 
     async def execute(self, pipe: Any) -> Any:
@@ -106,6 +110,13 @@ class RedisClient:
             ) from exc
 
     async def close(self) -> None:
+        """Close the pool once the commands whose callers gave up have finished (for at most
+        ``CLOSE_GRACE`` s): one still connecting would otherwise open its socket after the pool
+        closed, and nobody would close it."""
+        if self._detached:
+            await asyncio.wait(set(self._detached), timeout=CLOSE_GRACE)
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
+        for task in list(self._detached):
+            task.cancel()

@@ -30,6 +30,26 @@ async def test_a_cancelled_caller_stops_at_once_and_the_client_goes_on(redis_url
         await client.close()
 
 
+async def test_closing_while_a_given_up_command_connects_leaves_no_socket_open(
+    redis_url: str,
+) -> None:
+    """A caller that gave up while its command was still connecting, then closed the client
+    (a client shutting down in the middle of a membership read): no connection of the pool
+    stays open once the command is done."""
+    client = RedisClient(redis_url)
+    pool = client.redis.connection_pool
+    task = asyncio.ensure_future(client.run(client.redis.ping()))
+    await asyncio.sleep(0)  # the command has started connecting
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await client.close()
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:  # the background command, if any is left, ends
+        await asyncio.wait(others, timeout=5)
+    connections = [*pool._available_connections, *pool._in_use_connections]
+    assert not [c for c in connections if c.is_connected]
+
+
 def test_urls_keep_their_prefix_and_hide_their_password() -> None:
     assert split_prefix("redis://h:1/2?prefix=p") == ("redis://h:1/2", "p")
     assert split_prefix("redis://h:1/2") == ("redis://h:1/2", "orleanspy")
