@@ -28,7 +28,8 @@ from _common import progress, quiet_logging
 from orleanspy import Grain, Silo, SiloOptions, grain_type
 from orleanspy.cluster.membership import MemoryMembershipTable
 from orleanspy.cluster.membership.service import MembershipService
-from orleanspy.messaging.frames import Request, encode_body, reply_frame
+from orleanspy.messaging.bodies import encode_body, reply_frame
+from orleanspy.messaging.frames import Request
 from orleanspy.runtime.gateway import GatewayConnection
 
 CALLS_IN_FLIGHT = 100

@@ -29,6 +29,7 @@ from orleanspy.grains.host import DeactivationReason
 from orleanspy.grains.interface import (
     always_interleave,
     call_chain_reentrant,
+    cancellable,
     collection_age,
     grain_type,
     mailbox,
@@ -93,6 +94,7 @@ __all__ = [
     "allow_call_chain_reentrancy",
     "always_interleave",
     "call_chain_reentrant",
+    "cancellable",
     "collection_age",
     "grain_type",
     "implicit_subscription",

@@ -12,6 +12,7 @@ timeouts are kept by ``Deadlines`` on the client's clock.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import Callable
@@ -32,10 +33,11 @@ from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.request_context import get_context as _get_context
 from orleanspy.ids import GrainId
 from orleanspy.logging import get_logger
+from orleanspy.messaging.bodies import encode_body
 from orleanspy.messaging.client_identity import CLIENT_KEY_SIZE, client_id_of
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.deadlines import Deadlines
-from orleanspy.messaging.frames import Request, encode_body
+from orleanspy.messaging.frames import Cancel, Request
 from orleanspy.messaging.types import TypePolicy
 from orleanspy.streams.publisher import ClientStreamProvider
 
@@ -254,6 +256,10 @@ class ClusterClient:
         self._deadlines.add(t, corr, grain_id, method, pending)
         try:
             return await fut
+        except asyncio.CancelledError:
+            if fut.cancelled() and not conn.closed:  # not answered: the silo drops it
+                conn.send(Cancel.pack(corr))
+            raise
         finally:
             pending.pop(corr, None)
 

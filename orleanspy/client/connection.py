@@ -12,16 +12,10 @@ import asyncio
 from typing import Any, Protocol
 
 from orleanspy.errors import ProtocolError, SiloUnavailableError
+from orleanspy.messaging.bodies import read_value
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import (
-    GOAWAY,
-    GOAWAY_FRAME,
-    RESPONSE,
-    Response,
-    read_value,
-    unpack_plain,
-)
+from orleanspy.messaging.frames import GOAWAY, GOAWAY_FRAME, RESPONSE, Response, unpack_plain
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
 

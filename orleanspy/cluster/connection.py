@@ -42,9 +42,11 @@ from orleanspy.errors import (
     SiloUnavailableError,
 )
 from orleanspy.ids import SiloAddress
+from orleanspy.messaging.bodies import Encoded, encode_body, read_value, reply_frame
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
+    CANCEL,
     CONTROL,
     CONTROL_ONE_WAY,
     DRAINED,
@@ -55,15 +57,12 @@ from orleanspy.messaging.frames import (
     RESPONSE,
     RESPONSE_HEAD,
     BadRequest,
+    Cancel,
     Control,
-    Encoded,
     Request,
     Response,
     decode_or_reject,
-    encode_body,
     raw_header,
-    read_value,
-    reply_frame,
     unpack_plain,
 )
 from orleanspy.messaging.guard import HandshakeGuard
@@ -131,6 +130,9 @@ class ConnectionHub(Protocol):
     def deliver(self, msg: Message, sender: SiloAddress | None) -> None:
         """A request or one-way message from a peer (its answer goes to ``msg.reply``)."""
 
+    def cancel(self, msg: Message) -> None:
+        """The peer that sent request ``msg`` gave up on it (``Dispatcher.cancel``)."""
+
     def control(self, conn: SiloConnection, answer: bool, corr: int, op: str,
                 args: list[Any]) -> None:
         """A control request (answered on ``conn`` if ``answer``) or control one-way."""
@@ -161,6 +163,8 @@ class SiloConnection(FramedConnection):
         self._got_drained = False
         #: requests received on this connection and not answered yet
         self.serving = 0
+        #: those requests by the peer's id, for its cancels
+        self.calls: dict[int, Message] = {}
         #: corr -> (reply, deadline on the hub's clock, reply forwarded as bytes)
         self.pending: dict[int, tuple[Reply, float, bool]] = {}
         self.handshake: asyncio.Future[Any] | None = (
@@ -213,6 +217,7 @@ class SiloConnection(FramedConnection):
                 return
             if kind == REQUEST:
                 self.serving += 1
+                self.calls[obj[1]] = msg
                 msg.reply = partial(self.reply, obj[1])
                 if msg.timeout:  # the time the caller has left, on this silo's clock
                     msg.deadline = self.clock.monotonic() + msg.timeout
@@ -230,6 +235,10 @@ class SiloConnection(FramedConnection):
                     ))
                 return
             self.hub.control(self, control.answer, control.id, control.op, control.args)
+        elif kind == CANCEL:
+            gave_up = self.calls.get(Cancel.decode(obj).id)
+            if gave_up is not None:  # (a call answered already: nothing to cancel)
+                self.hub.cancel(gave_up)
         elif kind == DRAINED:
             self._got_drained = True
             self._maybe_close_retired()
@@ -278,6 +287,7 @@ class SiloConnection(FramedConnection):
         serving = self.serving
         if serving > 0:
             self.serving = serving - 1
+        self.calls.pop(corr, None)
         if not self.closed:
             self.send(reply_frame(self.codec, corr, ok, value))
         if serving == 1 and self.hub.waiting_quiet and not self.pending:
@@ -323,8 +333,15 @@ class SiloConnection(FramedConnection):
             reply(False, exc)
             return
         self.pending[corr] = (reply, now + timeout + SWEEP_GRACE, raw)
+        msg.forward = (self, corr)  # where a cancel of its caller follows it
         hub.requests_sent += 1
         self.send(payload)
+
+    def send_cancel(self, corr: int) -> None:
+        """The caller of request ``corr`` sent here gave up on it (``Cancel``); its answer
+        still comes (and goes to the caller's reply, which ignores it)."""
+        if corr in self.pending and not self.closed:
+            self.send(Cancel.pack(corr))
 
     def send_control(self, op: str, args: list[Any], reply: Reply | None,
                      timeout: float) -> None:

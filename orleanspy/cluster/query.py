@@ -11,8 +11,9 @@ from typing import Any
 
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.errors import ProtocolError, SiloUnavailableError
+from orleanspy.messaging.bodies import read_value
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.frames import PROTOCOL_VERSION, Control, Response, read_frame, read_value
+from orleanspy.messaging.frames import PROTOCOL_VERSION, Control, Response, read_frame
 from orleanspy.messaging.types import TypePolicy
 
 __all__ = ["SiloRefusedError", "query_silo"]

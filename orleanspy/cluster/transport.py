@@ -106,6 +106,7 @@ class SiloTransport:
         reroute: called with a message that could not be sent to a silo (never delivered);
             True if it took the message (routed it anew), False to fail it. None: fail it.
         handlers: the control ops this silo answers (op name → function).
+        cancel: called with a request from a peer whose sender gave up on it.
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class SiloTransport:
         max_pending_handshakes: int = DEFAULT_MAX_PENDING,
         reroute: Callable[[Message, SiloAddress], bool] | None = None,
         handlers: dict[str, Handler] | None = None,
+        cancel: Callable[[Message], None] | None = None,
     ) -> None:
         self.silo = silo
         self.clock = clock or SystemClock()
@@ -148,6 +150,8 @@ class SiloTransport:
         self.handlers: dict[str, Handler] = handlers if handlers is not None else {}
         #: a request or one-way message from a peer, for this silo (every request calls it)
         self.deliver: Callable[[Message, SiloAddress | None], None] = deliver
+        #: a peer gave up on a request it sent here (``Dispatcher.cancel``)
+        self.cancel: Callable[[Message], None] = cancel or _ignore
         self._is_dead = is_dead
         self._ids = itertools.count(1)
         #: a new request id (bound once: the send path calls it for every request)
@@ -486,3 +490,7 @@ def _fail(msg: Message, exc: BaseException, log: Any) -> None:
                     error=repr(exc))
 
 
+
+
+def _ignore(msg: Message) -> None:
+    """No dispatcher to tell of a cancel (a tool's transport)."""

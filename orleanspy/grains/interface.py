@@ -33,7 +33,7 @@ from orleanspy.grains.grain_interface import (
     served_type_names,
 )
 from orleanspy.grains.state import StateSpec
-from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_READ_ONLY
+from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_CANCELLABLE, FLAG_READ_ONLY
 
 __all__ = [
     "RUNTIME_HOOKS",
@@ -46,6 +46,7 @@ __all__ = [
     "PlacementStrategy",
     "always_interleave",
     "call_chain_reentrant",
+    "cancellable",
     "check_handler",
     "class_info",
     "client_endpoint",
@@ -154,6 +155,15 @@ def _mark(fn: F, attr: str) -> F:
 def always_interleave(fn: F) -> F:
     """The method may run while any other request is running on the activation."""
     return _mark(fn, "_orleanspy_always_interleave")
+
+
+def cancellable(fn: F) -> F:
+    """A running turn of the method is cancelled (``asyncio.CancelledError`` at its next
+    await) when its caller gives up on it: the caller's task is cancelled, or the caller's
+    deadline passes, on whichever silo the turn runs. Its own calls still in flight are
+    cancelled with it. A method without it runs to its end whoever still waits for it (a
+    request of any method that has not started yet never starts once its caller gave up)."""
+    return _mark(fn, "_orleanspy_cancellable")
 
 
 def may_interleave(fn: F) -> F:
@@ -371,6 +381,8 @@ def _build(cls: type) -> GrainClassInfo:
         ai = bool(getattr(fn, "_orleanspy_always_interleave", False))
         ro = bool(getattr(fn, "_orleanspy_read_only", False))
         flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
+        if getattr(fn, "_orleanspy_cancellable", False):
+            flags |= FLAG_CANCELLABLE
         ow = bool(getattr(fn, "_orleanspy_one_way", False))
         hook = name in RUNTIME_HOOKS or name.startswith("__orleanspy_")
         client_ok = open_to_clients and not hook and not _is_stream_handler(cls, name)

@@ -234,13 +234,16 @@ def build_silo(
             opts.membership or "memory", opts.cluster_id, opts.data_dir)
         view = ClusterView(silo, identity, table)
 
-        # The transport and the cluster runtime use each other: the transport takes these
-        # two functions, which reach the runtime built just below.
+        # The transport, the cluster runtime and the dispatcher use each other: the transport
+        # takes these functions, which reach the runtime and the dispatcher built below.
         def deliver(msg: Message, sender: SiloAddress | None) -> None:
             runtime.deliver_remote(msg, sender)
 
         def reroute(msg: Message, to: SiloAddress) -> bool:
             return runtime.reroute(msg, to)
+
+        def cancel(msg: Message) -> None:
+            dispatcher.cancel(msg)
 
         transport = SiloTransport(
             identity.address, codec, identity.log, cluster_id=opts.cluster_id,
@@ -248,7 +251,7 @@ def build_silo(
             default_timeout=opts.response_timeout, deliver=deliver, is_dead=view.is_dead,
             clock=clock, verify_peer=view.verify_peer, handshake_timeout=opts.handshake_timeout,
             max_pending_handshakes=opts.max_pending_handshakes, reroute=reroute,
-            handlers=handlers,
+            handlers=handlers, cancel=cancel,
         )
         directory = GrainDirectory(identity, transport.request, view.valid)
         placement = PlacementDirector(identity)

@@ -17,13 +17,14 @@ kind               array
 ``DRAINED``        ``[5]``: "I have nothing pending on this connection" (silo connections)
 ``GOAWAY``         ``[6]``, gateway -> client: "I am stopping; send new calls elsewhere" (the
                    calls already sent are still answered); client -> gateway: "understood"
+``Cancel``         ``[7, id]``: the caller of request ``id`` (sent on this connection) gave up:
+                   not started, it never runs; running a ``@cancellable`` method, it is
+                   cancelled; routed on, the cancel follows it
 =================  ============================================================================
 
-Arguments and results travel as a ``body`` of bytes inside the frame, so a silo that only
-routes a request or a reply reads the header (target, id, flags, timeout) and forwards the
-body untouched; only the silo that runs the grain decodes the arguments (``open_body``, with
-its type policy), and only the caller decodes the result (``read_value``). A reply still in
-its bytes travels through a silo as ``Encoded``.
+Arguments and results travel as a ``body`` of bytes inside the frame (``messaging/bodies.py``),
+so a silo that only routes a request or a reply reads the header (target, id, flags, timeout)
+and forwards the body untouched.
 
 Handshakes (maps): client -> gateway ``{"v", "cluster", "secret", "client", "key"}`` (the
 client's id and the key that proves it, ``messaging/client_identity.py``), answered
@@ -50,13 +51,13 @@ from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import grain_id
 from orleanspy.messaging.codec import UNCOUNTED_FRAME, Codec, unpack_plain_bounded
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
-from orleanspy.messaging.wire import chain_entry, decode_error, encode_error
+from orleanspy.messaging.wire import chain_entry
 
 __all__ = [
+    "CANCEL",
     "CONTROL",
     "CONTROL_ONE_WAY",
     "DRAINED",
-    "EMPTY_BODY",
     "GOAWAY",
     "KINDS",
     "ONE_WAY",
@@ -66,23 +67,18 @@ __all__ = [
     "RESPONSE",
     "RESPONSE_HEAD",
     "BadRequest",
+    "Cancel",
     "Control",
-    "Encoded",
     "Request",
     "Response",
     "check_handshake",
     "check_size",
     "decode",
     "decode_or_reject",
-    "encode_body",
-    "open_body",
     "raw_header",
     "read_frame",
-    "read_value",
-    "reply_frame",
     "undecodable",
     "unpack_plain",
-    "value_body",
 ]
 
 #: The version a handshake names; a peer naming another is refused.
@@ -95,6 +91,7 @@ CONTROL: Final = 3
 CONTROL_ONE_WAY: Final = 4
 DRAINED: Final = 5
 GOAWAY: Final = 6
+CANCEL: Final = 7
 
 _REQUEST: Final = Direction.REQUEST
 _ONE_WAY: Final = Direction.ONE_WAY
@@ -116,18 +113,6 @@ class BadRequest(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class Encoded(tuple[bytes]):
-    """``(body,)``: a reply value still in the bytes another silo sent (a ``Response``
-    body), forwarded untouched by a silo that only routes the call (made without a Python
-    call, ``Encoded((body,))``)."""
-
-    __slots__ = ()
-
-    @property
-    def body(self) -> bytes:
-        return self[0]
 
 
 # -- the records -----------------------------------------------------------------------------
@@ -283,11 +268,28 @@ class Control(NamedTuple):
         return cls(obj[0] == CONTROL, obj[1], obj[2], obj[3])
 
 
+class Cancel(NamedTuple):
+    """``[7, id]``: the caller of request ``id``, sent on this connection, gave up on it."""
+
+    id: int
+
+    @staticmethod
+    def pack(corr: int) -> bytes:
+        return _plain_packb([CANCEL, corr])
+
+    def encode(self) -> bytes:
+        return Cancel.pack(self.id)
+
+    @classmethod
+    def decode(cls, obj: list[Any]) -> Cancel:
+        """Raises ProtocolError unless ``obj`` is ``[7, id]``."""
+        if len(obj) != 2 or type(obj[1]) is not int:
+            raise ProtocolError("a cancel frame must be [7, id]")
+        return cls(obj[1])
+
+
 #: A response frame's first two bytes: a 4-element array, kind 2.
 RESPONSE_HEAD: Final = bytes((0x94, RESPONSE))
-
-#: The body of a call without arguments: ``[[], None]``.
-EMPTY_BODY: Final = _plain_packb([[], None])
 
 #: The frames of a kind that has no field, as sent.
 DRAINED_FRAME: Final = _plain_packb([DRAINED])
@@ -296,99 +298,8 @@ GOAWAY_FRAME: Final = _plain_packb([GOAWAY])
 #: Every kind: its number, and the record that encodes and decodes it (None: no field).
 KINDS: Final[dict[int, type[Any] | None]] = {
     REQUEST: Request, ONE_WAY: Request, RESPONSE: Response, CONTROL: Control,
-    CONTROL_ONE_WAY: Control, DRAINED: None, GOAWAY: None,
+    CONTROL_ONE_WAY: Control, DRAINED: None, GOAWAY: None, CANCEL: Cancel,
 }
-
-
-# -- bodies ----------------------------------------------------------------------------------
-def encode_body(codec: Codec, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None
-                ) -> bytes:
-    """The body of a request: the msgpack of ``[args, kwargs]``.
-
-    Raises:
-        SerializationError: an argument cannot be encoded.
-    """
-    if not args and not kwargs:
-        return EMPTY_BODY
-    return codec.packb([list(args), kwargs])
-
-
-def open_body(codec: Codec, msg: Message) -> None:
-    """Decode the body of ``msg`` into its arguments, with ``codec``'s type policy (the silo
-    that runs the grain calls this, once). A client's arguments decode within the frame
-    bound (``DecodeBudget``); a silo's, proven by the cluster key, as plain msgpack.
-
-    Raises:
-        SerializationError: a value cannot be rebuilt here (answer that one call).
-        ProtocolError: the body is not ``[list, map | None]`` msgpack.
-    """
-    body = msg.body
-    assert body is not None
-    msg.body = None
-    if body == EMPTY_BODY:
-        msg.args = []
-        msg.kwargs = None
-        return
-    try:
-        value = (codec.unpackb(body)
-                 if len(body) <= UNCOUNTED_FRAME or not msg.flags & FLAG_FROM_CLIENT
-                 else codec.unpack_frame(body))
-    except (SerializationError, ProtocolError) as exc:
-        raise type(exc)(f"the silo cannot decode this request's arguments: {exc}") from exc
-    except Exception as exc:
-        raise undecodable(exc) from exc
-    if (type(value) is not list or len(value) != 2 or type(value[0]) is not list
-            or not (value[1] is None or type(value[1]) is dict)):
-        raise ProtocolError("a request body must be [args, kwargs | None]")
-    msg.args = value[0]
-    msg.kwargs = value[1]
-
-
-def value_body(codec: Codec, ok: bool, value: Any) -> tuple[bool, bytes]:
-    """``(ok, body)`` of a reply: an unencodable result becomes an encoded error."""
-    try:
-        if ok:
-            try:
-                return True, codec.packb(value)
-            except SerializationError as exc:
-                return False, codec.packb(encode_error(codec, exc))
-        return False, codec.packb(encode_error(codec, value))
-    except Exception as exc:  # even the error does not encode: say so plainly
-        return False, codec.packb({
-            "type": "orleanspy.errors:InternalError", "args": None,
-            "message": f"the reply could not be encoded: {exc!r}", "tb": "",
-        })
-
-
-def reply_frame(codec: Codec, corr: int, ok: bool, value: Any) -> bytes:
-    """The ``Response`` frame answering ``corr`` with ``value`` (an ``Encoded`` value is
-    forwarded as it is)."""
-    if type(value) is Encoded:
-        return _plain_packb([RESPONSE, corr, ok, value[0]])
-    if ok:
-        try:
-            return _plain_packb([RESPONSE, corr, True, codec.packb(value)])
-        except SerializationError:
-            pass  # value_body answers the error
-    ok, body = value_body(codec, ok, value)
-    return _plain_packb([RESPONSE, corr, ok, body])
-
-
-def read_value(codec: Codec, ok: bool, body: bytes) -> tuple[bool, Any]:
-    """``(ok, value)`` of a reply body; a body that cannot be decoded here fails that call
-    only (``(False, SerializationError | ProtocolError)``). Replies come from silos (a
-    client's cluster, or a peer proven by the cluster key): plain msgpack, no frame bound."""
-    try:
-        value = codec.unpackb(body)
-    except SerializationError as exc:
-        return False, SerializationError(f"the result cannot be decoded here: {exc}")
-    except ProtocolError as exc:
-        return False, exc
-    except Exception as exc:
-        return False, undecodable(exc)
-    if ok:
-        return True, value
-    return False, decode_error(value, codec.policy)
 
 
 # -- reading ---------------------------------------------------------------------------------

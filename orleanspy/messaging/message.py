@@ -49,6 +49,12 @@ FLAG_FROM_CLIENT: Final = 16
 FLAG_MAY_INTERLEAVE: Final = 32
 #: The receiving class's interleave predicate refused the request (asked once per request).
 FLAG_INTERLEAVE_REFUSED: Final = 64
+#: The method is ``@cancellable``: its running turn is cancelled when its caller gives up.
+FLAG_CANCELLABLE: Final = 128
+#: Its caller gave up on it (a cancel): it never starts.
+FLAG_CANCELLED: Final = 256
+#: The deadline of a cancelled request: long past on any monotonic clock, and not 0 (none).
+LONG_AGO: Final = 1e-9
 
 
 class Sender(Protocol):
@@ -76,15 +82,23 @@ class Message:
     activation: Any
     #: the Carrier of a turn its local caller's task runs (set only on those)
     runner: Any
+    #: ``(connection, id)`` of a request sent on to another silo, where a cancel follows it
+    #: (set only on those: read it with ``getattr(msg, "forward", None)``)
+    forward: tuple[Any, int]
+    #: the message of the turn a ``@cancellable`` turn carries (a local call it awaits in
+    #: its own task, on 3.11), or None (set only on those)
+    carrying: Message | None
 
     __slots__ = (
         "activation",
         "args",
         "body",
+        "carrying",
         "chain",
         "deadline",
         "direction",
         "flags",
+        "forward",
         "hops",
         "id",
         "invoke",

@@ -20,6 +20,7 @@ from orleanspy._util.eager import CARRY_CODE
 from orleanspy._util.futures import reply_to
 from orleanspy.diagnostics import RequestDropped
 from orleanspy.errors import (
+    GrainCallTimeoutError,
     MessageRejectedError,
     ProtocolError,
     SiloUnavailableError,
@@ -28,10 +29,18 @@ from orleanspy.grains.context import current_turn, turn_chain
 from orleanspy.grains.interface import GrainClassInfo, MethodInfo
 from orleanspy.grains.request_context import get_context as _get_context
 from orleanspy.ids import GrainId
+from orleanspy.messaging.bodies import open_body
 from orleanspy.messaging.codec import IMMUTABLE_TYPES, Codec, is_immutable
 from orleanspy.messaging.deadlines import Deadlines
-from orleanspy.messaging.frames import open_body
-from orleanspy.messaging.message import FLAG_FROM_CLIENT, FLAG_SELF_CALL, Direction, Message
+from orleanspy.messaging.message import (
+    FLAG_CANCELLABLE,
+    FLAG_CANCELLED,
+    FLAG_FROM_CLIENT,
+    FLAG_SELF_CALL,
+    LONG_AGO,
+    Direction,
+    Message,
+)
 from orleanspy.runtime.activation import NOT_NOW, Activation
 from orleanspy.runtime.call_filters import CallFilter, CallFilters, GrainCall
 from orleanspy.runtime.catalog import Catalog
@@ -215,11 +224,13 @@ class Dispatcher:
         if kind is GeneratorType and result.gi_code is CARRY_CODE:
             # The turn goes on in this task; its deadline is watched once it waits for a
             # future or yields twice (``watch``): a turn done by then never pays for it.
-            result = await result
+            if turn is not None and turn.flags & FLAG_CANCELLABLE:
+                result = await _carried(turn, msg, result)
+            else:
+                result = await result
         elif kind is _Future and msg.reply is not None:  # (a returned value has no reply)
             if not result.done():
-                result = await self._wait(result, msg.id, timeout or self._default_timeout,
-                                          grain_id, method)
+                result = await self._wait(result, msg, timeout or self._default_timeout)
             else:
                 result = result.result()
         kind = type(result)
@@ -260,19 +271,39 @@ class Dispatcher:
         self._locator.route(msg, local_origin=True)
         if fut.done():
             return fut.result()
-        return await self._wait(fut, msg.id, t, grain_id, method)
+        return await self._wait(fut, msg, t)
 
-    async def _wait(self, fut: asyncio.Future[Any], key: int, timeout: float,
-                    grain_id: GrainId, method: str) -> Any:
+    async def _wait(self, fut: asyncio.Future[Any], msg: Message, timeout: float) -> Any:
         """The outcome of a call that waits for its reply: ``fut``, failed with
-        ``GrainCallTimeoutError`` past ``timeout`` (``Deadlines``)."""
+        ``GrainCallTimeoutError`` past ``timeout`` (``Deadlines``). A caller that gives up
+        (cancelled, or past its deadline) cancels the request (``cancel``)."""
         waiting = self._waiting
+        key = msg.id
         waiting[key] = fut
-        self._deadlines.add(timeout, key, grain_id, method, waiting)
+        self._deadlines.add(timeout, key, msg.target, msg.method, waiting)
         try:
             return await fut
+        except (asyncio.CancelledError, GrainCallTimeoutError):
+            if fut.cancelled() or key not in waiting:  # not answered: it gave up
+                self.cancel(msg)
+            raise
         finally:
             waiting.pop(key, None)
+
+    def cancel(self, msg: Message) -> None:
+        """The caller of ``msg`` gave up on it: sent on to another silo, the cancel follows
+        it there; not started, it never starts (dropped when it would); running a
+        ``@cancellable`` method, its turn is cancelled (``Turns.cancel_request``)."""
+        forward = getattr(msg, "forward", None)
+        if forward is not None:
+            forward[0].send_cancel(forward[1])
+            return
+        activation = getattr(msg, "activation", None)
+        if activation is not None:
+            activation.cancel_request(msg)
+        else:
+            msg.flags |= FLAG_CANCELLED
+            msg.deadline = LONG_AGO
 
     async def send_one_way(
         self,
@@ -345,6 +376,16 @@ class Dispatcher:
     def redispatch(self, msg: Message) -> None:
         """Send a message queued on a deactivated activation to the next activation."""
         self._locator.route(msg, forwarded=True)
+
+
+async def _carried(turn: Message, msg: Message, runner: Any) -> Any:
+    """Carry the turn of ``msg`` for ``turn``, a ``@cancellable`` turn: while it does, a
+    cancel of ``turn`` gives up this call (``Turns.cancel_request``)."""
+    turn.carrying = msg
+    try:
+        return await runner
+    finally:
+        turn.carrying = None
 
 
 def _refusal(info: GrainClassInfo, method: str, m: MethodInfo | None) -> MessageRejectedError:

@@ -43,10 +43,12 @@ from orleanspy.errors import (
     SiloUnavailableError,
 )
 from orleanspy.grains.request_context import check_context
+from orleanspy.messaging.bodies import reply_frame
 from orleanspy.messaging.client_identity import check_client
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
+    CANCEL,
     GOAWAY,
     GOAWAY_FRAME,
     ONE_WAY,
@@ -54,11 +56,11 @@ from orleanspy.messaging.frames import (
     REJECTED,
     REQUEST,
     BadRequest,
+    Cancel,
     Request,
     check_handshake,
     decode_or_reject,
     raw_header,
-    reply_frame,
 )
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
@@ -97,6 +99,8 @@ class _HostOptions(Protocol):
 class _Deliverer(Protocol):
     def deliver(self, msg: Message) -> None: ...
 
+    def cancel(self, msg: Message) -> None: ...
+
 
 class GatewayHost(Protocol):
     """What the gateway needs from its silo: settings, logger, codec and dispatcher."""
@@ -132,6 +136,7 @@ class GatewayConnection(FramedConnection):
         self._monotonic = silo.clock.monotonic
         self.client = "?"
         self.in_flight = 0  # requests delivered and not answered yet
+        self.calls: dict[int, Message] = {}  # those requests by the client's id (its cancels)
         self.draining = False  # close once in_flight reaches 0 and the client acknowledged
         self.goaway_acked = False
         self.blocked = 0  # requests waiting for room in a full mailbox (``held``)
@@ -157,7 +162,12 @@ class GatewayConnection(FramedConnection):
                 if self.draining and self.in_flight == 0:
                     self.close()
                 return
-            raise ProtocolError("a client may only send request frames (and [6])")
+            if type(obj) is list and obj and obj[0] == CANCEL:  # the client gave up on one
+                msg = self.calls.get(Cancel.decode(obj).id)
+                if msg is not None:
+                    self.dispatcher.cancel(msg)
+                return
+            raise ProtocolError("a client may only send request frames (and [6], [7, id])")
         Request.check(obj)
         one_way = obj[0] == ONE_WAY
         corr = obj[1]
@@ -197,6 +207,7 @@ class GatewayConnection(FramedConnection):
         if self.gateway.accepting or not self.goaway_acked:
             if not one_way:
                 self.in_flight += 1
+                self.calls[corr] = msg
                 msg.reply = partial(self._answer, corr)
             msg.sender = self
             self.dispatcher.deliver(msg)
@@ -267,6 +278,7 @@ class GatewayConnection(FramedConnection):
 
     def _answer(self, corr: int, ok: bool, value: Any) -> None:
         """The reply of a delivered request; closes a draining connection after its last."""
+        self.calls.pop(corr, None)
         self._reply(corr, ok, value)
         if self.in_flight > 0:
             self.in_flight -= 1

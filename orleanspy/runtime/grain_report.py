@@ -104,7 +104,9 @@ def activation_report(silo: Any, grain_id: GrainId) -> dict[str, Any]:
         "activation_state": stats.state,
         "mailbox": {"queued": stats.queued, "running": stats.running,
                     "blocked_senders": stats.blocked_senders, "max_queued": stats.max_queued,
-                    "capacity": act.capacity},
+                    "capacity": act.capacity,
+                    # requests whose caller gave up (cancel, deadline) before they started
+                    "dropped_unstarted": stats.expired},
         "received": stats.received, "completed": stats.completed, "failed": stats.failed,
         "idle_seconds": stats.idle_seconds, "methods": methods, "methods_silo": here,
     }

@@ -40,8 +40,11 @@ from orleanspy.grains.request_context import set_context as _set_context
 from orleanspy.ids import GrainId
 from orleanspy.messaging.message import (
     FLAG_ALWAYS_INTERLEAVE,
+    FLAG_CANCELLABLE,
+    FLAG_CANCELLED,
     FLAG_READ_ONLY,
     FLAG_SUPPRESS_KEEP_ALIVE,
+    LONG_AGO,
     Message,
 )
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState
@@ -200,6 +203,9 @@ class Turns(Mailbox):
         if type(task) is _Generator:
             return task  # ``carry``: the caller's task runs the rest of the turn
         self.tasks[msg.id] = task
+        if msg.flags & FLAG_CANCELLABLE and deadline:  # cancelled once its caller stops waiting
+            clock = self.silo.clock
+            clock.call_later(max(0.0, deadline - clock.monotonic()), self.cancel_request, msg)
         if inline:
             fut: asyncio.Future[Any] = _Future(loop=self.silo.loop)
             msg.reply = partial(reply_to, fut)
@@ -207,12 +213,44 @@ class Turns(Mailbox):
         return None
 
     def _expire(self, msg: Message) -> None:
-        """Drop a queued request whose caller's deadline passed before it could start."""
+        """Drop a queued request whose caller gave up (its deadline passed, or it cancelled
+        the call) before it could start."""
         self.expired += 1
-        self.silo.log.debug("request_expired", grain=self.name, method=msg.method)
+        why = ("its caller cancelled it" if msg.flags & FLAG_CANCELLED
+               else "its caller's deadline had passed")
+        self.silo.log.debug("request_expired", grain=self.name, method=msg.method, reason=why)
         self._deliver(msg, False, GrainCallTimeoutError(
-            f"{self.name}.{msg.method} was dropped unstarted: its caller's deadline had passed"
+            f"{self.name}.{msg.method} was dropped unstarted: {why}"
         ))
+
+    def cancel_request(self, msg: Message) -> None:
+        """The caller of ``msg`` gave up on it: a queued request never starts; a running
+        ``@cancellable`` turn is cancelled at its next await; any other running turn goes
+        on. A turn already ended is left alone."""
+        if msg.id in self.running:
+            if msg.flags & FLAG_CANCELLABLE:
+                nested = getattr(msg, "carrying", None)
+                if nested is not None and nested.id in nested.activation.running:
+                    # It carries a local call's turn (3.11): give that call up as a cancel of
+                    # its task would (the call's turn goes on in a Task of its own, or is
+                    # cancelled in turn), so that this turn gets the CancelledError where it
+                    # awaits the call, not the call's turn.
+                    carrier = nested.runner._carrier
+                    if carrier is not None:
+                        carrier.cancel(_CALLER_GAVE_UP)
+                        return
+                    # (not waiting for a future yet: within a loop pass it will be)
+                    self.silo.loop.call_soon(self.cancel_request, msg)
+                    return
+                task = self.tasks.get(msg.id)
+                if task is None:
+                    task = getattr(msg, "runner", None)  # a carried turn's current task
+                if task is not None:
+                    task.cancel(_CALLER_GAVE_UP)
+            return
+        if not getattr(msg, "activation", None):  # not started: dropped when it would start
+            msg.flags |= FLAG_CANCELLED
+            msg.deadline = LONG_AGO
 
     def _turn_done(self, msg: Message, ok: bool, value: Any) -> None:
         """A turn that suspended has ended (``eager.Continuation`` calls this in its Task's
@@ -255,6 +293,8 @@ class Turns(Mailbox):
         self.tasks[msg.id] = task
         msg.reply = _nobody_waits
         self.silo.dispatcher.unwatch(msg)
+        if msg.flags & FLAG_CANCELLABLE:  # once the turn's own task has taken over
+            self.silo.loop.call_soon(self.cancel_request, msg)
 
     def turn_waits(self) -> list[asyncio.Future[Any]]:
         """Futures that resolve as this activation's suspended turns that run in a Task of
@@ -332,12 +372,21 @@ class Turns(Mailbox):
 
 _set_turn = current_turn.set
 
+#: the cancel message of a ``@cancellable`` turn whose caller gave up
+_CALLER_GAVE_UP = "the caller gave up on the call"
+
 
 def _nobody_waits(ok: bool, value: Any) -> None:
     """The reply of a turn whose caller gave up on it (the turn logs its own failure)."""
 
 
 def _cancelled(activation: Turns, msg: Message) -> MessageRejectedError:
+    if msg.flags & FLAG_CANCELLABLE:
+        return MessageRejectedError(
+            f"request {msg.method} on {activation.name} was cancelled (its caller gave up, "
+            "the activation is shutting down, or the grain cancelled its own task)",
+            "cancelled",
+        )
     return MessageRejectedError(
         f"request {msg.method} on {activation.name} was cancelled (the activation is "
         "shutting down or the grain cancelled its own task)",

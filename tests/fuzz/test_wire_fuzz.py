@@ -33,6 +33,7 @@ from integration.silo_process import REPO_ROOT, child_env, free_port
 
 from orleanspy.messaging.client_identity import client_handshake
 from orleanspy.messaging.frames import (
+    CANCEL,
     CONTROL,
     CONTROL_ONE_WAY,
     DRAINED,
@@ -283,6 +284,7 @@ FIELDS: dict[int, list[st.SearchStrategy[Any]]] = {
     CONTROL: [_ids, _methods, _or_junk(st.lists(values, max_size=4))],
     DRAINED: [],
     GOAWAY: [],
+    CANCEL: [_ids],
 }
 FIELDS[ONE_WAY] = FIELDS[REQUEST]
 FIELDS[CONTROL_ONE_WAY] = FIELDS[CONTROL]

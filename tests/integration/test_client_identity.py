@@ -25,9 +25,10 @@ import pytest
 
 from orleanspy import ClusterClient
 from orleanspy.errors import MessageRejectedError
+from orleanspy.messaging.bodies import encode_body
 from orleanspy.messaging.client_identity import CLIENT_KEY_SIZE, client_handshake, client_id_of
 from orleanspy.messaging.codec import Codec
-from orleanspy.messaging.frames import PROTOCOL_VERSION, Request, encode_body
+from orleanspy.messaging.frames import PROTOCOL_VERSION, Request
 from orleanspy.options import ClientOptions
 from orleanspy.runtime.gateway import CLIENT_CONSUMER_TYPE
 

@@ -28,6 +28,8 @@ def example(defines: str) -> dict[str, Any]:
 
 
 Poller = example("class Poller(")["Poller"]
+_search = example("class Search(")
+Search, Shard = _search["Search"], _search["Shard"]
 PriceList = example("class PriceList(")["PriceList"]
 #: ``GatedPriceList._load`` sets "loading", then waits for "loaded" (made by the test)
 EVENTS: dict[str, asyncio.Event] = {}
@@ -77,3 +79,20 @@ async def test_guide_predicate_lets_cached_lookups_past_a_refresh():
         finally:
             EVENTS["loaded"].set()  # a failure above leaves no turn waiting
             await asyncio.gather(refresh, return_exceptions=True)
+
+
+async def test_guide_a_cancellable_scan_stops_when_its_caller_times_out():
+    from orleanspy import GrainCallTimeoutError
+
+    async with TestCluster(grains=[Search, Shard]) as cluster:
+        ref = cluster.get_grain(Search, "s")  # through the gateway
+        async with asyncio.timeout(WAIT):
+            try:
+                await ref.with_timeout(0.5).scan("tea")
+                raise AssertionError("a 64-shard scan ended within 0.5 s")
+            except GrainCallTimeoutError:
+                pass
+            # the next request runs once the scan has ended, and sees it abandoned
+            ((query, done),) = await ref.abandoned_scans()
+        assert query == "tea"
+        assert 0 < done < 64

@@ -9,6 +9,7 @@ import pytest
 
 from orleanspy.errors import ProtocolError, SerializationError
 from orleanspy.ids import GrainId
+from orleanspy.messaging.bodies import Encoded, encode_body, open_body, read_value, reply_frame
 from orleanspy.messaging.codec import EXT_DATACLASS, EXT_TUPLE, Codec
 from orleanspy.messaging.frames import (
     CONTROL,
@@ -23,20 +24,16 @@ from orleanspy.messaging.frames import (
     RESPONSE,
     RESPONSE_HEAD,
     BadRequest,
+    Cancel,
     Control,
-    Encoded,
     Request,
     Response,
     check_handshake,
     check_size,
     decode,
     decode_or_reject,
-    encode_body,
-    open_body,
     raw_header,
     read_frame,
-    read_value,
-    reply_frame,
     unpack_plain,
 )
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction
@@ -114,6 +111,9 @@ def test_frames_every_kind_round_trips(kind: int) -> None:
     elif record is Control:
         sent = Control(kind == CONTROL, 0 if kind == CONTROL_ONE_WAY else 4, "dir", [1, "a"])
         data = sent.encode(CODEC)  # type: ignore[attr-defined]
+    elif record is Cancel:
+        sent = Cancel(12)
+        data = sent.encode()  # type: ignore[attr-defined]
     else:
         data = {DRAINED: DRAINED_FRAME, GOAWAY: GOAWAY_FRAME}[kind]
         assert roundtrip(data) == [kind]
@@ -263,3 +263,9 @@ def test_frames_request_message_reports_a_bad_key_as_bad_request() -> None:
             request(key=key).message()
     tuple_key = request(key=["a", 1]).message()
     assert tuple_key.target == GrainId("Counter", ("a", 1))
+
+
+def test_frames_cancel_decode_refuses_a_malformed_frame() -> None:
+    for bad in ([7], [7, "1"], [7, 1, 2], [7, 1.5]):
+        with pytest.raises(ProtocolError, match="cancel frame"):
+            Cancel.decode(bad)

@@ -1,0 +1,64 @@
+"""Grains of the cancellation integration tests (``--app tests.integration.cancel_app``):
+placed by hash, so the test picks keys whose activations live on the silo it wants. Each
+``Holder`` counts the turns it started and when (wall clock) a turn was cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from orleanspy import Grain, always_interleave, cancellable, placement
+
+__all__ = ["Holder"]
+
+
+@placement("hash_based")
+class Holder(Grain):
+    async def on_activate(self) -> None:
+        self.started: dict[str, int] = {}
+        self.cancelled_at: dict[str, float] = {}
+        self.finished: dict[str, int] = {}
+
+    def _start(self, name: str) -> None:
+        self.started[name] = self.started.get(name, 0) + 1
+
+    @always_interleave
+    async def where(self) -> str:
+        return self.silo.name
+
+    @cancellable
+    async def hold(self) -> None:
+        """Waits until its caller gives up."""
+        self._start("hold")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled_at["hold"] = time.time()
+            raise
+
+    @cancellable
+    async def relay_hold(self, key: str) -> None:
+        """Holds ``Holder(key)`` (on whichever silo it lives) until its caller gives up."""
+        self._start("relay_hold")
+        try:
+            await self.get_grain(Holder, key).with_timeout(60).hold()
+        except asyncio.CancelledError:
+            self.cancelled_at["relay_hold"] = time.time()
+            raise
+
+    async def stubborn(self, seconds: float) -> None:
+        """Not cancellable: runs its ``seconds`` whoever waits."""
+        self._start("stubborn")
+        await asyncio.sleep(seconds)
+        self.finished["stubborn"] = self.finished.get("stubborn", 0) + 1
+
+    async def queued(self) -> None:
+        self._start("queued")
+
+    @always_interleave
+    async def stats(self) -> dict[str, Any]:
+        mailbox = self._orleanspy_activation.statistics()
+        return {"started": self.started, "cancelled_at": self.cancelled_at,
+                "finished": self.finished, "queued": mailbox.queued,
+                "dropped_unstarted": mailbox.expired}
