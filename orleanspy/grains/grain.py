@@ -174,6 +174,22 @@ class Grain:
         if on_error is not None:
             await on_error(error)
 
+    async def __orleanspy_stream_pull__(self, token: str, count: int) -> dict[str, Any]:
+        """Runtime extension: the next ``count`` items of a streamed response (an async
+        generator method's call), ``{"items", "done"}``; ``token`` is what the call
+        answered first (``runtime.streamed_calls``)."""
+        return await self._orleanspy_activation.pull_streamed(token, count)
+
+    async def __orleanspy_stream_close__(self, token: str) -> bool:
+        """Runtime extension: the caller of a streamed response stopped early."""
+        return await self._orleanspy_activation.close_streamed(token)
+
+    # pulls and closes run alongside the held iteration; a pull its caller gave up on ends
+    # the iteration (``grains.interface`` reads these marks)
+    __orleanspy_stream_pull__._orleanspy_always_interleave = True  # type: ignore[attr-defined]
+    __orleanspy_stream_pull__._orleanspy_cancellable = True  # type: ignore[attr-defined]
+    __orleanspy_stream_close__._orleanspy_always_interleave = True  # type: ignore[attr-defined]
+
     # -- timers and reminders -------------------------------------------------------------
     def register_timer(
         self,

@@ -96,12 +96,17 @@ def served_type_names(cls: type) -> list[str]:
     return list(dict.fromkeys(_interface_type_name(i) for i in _declared(cls)))
 
 
+def _is_async(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+
 def interface_methods(iface: type) -> dict[str, Callable[..., Any]]:
-    """The ``async def`` methods an interface declares, its base interfaces' included."""
+    """The ``async def`` methods an interface declares (async generators, which stream their
+    items, included), its base interfaces' included."""
     methods: dict[str, Callable[..., Any]] = {}
     for klass in reversed([k for k in iface.__mro__ if is_grain_interface(k)]):
         methods.update({name: fn for name, fn in vars(klass).items()
-                        if not name.startswith("_") and inspect.iscoroutinefunction(fn)})
+                        if not name.startswith("_") and _is_async(fn)})
     return methods
 
 
@@ -179,8 +184,12 @@ def _method_problem(cls: type, name: str, declared: Callable[..., Any]) -> str |
     if owner is None or is_grain_interface(owner):
         return f"{cls.__name__} does not define it"
     fn = owner.__dict__[name]
-    if not inspect.iscoroutinefunction(fn):
+    if not _is_async(fn):
         return f"{owner.__name__}.{name} is not an async def method"
+    if inspect.isasyncgenfunction(declared) != inspect.isasyncgenfunction(fn):
+        kind = "is" if inspect.isasyncgenfunction(declared) else "is not"
+        return (f"the interface's {name} {kind} an async generator (a streamed response) "
+                "and the grain's disagrees")
     if bool(getattr(declared, _ONE_WAY_ATTR, False)) != bool(getattr(fn, _ONE_WAY_ATTR, False)):
         marked = "is" if getattr(declared, _ONE_WAY_ATTR, False) else "is not"
         return f"the interface's {name} {marked} @one_way and the grain's disagrees"

@@ -103,6 +103,14 @@ class ActivationHandle(Protocol):
 
     def deactivate(self, reason: DeactivationReason) -> None: ...
 
+    async def pull_streamed(self, token: str, count: int) -> dict[str, Any]:
+        """The next items of one of its streamed responses (``runtime.streamed_calls``)."""
+        ...
+
+    async def close_streamed(self, token: str) -> bool:
+        """End one of its streamed responses; True if it was open."""
+        ...
+
     def start_timer(
         self,
         callback: Callable[[], Awaitable[Any]],

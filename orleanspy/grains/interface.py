@@ -33,9 +33,15 @@ from orleanspy.grains.grain_interface import (
     served_type_names,
 )
 from orleanspy.grains.state import StateSpec
-from orleanspy.messaging.message import FLAG_ALWAYS_INTERLEAVE, FLAG_CANCELLABLE, FLAG_READ_ONLY
+from orleanspy.messaging.message import (
+    FLAG_ALWAYS_INTERLEAVE,
+    FLAG_CANCELLABLE,
+    FLAG_READ_ONLY,
+    FLAG_STREAMED,
+)
 
 __all__ = [
+    "CLIENT_EXTENSIONS",
     "RUNTIME_HOOKS",
     "RUNTIME_TYPE_PREFIX",
     "STREAM_CALLBACKS",
@@ -74,8 +80,12 @@ _PREDICATE_ATTR: Final = "_orleanspy_may_interleave"
 InterleavePredicate = Callable[[str, Sequence[Any], Mapping[str, Any]], bool]
 # Methods of the Grain base that the runtime calls through the normal call path.
 RUNTIME_EXTENSIONS: Final = frozenset(
-    {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__"}
+    {"__orleanspy_stream_deliver__", "__orleanspy_stream_error__", "__orleanspy_stream_pull__",
+     "__orleanspy_stream_close__"}
 )
+#: Runtime extensions a gateway client may call: the pulls of a streamed response (the
+#: token that names the iteration is what allows them).
+CLIENT_EXTENSIONS: Final = frozenset({"__orleanspy_stream_pull__", "__orleanspy_stream_close__"})
 #: Methods only the runtime calls: never from a gateway client.
 RUNTIME_HOOKS: Final = RUNTIME_EXTENSIONS | {"receive_reminder"}
 #: Type names reserved for the runtime's own grain classes and system targets.
@@ -142,11 +152,11 @@ class GrainClassInfo:
     @property
     def public_methods(self) -> list[str]:
         """The names of the methods a client may call, sorted (what listings show)."""
-        return sorted(name for name, m in self.methods.items() if m.client_ok)
+        return sorted(name for name, m in self.methods.items() if m.client_ok and not m.runtime)
 
 
 def _mark(fn: F, attr: str) -> F:
-    if not inspect.iscoroutinefunction(fn):
+    if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
         raise TypeError(f"@{attr.strip('_').removeprefix('orleanspy_')} needs an async def method")
     setattr(fn, attr, True)
     return fn
@@ -365,6 +375,12 @@ def type_name_of(cls: type) -> str:
     return served[0] if len(served) == 1 else cls.__qualname__
 
 
+def _is_async_method(fn: object) -> bool:
+    """An ``async def`` method: a coroutine function, or an async generator (its calls
+    stream their items back, ``runtime.streamed_calls``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+
 def _build(cls: type) -> GrainClassInfo:
     if not is_grain_interface(cls) and interfaces_of(cls):
         check_implementation(cls)
@@ -373,7 +389,7 @@ def _build(cls: type) -> GrainClassInfo:
     runtime = system_target or bool(cls.__dict__.get("_orleanspy_runtime", False))
     open_to_clients = not runtime or bool(cls.__dict__.get("_orleanspy_client_endpoint", False))
     methods: dict[str, MethodInfo] = {}
-    for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
+    for name, fn in inspect.getmembers(cls, _is_async_method):
         if name in RUNTIME_EXTENSIONS:
             pass
         elif name.startswith("_") or (name in base_names and name != "receive_reminder"):
@@ -383,9 +399,17 @@ def _build(cls: type) -> GrainClassInfo:
         flags = (FLAG_ALWAYS_INTERLEAVE if ai else 0) | (FLAG_READ_ONLY if ro else 0)
         if getattr(fn, "_orleanspy_cancellable", False):
             flags |= FLAG_CANCELLABLE
+        streamed = inspect.isasyncgenfunction(fn)
+        if streamed:
+            flags |= FLAG_STREAMED
         ow = bool(getattr(fn, "_orleanspy_one_way", False))
+        if ow and streamed:
+            raise ConfigurationError(
+                f"{cls.__qualname__}.{name} is an async generator (a streamed response) "
+                "marked @one_way: a one-way call has no response to stream; drop @one_way")
         hook = name in RUNTIME_HOOKS or name.startswith("__orleanspy_")
-        client_ok = open_to_clients and not hook and not _is_stream_handler(cls, name)
+        client_ok = open_to_clients and (
+            name in CLIENT_EXTENSIONS if hook else not _is_stream_handler(cls, name))
         check = argument_checker(type_name_of(cls), name, fn) if client_ok else None
         methods[name] = MethodInfo(name, ai, ro, ow, flags, hook, client_ok, check)
     states = {

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, ove
 
 from orleanspy.grains.interface import class_info
 from orleanspy.grains.reference import GrainRef
+from orleanspy.grains.streamed import StreamedResponse
 from orleanspy.ids import GrainId, GrainKey, normalize_key
 from orleanspy.ids import grain_id as intern_grain_id
 from orleanspy.messaging.codec import qualified_name
+from orleanspy.messaging.message import FLAG_STREAMED
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -82,6 +84,11 @@ class GrainProxy:
             self._grain_id, method, args, kwargs or None, self._timeout
         )
 
+    def invoke_streamed(self, method: str, *args: Any, **kwargs: Any) -> StreamedResponse:
+        """Call an async generator method by name: an async iterator over its items."""
+        return StreamedResponse(self._runtime, self._grain_id, method, args, kwargs or None,
+                                self._timeout)
+
     async def invoke_one_way(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a one-way call by name: returns once enqueued, without a result."""
         await self._runtime.send_one_way(self._grain_id, method, args, kwargs or None)
@@ -116,6 +123,15 @@ def _one_way_method(name: str) -> Callable[..., Any]:
     return method
 
 
+def _streamed_method(name: str) -> Callable[..., Any]:
+    def method(self: GrainProxy, *args: Any, **kwargs: Any) -> Any:
+        return StreamedResponse(self._runtime, self._grain_id, name, args, kwargs or None,
+                                self._timeout)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
 def reference_class(cls: type) -> type[GrainProxy]:
     """The reference class of a grain class: one real method per grain method, generated on
     first use and kept with the class's metadata (``GrainClassInfo.reference``)."""
@@ -124,7 +140,12 @@ def reference_class(cls: type) -> type[GrainProxy]:
     if ref_cls is None:
         ns: dict[str, Any] = {"__slots__": ()}
         for name, m in info.methods.items():
-            ns[name] = _one_way_method(name) if m.one_way else _call_method(name)
+            if m.one_way:
+                ns[name] = _one_way_method(name)
+            elif m.flags & FLAG_STREAMED:
+                ns[name] = _streamed_method(name)
+            else:
+                ns[name] = _call_method(name)
         ref_cls = info.reference = type(f"{cls.__name__}Reference", (GrainProxy,), ns)
     return cast("type[GrainProxy]", ref_cls)
 

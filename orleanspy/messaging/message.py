@@ -53,6 +53,9 @@ FLAG_INTERLEAVE_REFUSED: Final = 64
 FLAG_CANCELLABLE: Final = 128
 #: Its caller gave up on it (a cancel): it never starts.
 FLAG_CANCELLED: Final = 256
+#: The method is an async generator: its call answers with its first items and a token to
+#: pull the rest with (``runtime.streamed_calls``).
+FLAG_STREAMED: Final = 512
 #: The deadline of a cancelled request: long past on any monotonic clock, and not 0 (none).
 LONG_AGO: Final = 1e-9
 

@@ -26,6 +26,7 @@ from orleanspy.messaging.message import Direction, Message
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState, ActivationStatistics
 from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.locator import GrainLocator
+from orleanspy.runtime.streamed_calls import close_all, close_streamed, pull_streamed
 from orleanspy.runtime.timers import GrainTimer
 from orleanspy.runtime.turns import TurnHost, Turns
 
@@ -93,6 +94,7 @@ class Activation(Turns):
         "silo",
         "state",
         "states",
+        "streamed",
         "timers",
     )
 
@@ -117,6 +119,8 @@ class Activation(Turns):
         self.reason: DeactivationReason | None = None
         self.error: BaseException | None = None
         self.timers: set[GrainTimer] = set()
+        #: its streamed responses still open, by token (``runtime.streamed_calls``)
+        self.streamed: dict[str, Any] | None = None
         self.states: dict[str, PersistentState[Any]] = {}
         self._deactivated: asyncio.Future[None] | None = None
         self._teardown_started = False
@@ -225,6 +229,7 @@ class Activation(Turns):
         self.state = ActivationState.DEACTIVATING
         for timer in list(self.timers):
             timer.dispose()
+        close_all(self)  # its streamed responses still open end
         if not was_activating:
             self._maybe_teardown()
 
@@ -354,6 +359,14 @@ class Activation(Turns):
             and now >= self.keep_alive_until
             and now - self.last_active >= age
         )
+
+    async def pull_streamed(self, token: str, count: int) -> dict[str, Any]:
+        """The next items of one of this activation's streamed responses."""
+        return await pull_streamed(self, token, count)
+
+    async def close_streamed(self, token: str) -> bool:
+        """End one of this activation's streamed responses (its caller stopped early)."""
+        return await close_streamed(self, token)
 
     def statistics(self) -> ActivationStatistics:
         return ActivationStatistics(

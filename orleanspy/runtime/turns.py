@@ -43,6 +43,7 @@ from orleanspy.messaging.message import (
     FLAG_CANCELLABLE,
     FLAG_CANCELLED,
     FLAG_READ_ONLY,
+    FLAG_STREAMED,
     FLAG_SUPPRESS_KEEP_ALIVE,
     LONG_AGO,
     Message,
@@ -53,6 +54,7 @@ from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
 from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.mailbox import Mailbox
+from orleanspy.runtime.streamed_calls import open_streamed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -164,6 +166,8 @@ class Turns(Mailbox):
                 coro = getattr(self.grain, msg.method)(*msg.args, **msg.kwargs)
             else:
                 coro = getattr(self.grain, msg.method)(*msg.args)
+            if msg.flags & FLAG_STREAMED:  # an async generator: its first items, a token
+                coro = open_streamed(self, msg, coro)
         except Exception as exc:  # e.g. wrong arguments: the caller's error
             self._finish(msg, exc)
             if inline:

@@ -1,16 +1,18 @@
-"""Grains of the cancellation integration tests (``--app tests.integration.cancel_app``):
-placed by hash, so the test picks keys whose activations live on the silo it wants. Each
-``Holder`` counts the turns it started and when (wall clock) a turn was cancelled."""
+"""Grains of the cancellation and streamed-response integration tests (``--app
+tests.integration.cancel_app``): placed by hash, so the test picks keys whose activations
+live on the silo it wants. Each ``Holder`` counts the turns it started and when (wall clock)
+a turn was cancelled; ``Numbers`` streams numbers back."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from orleanspy import Grain, always_interleave, cancellable, placement
 
-__all__ = ["Holder"]
+__all__ = ["Holder", "Numbers"]
 
 
 @placement("hash_based")
@@ -62,3 +64,39 @@ class Holder(Grain):
         return {"started": self.started, "cancelled_at": self.cancelled_at,
                 "finished": self.finished, "queued": mailbox.queued,
                 "dropped_unstarted": mailbox.expired}
+
+
+def _rss() -> int:
+    """This process's resident set, in bytes."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@placement("hash_based")
+class Numbers(Grain):
+    """Streams numbers back (an async generator method) and says what it cost."""
+
+    async def on_activate(self) -> None:
+        self.closed = 0
+        self.rss_before = 0
+
+    @always_interleave
+    async def where(self) -> str:
+        return self.silo.name
+
+    async def count(self, n: int) -> AsyncIterator[int]:
+        self.rss_before = _rss()
+        try:
+            for i in range(n):
+                yield i
+        finally:
+            self.closed += 1
+
+    @always_interleave
+    async def memory(self) -> dict[str, int]:
+        """RSS now and when the last count began, in bytes."""
+        return {"before": self.rss_before, "now": _rss()}
+
+    async def closed_count(self) -> int:
+        """Not interleaving: it waits while a count is being streamed."""
+        return self.closed

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -95,5 +96,53 @@ async def test_a_caller_that_gives_up_cancels_and_drops_its_calls_on_other_silos
         assert stats["started"] == {"stubborn": 1, "queued": 1}
         assert stats["finished"] == {"stubborn": 1}
         assert stats["dropped_unstarted"] == 3
+    finally:
+        await client.close()
+
+
+async def test_a_streamed_response_crosses_silos_with_bounded_memory_and_stops_early(
+        silo_launcher: SiloLauncher) -> None:
+    """1,000,000 numbers from an async generator method on another silo, through the
+    gateway: all arrive in order, neither side's memory grows with them, and a caller that
+    stops early closes the generator on the grain."""
+    first, _second = await start_cluster(silo_launcher, n=2, app=APP)
+    client = first.client(cluster_id=CLUSTER)
+    await client.connect()
+    try:
+        here = first.silo_address.partition("@")[0]
+        key = None
+        for i in range(64):
+            if await client.get_grain("Numbers", f"n-{i}").where() != here:
+                key = f"n-{i}"
+                break
+        assert key is not None
+        numbers: Any = client.get_grain("Numbers", key)
+        total = expected = 0
+        grain_growth = 0
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            client_growth = 0
+            async for n in numbers.invoke_streamed("count", 1_000_000):
+                assert n == expected
+                expected += 1
+                total += n
+                if expected % 250_000 == 0:
+                    client_growth = max(client_growth, tracemalloc.get_traced_memory()[0] - base)
+                    rss = await numbers.memory()
+                    grain_growth = max(grain_growth, rss["now"] - rss["before"])
+        finally:
+            tracemalloc.stop()
+        assert expected == 1_000_000 and total == sum(range(1_000_000))
+        # a list of the numbers would take 36 MB on either side
+        assert client_growth < 4 * 2**20, client_growth
+        assert grain_growth < 8 * 2**20, grain_growth
+
+        closed = await numbers.closed_count()
+        async with numbers.invoke_streamed("count", 10**12) as stream:
+            async for n in stream:
+                if n == 1000:
+                    break
+        assert await numbers.closed_count() == closed + 1  # (waits while the count is held)
     finally:
         await client.close()

@@ -30,6 +30,7 @@ def example(defines: str) -> dict[str, Any]:
 Poller = example("class Poller(")["Poller"]
 _search = example("class Search(")
 Search, Shard = _search["Search"], _search["Shard"]
+Ledger = example("class Ledger(")["Ledger"]
 PriceList = example("class PriceList(")["PriceList"]
 #: ``GatedPriceList._load`` sets "loading", then waits for "loaded" (made by the test)
 EVENTS: dict[str, asyncio.Event] = {}
@@ -96,3 +97,17 @@ async def test_guide_a_cancellable_scan_stops_when_its_caller_times_out():
             ((query, done),) = await ref.abandoned_scans()
         assert query == "tea"
         assert 0 < done < 64
+
+
+async def test_guide_a_ledger_scan_streams_and_holds_the_grain():
+    async with TestCluster(grains=[Ledger]) as cluster:
+        ref = cluster.client.get_grain(Ledger, "main")  # through the gateway
+        async with asyncio.timeout(WAIT):
+            found = [entry["id"] async for entry in ref.scan(5)]
+            assert found == [i for i in range(10_000) if i % 7 >= 5]
+            async with ref.scan(5) as entries:
+                assert (await anext(entries))["id"] == 5
+                size = asyncio.ensure_future(ref.size())
+                assert (await anext(entries))["id"] == 6
+                assert not size.done()  # held while the scan is read
+            assert await size == 10_000
