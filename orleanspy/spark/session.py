@@ -35,6 +35,7 @@ from orleanspy.logging import get_logger
 from orleanspy.spark._backend import Backend, ClassicBackend, ConnectBackend
 from orleanspy.spark.create import create_session
 from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob, _Op
+from orleanspy.spark.lake import check_lake
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.runner import JobRunner
 
@@ -316,7 +317,12 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
 
     Raises:
         RuntimeError: the silo already runs another Spark session, or it is stopping.
+        ConfigurationError: the options' ``lake`` is a relative path and the silo is a
+            cluster member.
     """
+    options = spark.options if isinstance(spark, SparkSessionManager) else spark
+    if options is not None:
+        check_lake(options.lake, silo.options.membership)
     if isinstance(spark, SparkSessionManager):
         return bind_spark(silo.lifecycle, spark, owned=False)
     return bind_spark(silo.lifecycle, SparkSessionManager(spark, clock=silo.clock), owned=True)

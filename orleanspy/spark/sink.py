@@ -47,15 +47,15 @@ from orleanspy.grains.request_context import unwrap_events
 from orleanspy.logging import get_logger
 from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.spark.errors import SparkUnavailableError
+from orleanspy.spark.lake import Token, remove_leftovers, resolve_dataset, watermark
 from orleanspy.spark.options import ParquetSinkOptions
+from orleanspy.spark.session import installed_spark
 
 __all__ = ["ParquetSink", "ParquetSinkWriter", "SinkStatistics"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_FILE = re.compile(r"^(?P<slug>.+)__(?P<s1>\d+)\.(?P<i1>\d+)-(?P<s2>\d+)\.(?P<i2>\d+)\.parquet$")
+_COMMIT_ATTEMPTS = 3
 _log = get_logger(__name__)
-
-Token = tuple[int, int]
 
 
 def _pyarrow() -> tuple[Any, Any]:
@@ -108,23 +108,8 @@ class ParquetSinkWriter:
     def watermark(self, slug: str) -> Token | None:
         """The newest token committed for a stream (and delete its temporary files: call it
         before a stream's first write, with or without ``dedupe``)."""
-        newest: Token | None = None
-        if not self.root.exists():
-            return None
-        for part in self.root.iterdir():
-            if not part.is_dir():
-                continue
-            for leftover in part.glob(f".{slug}__*.tmp-*"):
-                leftover.unlink(missing_ok=True)
-                _log.info("parquet_sink_leftover_removed", file=str(leftover))
-            for path in part.glob(f"{slug}__*.parquet"):
-                m = _FILE.match(path.name)
-                if m is None or m.group("slug") != slug:
-                    continue
-                last = (int(m.group("s2")), int(m.group("i2")))
-                if newest is None or last > newest:
-                    newest = last
-        return newest
+        remove_leftovers(self.root, slug)
+        return watermark(self.root, slug)
 
     # -- writing --------------------------------------------------------------------------
     def write(
@@ -136,14 +121,15 @@ class ParquetSinkWriter:
         arrival = time.time() if arrival is None else arrival
         runs: list[tuple[str, list[tuple[Any, Token]]]] = []
         for item, token in events:
-            day = self._date_of(item, arrival)
-            if runs and runs[-1][0] == day:
+            folder = self._partition_of(item, arrival)
+            if runs and runs[-1][0] == folder:
                 runs[-1][1].append((item, token))
             else:
-                runs.append((day, [(item, token)]))
-        return [self._commit(slug, stream_key, day, run) for day, run in runs]
+                runs.append((folder, [(item, token)]))
+        return [self._commit(slug, stream_key, folder, run) for folder, run in runs]
 
-    def _date_of(self, item: Any, arrival: float) -> str:
+    def _partition_of(self, item: Any, arrival: float) -> str:
+        """The partition folder of an event: ``date=YYYY-MM-DD[/hour=HH]`` (UTC)."""
         field = self.options.timestamp_field
         value = item.get(field) if field and isinstance(item, dict) else None
         when: _dt.datetime
@@ -166,7 +152,9 @@ class ParquetSinkWriter:
             when = _dt.datetime.fromtimestamp(arrival, _dt.UTC)
         if when.tzinfo is not None:
             when = when.astimezone(_dt.UTC)
-        return when.date().isoformat()
+        if self.options.partition == "hour":
+            return f"date={when.date().isoformat()}/hour={when.hour:02d}"
+        return f"date={when.date().isoformat()}"
 
     def _table(self, stream_key: str, run: list[tuple[Any, Token]]) -> Any:
         pa, _ = _pyarrow()
@@ -182,15 +170,28 @@ class ParquetSinkWriter:
             return pa.Table.from_pylist(rows, schema=self._schema)
         return pa.Table.from_pylist(rows)
 
-    def _commit(self, slug: str, stream_key: str, day: str, run: list[tuple[Any, Token]]) -> str:
-        _, pq = _pyarrow()
+    def _commit(self, slug: str, stream_key: str, partition: str,
+                run: list[tuple[Any, Token]]) -> str:
         first, last = run[0][1], run[-1][1]
-        folder = self.root / f"date={day}"
-        _make_dirs(folder, self.options.fsync)
+        folder = self.root / partition
         name = f"{slug}__{first[0]}.{first[1]}-{last[0]}.{last[1]}.parquet"
+        table = self._table(stream_key, run)
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                return self._write_file(folder, name, table)
+            except FileNotFoundError:
+                # A compaction swapped the partition folder between this file's temporary
+                # write and its rename: write it again into the folder now in place.
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise
+                _log.info("parquet_sink_commit_retried", folder=str(folder), file=name)
+        raise AssertionError("unreachable")
+
+    def _write_file(self, folder: Path, name: str, table: Any) -> str:
+        _, pq = _pyarrow()
+        _make_dirs(folder, self.options.fsync)
         final = folder / name
         tmp = folder / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
-        table = self._table(stream_key, run)
         try:
             with open(tmp, "wb") as f:
                 pq.write_table(table, f, compression=self.options.compression)
@@ -248,9 +249,9 @@ class ParquetSink(Grain):
     def _sink(self) -> ParquetSinkWriter:
         writer: ParquetSinkWriter | None = self.__dict__.get("_orleanspy_sink_writer")
         if writer is None:
-            root = Path(self.sink_options.path)
-            if not root.is_absolute():
-                root = Path(self.silo.options.data_dir) / root
+            manager = installed_spark(self.silo)
+            lake = None if manager is None else manager.options.lake
+            root = resolve_dataset(self.sink_options.path, lake, self.silo.options.data_dir)
             writer = ParquetSinkWriter(root, self.sink_options)
             self.__dict__["_orleanspy_sink_writer"] = writer
             self.__dict__["_orleanspy_sink_marks"] = {}
