@@ -24,6 +24,7 @@ from silo.commands import (
     call,
     cluster_status,
     grains,
+    lake,
     reminders,
     silo_start,
     spark_run,
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     reminders.add_parser(commands)
     call.add_parser(commands)
     spark_run.add_parser(commands)
+    lake.add_parser(commands)
     return parser
 
 
