@@ -62,6 +62,7 @@ class Probe:
         self.started = asyncio.Event()
         self.progress: list[Any] = []
         self.groups: list[str] = []
+        self.ended = asyncio.Event()  # a job reached a final state
 
 
 @pytest.fixture
