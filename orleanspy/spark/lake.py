@@ -96,6 +96,17 @@ def partitions(root: Path) -> Iterator[Path]:
                 yield hour
 
 
+def _staging(root: Path) -> Iterator[Path]:
+    """Staging folders of compactions (``.<partition>.compact-<id>``) a crash interrupted:
+    their sink files were committed too (the watermark counts them until recovery)."""
+    if not root.is_dir():
+        return
+    for parent in [root, *(p for p in root.iterdir() if p.name.startswith("date="))]:
+        if parent.is_dir():
+            yield from (p for p in parent.iterdir()
+                        if p.name.startswith(".") and ".compact-" in p.name and p.is_dir())
+
+
 def read_marker(path: Path) -> dict[str, Any]:
     """A compaction marker: ``id``, ``inputs`` (names replaced), ``outputs``, ``watermarks``
     (slug -> newest token merged away)."""
@@ -115,8 +126,12 @@ def watermark(root: Path, slug: str) -> Token | None:
     """The newest token committed for a stream: in sink file names and in compaction
     markers."""
     newest: Token | None = None
-    for part in partitions(root):
-        for path in part.iterdir():
+    for part in [*partitions(root), *_staging(root)]:
+        try:
+            names = list(part.iterdir())
+        except FileNotFoundError:  # a compaction's staging folder, just cleaned up
+            continue
+        for path in names:
             name = path.name
             if name.startswith(MARKER_PREFIX):
                 try:

@@ -117,13 +117,14 @@ async def test_kill_9_mid_compaction_leaves_every_row_exactly_once(
         await proc.wait()
 
     assert visible_rows(root) == expected  # after the crash, before any recovery
+    writer = ParquetSinkWriter(root, ParquetSinkOptions())
+    assert writer.watermark("s-0") == (599, 0) and writer.watermark("s-1") == (599, 0)
     result = compact(root, SMALL)  # recovers, then compacts what is left
 
     assert result.recovered == 1
     assert visible_rows(root) == expected
     assert len(parquet_files(root)) == 2
     assert not [p for p in root.rglob(".*") if p.name != ".compact.lock"]
-    writer = ParquetSinkWriter(root, ParquetSinkOptions())
     assert writer.watermark("s-0") == (599, 0) and writer.watermark("s-1") == (599, 0)
 
 
