@@ -1,4 +1,5 @@
-"""ParquetSink: a stream consumer grain that lands events as Parquet files, partitioned by date.
+"""ParquetSink: a stream consumer grain that lands events as Parquet files, partitioned by date
+and hour, under the silo's lake (``SparkOptions.lake``; layout in ``spark/lake.py``).
 
 Where it sits: pulling agent (3) -> one delivery call with up to ``batch_size`` containers
 -> ``ParquetSink`` writes them -> the call returns -> the agent advances the subscription's
@@ -6,9 +7,9 @@ cursor -> once every gating consumer is past the events, the queue acknowledges 
 
 Commit protocol (why a crash neither loses events nor leaves half files):
 
-1. A delivery's events are split into runs of consecutive events with the same date; each
-   run becomes one file ``<path>/date=YYYY-MM-DD/<stream>__<first>-<last>.parquet``, where
-   ``first``/``last`` are the run's sequence tokens.
+1. A delivery's events are split into runs of consecutive events of the same hour; each run
+   becomes one file ``<path>/date=YYYY-MM-DD/hour=HH/<stream>__<first>-<last>.parquet``,
+   where ``first``/``last`` are the run's sequence tokens.
 2. Each file is written under a hidden temporary name (``.<name>.tmp-<id>``; Spark and
    pyarrow skip names starting with ``.``), flushed and fsynced, then renamed to its final
    name (atomic on POSIX), and the folder is fsynced. A reader sees a file complete or not
@@ -17,9 +18,10 @@ Commit protocol (why a crash neither loses events nor leaves half files):
    stream acknowledges an event only after its file is committed (at least once).
 4. After a crash, the events that were committed but not yet acknowledged come again. Files
    are committed in token order, so the newest token in a stream's file names is a
-   watermark: everything up to it is on disk. Redelivered events at or below it are skipped
-   (``dedupe``), so the dataset holds each event exactly once. Temporary files left by the
-   crash are deleted when the stream is next written.
+   watermark: everything up to it is on disk (a compaction's marker keeps it for the files
+   it merged). Redelivered events at or below it are skipped (``dedupe``), so the dataset
+   holds each event exactly once. Temporary files left by the crash are deleted when the
+   stream is next written.
 
 A delivery whose write fails raises: the agent retries it (the same events, the same file
 names) until the provider's ``max_delivery_time``; after that the provider's failure policy
@@ -116,7 +118,7 @@ class ParquetSinkWriter:
         self, slug: str, stream_key: str, events: Sequence[tuple[Any, Token]],
         arrival: float | None = None,
     ) -> list[str]:
-        """Commit ``events`` (in token order) as one file per run of equal dates; returns
+        """Commit ``events`` (in token order) as one file per run of one partition; returns
         the committed paths, in order."""
         arrival = time.time() if arrival is None else arrival
         runs: list[tuple[str, list[tuple[Any, Token]]]] = []
@@ -235,10 +237,10 @@ class ParquetSink(Grain):
 
         @implicit_subscription("pageviews")
         class PageViewSink(ParquetSink):
-            sink_options = ParquetSinkOptions(path="lake/pageviews", timestamp_field="ts")
+            sink_options = ParquetSinkOptions(path="pageviews", timestamp_field="ts")
 
     Give its stream provider a large ``batch_size`` (e.g. 512): each delivery call becomes
-    one file per date, committed (written, fsynced, renamed) before the call returns, so the
+    one file per hour, committed (written, fsynced, renamed) before the call returns, so the
     stream acknowledges events only once they are on disk. Events are dicts (one column per
     key) or any other value (one ``value`` column). Override ``on_commit`` to react to
     committed files (e.g. count them).

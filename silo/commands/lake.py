@@ -11,16 +11,20 @@ from typing import Any
 
 from orleanspy import ConfigurationError
 from orleanspy.spark.compaction import CompactionOptions, CompactionResult, compact
+from orleanspy.spark.lake import resolve_dataset
 from silo.commands.common import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, error, usage
+from silo.config import find_config_file, load_config
 from silo.startup import configure_logging
 
 __all__ = ["add_parser", "datasets"]
 
 _EPILOG = """\
-Example:
+Examples:
   orleanspy lake compact /shared/lake --target-size-mib 128 --grace 3600
+  orleanspy lake compact --config /srv/shop/orleanspy.toml     # its [spark] lake
 
-PATH is the lake (every dataset folder under it: one per sink, e.g. <lake>/pageviews) or one
+PATH is the lake (every dataset folder under it: one per sink, e.g. <lake>/pageviews; default:
+[spark] lake of the config file: --config, $ORLEANSPY_CONFIG or ./orleanspy.toml), or one
 dataset (a folder holding date=YYYY-MM-DD partitions). A partition is compacted once its hour
 (or day) ended more than --grace seconds ago. Safe to run while sinks write and Spark reads;
 two runs on one dataset do not overlap (the second skips it). Exit 1 if a partition failed.
@@ -39,7 +43,12 @@ def add_parser(commands: Any) -> None:
         "files of a target size; every row stays visible exactly once, also across a crash.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("path", metavar="PATH", help="the lake folder, or one dataset folder")
+    cmd.add_argument("path", metavar="PATH", nargs="?",
+                     help="the lake folder, or one dataset folder (default: [spark] lake of "
+                     "the config file)")
+    cmd.add_argument("--config", metavar="FILE",
+                     help="TOML config file whose [spark] lake is the default PATH (default: "
+                     "$ORLEANSPY_CONFIG, else ./orleanspy.toml)")
     cmd.add_argument("--target-size-mib", type=float, default=128.0, metavar="MIB",
                      help="size a merged file aims at, MiB (default: 128)")
     cmd.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
@@ -60,7 +69,11 @@ def datasets(path: Path) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy lake compact``."""
     configure_logging("console", "warning")
-    path = Path(args.path)
+    try:
+        path = Path(args.path) if args.path is not None else _configured_lake(args.config)
+    except ConfigurationError as exc:
+        error(str(exc))
+        return EXIT_USAGE
     if not path.is_dir():
         error(f"lake compact: {path} is not a folder (give the lake, e.g. /shared/lake)")
         return EXIT_USAGE
@@ -80,6 +93,20 @@ def run(args: argparse.Namespace) -> int:
             continue
         print(_render(dataset, result, args.json), flush=True)
     return EXIT_CALL_FAILED if failed else EXIT_OK
+
+
+def _configured_lake(config_file: str | None) -> Path:
+    """``[spark] lake`` of the config file (relative: under its ``data_dir``)."""
+    found = find_config_file(config_file)
+    if found is None:
+        raise ConfigurationError("lake compact: give PATH, or run where orleanspy.toml sets "
+                                 "[spark] lake (or pass --config FILE)")
+    config = load_config(found)
+    lake = None if config.spark is None else config.spark.lake
+    if lake is None:
+        raise ConfigurationError(f"lake compact: {found} sets no [spark] lake; give PATH or "
+                                 "add [spark] lake = \"/shared/lake\"")
+    return resolve_dataset(lake, None, config.options.data_dir)
 
 
 def _render(dataset: Path, r: CompactionResult, as_json: bool) -> str:

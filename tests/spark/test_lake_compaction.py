@@ -5,6 +5,7 @@ kept; and the lake's configuration (a relative lake is refused in a cluster)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -213,3 +214,23 @@ def test_sink_lands_under_the_lake(tmp_path: Path) -> None:
     assert resolve_dataset("/abs/clicks", "/shared/lake", "/data") == Path("/abs/clicks")
 
 
+
+
+def test_cli_lake_compact_takes_the_lake_of_the_config_file(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    expected = land(lake / "clicks", streams=2, deliveries=10, per_delivery=5)
+    config = tmp_path / "orleanspy.toml"
+    config.write_text(f'[spark]\nlake = "{lake}"\n')
+
+    out = subprocess.run(
+        [sys.executable, "-m", "silo", "lake", "compact", "--config", str(config), "--json",
+         "--grace", "0"], cwd=REPO, capture_output=True, text=True, timeout=WAIT, check=True,
+    )
+
+    report = json.loads(out.stdout)
+    assert report["dataset"] == str(lake / "clicks")
+    assert (report["files_before"], report["files_after"]) == (20, 2)
+    assert visible_rows(lake / "clicks") == Counter(expected)
+    missing = subprocess.run([sys.executable, "-m", "silo", "lake", "compact", str(tmp_path / "x")],
+                             cwd=REPO, capture_output=True, text=True, timeout=WAIT)
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr
