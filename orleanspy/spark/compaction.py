@@ -51,6 +51,8 @@ _log = get_logger(__name__)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _STAGING = ".compact-"
+# errors that fail every partition alike: raised, not counted per partition
+_FATAL = frozenset({errno.ENOSYS, errno.EINVAL, errno.EXDEV, errno.ENOSPC, errno.EROFS})
 
 StepHook = Callable[[str, Path], None]
 
@@ -93,6 +95,7 @@ class CompactionResult:
     files_after: int  # and after
     recovered: int  # interrupted compactions finished or undone first
     skipped_locked: bool = False  # another compactor held the dataset
+    failed: int = 0  # partitions left as they were after an error (logged)
 
 
 def compact(
@@ -121,19 +124,27 @@ def compact(
             _log.info("lake_compaction_skipped_locked", dataset=str(folder))
             return CompactionResult(0, 0, 0, 0, skipped_locked=True)
         recovered = recover(folder)
-        done = before = after = 0
+        done = before = after = failed = 0
         for part in list(partitions(folder)):
             end = _partition_end(part)
             if end is None or end + opts.grace > current:
                 continue
-            counts = _compact_partition(part, opts, on_step)
+            try:
+                counts = _compact_partition(part, opts, on_step)
+            except Exception as exc:  # e.g. files whose schemas cannot be merged
+                if isinstance(exc, OSError) and exc.errno in _FATAL:
+                    raise
+                _log.warning("lake_partition_not_compacted", partition=str(part),
+                             error=repr(exc))
+                failed += 1
+                continue
             if counts is not None:
                 done += 1
                 before += counts[0]
                 after += counts[1]
     _log.info("lake_compacted", dataset=str(folder), partitions=done, files_before=before,
-              files_after=after, recovered=recovered)
-    return CompactionResult(done, before, after, recovered)
+              files_after=after, recovered=recovered, failed=failed)
+    return CompactionResult(done, before, after, recovered, failed=failed)
 
 
 def recover(root: Path) -> int:
@@ -173,6 +184,30 @@ def _compact_partition(
     op_id = uuid.uuid4().hex[:12]
     staging = part.parent / f".{part.name}{_STAGING}{op_id}"
     staging.mkdir()
+    try:
+        marker = _stage(staging, op_id, files, merged, markers, bins, entries)
+    except Exception:  # nothing visible changed: drop the staging folder, keep the files
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _step(on_step, "staged", part)
+    _exchange(staging, part)
+    _fsync_dir(part.parent)
+    _step(on_step, "exchanged", part)
+    _rescue(staging, part, set(marker["inputs"]))
+    shutil.rmtree(staging)
+    _fsync_dir(part.parent)
+    _step(on_step, "cleaned", part)
+    after = len(files) - len(merged) + len(marker["outputs"])
+    _log.info("lake_partition_compacted", partition=str(part), files_before=len(files),
+              files_after=after)
+    return len(files), after
+
+
+def _stage(
+    staging: Path, op_id: str, files: list[Path], merged: set[Path],
+    markers: list[Path], bins: list[list[Path]], entries: list[Path],
+) -> dict[str, Any]:
+    """Step 1: the partition's next content in ``staging``, with its marker; returns it."""
     watermarks: dict[str, list[int]] = {}
     for old in markers:
         for slug, token in read_marker(old).get("watermarks", {}).items():
@@ -189,23 +224,12 @@ def _compact_partition(
     for path in files:
         if path not in merged:
             os.link(path, staging / path.name)
-    marker = {"id": op_id, "inputs": sorted(p.name for p in entries),
-              "outputs": outputs, "watermarks": watermarks}
+    marker: dict[str, Any] = {"id": op_id, "inputs": sorted(p.name for p in entries),
+                              "outputs": outputs, "watermarks": watermarks}
     _write_durable(staging / f"{MARKER_PREFIX}{op_id}.msgpack",
                    msgpack.packb(marker, use_bin_type=True))
     _fsync_dir(staging)
-    _step(on_step, "staged", part)
-    _exchange(staging, part)
-    _fsync_dir(part.parent)
-    _step(on_step, "exchanged", part)
-    _rescue(staging, part, set(marker["inputs"]))
-    shutil.rmtree(staging)
-    _fsync_dir(part.parent)
-    _step(on_step, "cleaned", part)
-    after = len(files) - len(merged) + len(outputs)
-    _log.info("lake_partition_compacted", partition=str(part), files_before=len(files),
-              files_after=after)
-    return len(files), after
+    return marker
 
 
 def _bins(small: list[tuple[Path, int]], target: int) -> list[list[Path]]:
@@ -230,7 +254,7 @@ def _merge(group: list[Path], out: Path) -> None:
     import pyarrow.parquet as pq
 
     tables = [pq.read_table(p) for p in group]
-    table = pa.concat_tables(tables, promote_options="default")
+    table = pa.concat_tables(tables, promote_options="permissive")
     with open(out, "wb") as f:
         pq.write_table(table, f, compression="snappy")
         f.flush()

@@ -27,7 +27,8 @@ PATH is the lake (every dataset folder under it: one per sink, e.g. <lake>/pagev
 [spark] lake of the config file: --config, $ORLEANSPY_CONFIG or ./orleanspy.toml), or one
 dataset (a folder holding date=YYYY-MM-DD partitions). A partition is compacted once its hour
 (or day) ended more than --grace seconds ago. Safe to run while sinks write and Spark reads;
-two runs on one dataset do not overlap (the second skips it). Exit 1 if a partition failed.
+two runs on one dataset do not overlap (the second skips it). Exit 1 if a partition could not
+be compacted (it is left as it was; the log says why).
 """
 
 
@@ -68,7 +69,7 @@ def datasets(path: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``orleanspy lake compact``."""
-    configure_logging("console", "warning")
+    configure_logging("console", "warning")  # a failed partition is a warning
     try:
         path = Path(args.path) if args.path is not None else _configured_lake(args.config)
     except ConfigurationError as exc:
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             failed = True
             continue
         print(_render(dataset, result, args.json), flush=True)
+        failed = failed or result.failed > 0
     return EXIT_CALL_FAILED if failed else EXIT_OK
 
 
@@ -113,8 +115,10 @@ def _render(dataset: Path, r: CompactionResult, as_json: bool) -> str:
     if as_json:
         return json.dumps({"dataset": str(dataset), "partitions": r.partitions,
                            "files_before": r.files_before, "files_after": r.files_after,
-                           "recovered": r.recovered, "skipped_locked": r.skipped_locked})
+                           "recovered": r.recovered, "skipped_locked": r.skipped_locked,
+                           "failed": r.failed})
     if r.skipped_locked:
         return f"{dataset}: skipped (another compaction holds it)"
+    failed = f", {r.failed} partitions failed (see the log)" if r.failed else ""
     return (f"{dataset}: {r.partitions} partitions compacted, {r.files_before} -> "
-            f"{r.files_after} files, {r.recovered} interrupted compactions recovered")
+            f"{r.files_after} files, {r.recovered} interrupted compactions recovered{failed}")

@@ -234,3 +234,19 @@ def test_cli_lake_compact_takes_the_lake_of_the_config_file(tmp_path: Path) -> N
     missing = subprocess.run([sys.executable, "-m", "silo", "lake", "compact", str(tmp_path / "x")],
                              cwd=REPO, capture_output=True, text=True, timeout=WAIT)
     assert missing.returncode == 2 and "is not a folder" in missing.stderr
+
+
+def test_a_partition_that_cannot_be_merged_is_left_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "clicks"
+    expected = land(root, streams=1, deliveries=10, per_delivery=5)
+    first_hour = root / "date=2024-03-01" / "hour=00"
+    (first_hour / "broken.parquet").write_bytes(b"PAR1 not parquet at all")
+    before = sorted(p.name for p in first_hour.iterdir())
+
+    result = compact(root, SMALL)
+
+    assert (result.partitions, result.failed) == (1, 1)  # the second hour still merged
+    assert sorted(p.name for p in first_hour.iterdir()) == before
+    (first_hour / "broken.parquet").unlink()
+    assert visible_rows(root) == Counter(expected)
+    assert not [p for p in root.rglob(".*") if p.name != ".compact.lock"]
