@@ -203,6 +203,9 @@ def test_relative_lake_in_a_cluster_config_file_names_the_key(tmp_path: Path) ->
         load_config(config)
     config.write_text('membership = "sqlite:cluster.db"\n[spark]\nlake = "/shared/lake"\n')
     assert load_config(config).spark == SparkOptions(lake="/shared/lake")
+    config.write_text('[spark]\nlake = 5\n')
+    with pytest.raises(ConfigurationError, match=r"SparkOptions\.lake = 5: must be a folder"):
+        load_config(config)
 
 
 def test_sink_lands_under_the_lake(tmp_path: Path) -> None:
