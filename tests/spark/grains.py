@@ -70,8 +70,13 @@ class Analytics(SparkGrain):
             if p.done:
                 probe.ended.set()
 
-        return await self.run_job(_long, 4, timeout=timeout, on_progress=seen,
-                                  description="long")
+        try:
+            return await self.run_job(_long, 4, timeout=timeout, on_progress=seen,
+                                      description="long")
+        except Exception as exc:  # what the grain saw, whatever reached its caller
+            probe.errors.append(exc)
+            probe.failed.set()
+            raise
 
     async def long_with_timeout(self, timeout: float) -> Any:
         """A job that runs for minutes, given ``timeout`` seconds (needs no test probe)."""

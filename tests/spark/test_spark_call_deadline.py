@@ -52,6 +52,12 @@ async def test_job_is_cancelled_when_the_call_that_started_it_times_out(
     assert 3.5 < timed_out_at - t0 < 4.0 + 2.0
     assert ended_at - timed_out_at < 2.0  # the job ended with its call, not after 120 s
     assert probe.progress[-1].state == "cancelled"
+    async with asyncio.timeout(WAIT):  # the grain's run_job raised by now, or does soon
+        await probe.failed.wait()
+    [error] = probe.errors
+    assert isinstance(error, SparkJobTimeoutError)
+    assert "the grain call that started it timed out" in str(error)
+    assert "SPARK_JOB_CANCELLED" in str(error)
     assert spark_job_states(spark_manager, group) == ["FAILED"]  # what Spark calls cancelled
     assert spark_manager.statistics().jobs_timed_out == before + 1
     recent = spark_manager.statistics().recent[0]  # the dashboard's Spark panel reads this
