@@ -1,7 +1,8 @@
 """The ``orleanspy`` command line: ``silo start`` hosts grains and ``silo stop`` stops them,
 ``call`` calls one, ``cluster status``, ``streams status``, ``grains locate``, ``grains show``,
 ``grains top`` and ``reminders list`` inspect a cluster, ``streams subscriptions``/
-``unsubscribe`` and ``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job.
+``unsubscribe`` and ``streams agents`` manage its streams, ``spark run`` runs a Spark grain's job,
+``lake compact`` compacts the sinks' Parquet lake.
 
 Each command lives in its own module under ``silo.commands``; this module builds the parser
 from them and maps errors to exit codes.
@@ -24,6 +25,7 @@ from silo.commands import (
     call,
     cluster_status,
     grains,
+    lake,
     reminders,
     silo_start,
     spark_run,
@@ -57,6 +59,7 @@ orleanspy: virtual actors (grains) on asyncio.
                                                the busiest grain methods, errors, p50/p99
   orleanspy call Counter alice increment 5     call a grain through a gateway
   orleanspy spark run Stats day report         run a Spark grain's job with a progress bar
+  orleanspy lake compact /shared/lake          merge the small Parquet files of closed hours
   orleanspy silo stop --all                    stop this machine's silos gracefully
 """
 
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     reminders.add_parser(commands)
     call.add_parser(commands)
     spark_run.add_parser(commands)
+    lake.add_parser(commands)
     return parser
 
 

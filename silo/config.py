@@ -34,6 +34,7 @@ from typing import Any, Final
 from orleanspy import ConfigurationError, SiloOptions
 from orleanspy._util.urls import anchor_sqlite, parse_backend_url, relative_sqlite, sqlite_file
 from orleanspy.runtime.options import BACKENDS_OF
+from orleanspy.spark.lake import check_lake
 from orleanspy.spark.options import SparkOptions
 from silo.filters_config import FILTERS_KEY, FilterSpecs, parse_filters
 from silo.spark_config import parse_spark
@@ -391,6 +392,9 @@ def load_config(
             streams = parse_streams(tables, base, str(path))
         if _SPARK in document:
             spark = parse_spark(document[_SPARK], str(path))
+            if clustered:  # every silo and Spark must reach the same lake
+                check_lake(spark.lake, str(merged["membership"].value),
+                           key=f"{path}: {_SPARK}.lake")
         if FILTERS_KEY in document:
             filters = parse_filters(document[FILTERS_KEY], str(path))
     sources = {name: merged[name].source if name in merged else "default" for name in _FIELDS}

@@ -6,6 +6,7 @@ TOML (``[spark]``; any ``spark.*`` key goes to the session, quoted because of it
     master = "local[*]"              # spark://host:7077, yarn, k8s://..., or sc://host:15002
     app_name = "clicks"
     max_concurrent_jobs = 2
+    lake = "/shared/lake"             # where ParquetSinks land (absolute in a cluster)
     "spark.sql.shuffle.partitions" = 8
 
     [spark.conf]                      # the same, as a table

@@ -25,8 +25,9 @@ _CANCEL_TIMEOUT: Final = 5.0  # seconds the grain gets to answer cancel_spark on
 
 
 class ProgressBar:
-    """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  stage`` as
-    text lines, or as a rich progress bar on a terminal."""
+    """Renders ``spark_progress()`` snapshots: ``[#####.....]  45%  12/27 tasks  3.2s
+    PageStats/daily.top  stage`` (the job's description, then Spark's current stage) as text
+    lines, or as a rich progress bar on a terminal."""
 
     def __init__(
         self, stream: TextIO, *, tty: bool | None = None, clock: Clock | None = None
@@ -39,6 +40,7 @@ class ProgressBar:
         self.fraction = 0.0
         self.lines = 0
         self.tasks = (0, 0)  # the last (done, total) seen
+        self.label = ""  # the job's description (e.g. PageStats/daily.top)
         self._live: Any = None
         self._task: Any = None
         if self.tty:
@@ -73,8 +75,13 @@ class ProgressBar:
             self.fraction = max(self.fraction, frac)
         filled = int(self.fraction * _WIDTH)
         stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
+        label = next((j.get("description") for j in jobs if j.get("description")), None)
+        if label:
+            self.label = str(label)[:60]
         text = (f"[{'#' * filled}{'.' * (_WIDTH - filled)}] {self.fraction * 100:5.1f}%  "
                 f"{done}/{total} tasks  {self.clock.monotonic() - self.started:6.1f}s")
+        if self.label:
+            text += f"  {self.label}"
         return text + (f"  {stage[:40]}" if stage else "")
 
     def update(self, jobs: list[dict[str, Any]]) -> None:
@@ -82,6 +89,7 @@ class ProgressBar:
         if self._live is not None:
             stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
             self._live.update(self._task, completed=self.fraction,
+                              description=self.label or "spark",
                               tasks=f"{self.tasks[0]}/{self.tasks[1]} tasks",
                               stage=str(stage)[:40] if stage else "")
         elif text.split("  ")[0] != self.last.split("  ")[0]:

@@ -5,7 +5,7 @@
 * ``PageViewRouter`` (implicit subscriber, one per visitor) counts each view on the
   ``PageCounter`` grain of its page: the real-time totals.
 * ``PageViewSink`` (implicit subscriber, one per visitor) lands the views as Parquet under
-  ``<data_dir>/lake/pageviews/date=YYYY-MM-DD/``.
+  ``<data_dir>/lake/pageviews/date=YYYY-MM-DD/hour=HH/``.
 * ``ClickAnalytics`` (a ``SparkGrain``) computes top pages, unique visitors and sessions per
   hour over the landed files, and per-page totals to check against the counters.
 
@@ -128,7 +128,7 @@ class PageViewRouter(Grain):
 
 @implicit_subscription(NAMESPACE)
 class PageViewSink(ParquetSink):
-    """Lands every view under ``<data_dir>/lake/pageviews`` (partitioned by the view's date)."""
+    """Lands every view under ``<data_dir>/lake/pageviews`` (partitioned by date and hour)."""
 
     sink_options = ParquetSinkOptions(
         path=LAKE, timestamp_field="ts",

@@ -53,8 +53,8 @@ async def run_pipeline(
     )
     async with silo:
         report = await collect(silo, expected, timeout)
-    files = sorted(lake.glob("date=*/*.parquet"))
-    report.update(files=len(files), dates=sorted({f.parent.name for f in files}))
+    files = sorted(lake.glob("date=*/hour=*/*.parquet"))
+    report.update(files=len(files), dates=sorted({f.parent.parent.name for f in files}))
     return report
 
 

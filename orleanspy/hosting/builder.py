@@ -87,6 +87,7 @@ from orleanspy.runtime.silo import (
     Silo,
     SiloParts,
 )
+from orleanspy.spark.lake import check_lake
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.session import SparkSessionManager, bind_spark
 from orleanspy.storage.base import GrainStorage
@@ -329,6 +330,8 @@ def build_silo(
     if spark is not None:
         manager = (spark if isinstance(spark, SparkSessionManager)
                    else SparkSessionManager(spark, clock=clock))
+        in_cluster = membership_table is not None or opts.membership is not None
+        check_lake(manager.options.lake, "cluster" if in_cluster else None)
 
     # 6. The lifecycle. Start runs the stages upwards: the gateway listens (refusing
     # clients) → storage opens → transport listens and membership joins (JOINING) →

@@ -243,6 +243,8 @@ class Dispatcher:
         response deadline: past it, the caller gets ``GrainCallTimeoutError`` and the turn
         goes on by itself."""
         key = msg.id
+        if not msg.deadline:  # the turn reads it (a Spark job ends with its call)
+            msg.deadline = self._monotonic() + (msg.timeout or self._default_timeout)
         self._waiting[key] = carrier
         self._deadlines.add(msg.timeout or self._default_timeout, key, msg.target, msg.method,
                             self._waiting)

@@ -76,13 +76,17 @@ class ClassicBackend(Backend):
     def enter(self, op: _Op) -> None:
         sc = self._sc
         sc.setJobGroup(op.id, op.description or op.id, interruptOnCancel=True)
+        sc.setJobDescription(op.description or op.id)
         sc.addJobTag(op.tag)
+        if op.call_tag is not None:
+            sc.addJobTag(op.call_tag)
         sc.setInterruptOnCancel(True)
         sc.setLocalProperty("spark.scheduler.pool", threading.current_thread().name)
 
     def exit(self, op: _Op) -> None:
         sc = self._sc
         sc._jsc.clearJobGroup()
+        sc.setJobDescription(None)
         sc.clearJobTags()
         sc.setInterruptOnCancel(False)
         sc.setLocalProperty("spark.scheduler.pool", None)
@@ -143,6 +147,8 @@ class ConnectBackend(Backend):
     def enter(self, op: _Op) -> None:
         self.spark.addTag(op.id)
         self.spark.addTag(op.tag)
+        if op.call_tag is not None:
+            self.spark.addTag(op.call_tag)
         self._current.op = op
 
     def exit(self, op: _Op) -> None:

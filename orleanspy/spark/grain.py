@@ -14,8 +14,10 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from orleanspy.grains.context import current_turn
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import always_interleave
+from orleanspy.messaging.message import Direction
 from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob
 from orleanspy.spark.session import SparkSessionManager, installed_spark, spark_for
 
@@ -86,10 +88,31 @@ class SparkGrain(Grain):
                 return f"grain {activation.grain_id} is deactivating"
             return None
 
+        call = self._spark_call()
+        name = f"{self.grain_id.type_name}/{self.grain_id.key}"
+        if call is None:
+            label = f"{name}: {description or _describe(fn)}"
+            call_tag, left = None, None
+        else:
+            method, request_id, left = call
+            label = f"{name}.{method}" + (f": {description}" if description else "")
+            call_tag = f"{self.spark_tag}/{method}#{request_id}"
         return self.spark.submit(
-            fn, *args, tag=self.spark_tag, description=description or _describe(fn),
-            timeout=timeout, on_progress=on_progress, guard=guard,
+            fn, *args, tag=self.spark_tag, description=label, timeout=timeout,
+            on_progress=on_progress, guard=guard, call_tag=call_tag, call_timeout=left,
         )
+
+    def _spark_call(self) -> tuple[str, int, float | None] | None:
+        """``(method, request id, seconds its caller has left)`` of the grain call running
+        this code (None outside one: a timer, activation; no time limit for a one-way)."""
+        turn = current_turn.get()
+        if turn is None or turn.invoke is not None or turn.target != self.grain_id:
+            return None
+        if turn.direction is Direction.ONE_WAY:  # nobody waits for it
+            return turn.method, turn.id, None
+        now = self.silo.clock.monotonic()
+        deadline = turn.deadline or now + (turn.timeout or self.silo.options.response_timeout)
+        return turn.method, turn.id, deadline - now
 
     async def run_job(
         self,
@@ -104,8 +127,12 @@ class SparkGrain(Grain):
         Args:
             fn: a function of the SparkSession and ``args``.
             timeout: seconds; past it the Spark jobs are cancelled and
-                ``SparkJobTimeoutError`` is raised.
-            description: a label for progress and the Spark UI (default: ``fn``'s name).
+                ``SparkJobTimeoutError`` is raised. The grain call running this has a
+                timeout of its own (its caller's): when that passes first, the jobs are
+                cancelled then.
+            description: added to the job's label (``PageStats/daily.top: description``)
+                shown in progress, the dashboard and the Spark UI; the label names the grain
+                and its method (or, outside a grain call, ``fn``).
             on_progress: called on the loop with each new ``JobProgress``.
 
         Raises:

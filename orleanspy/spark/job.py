@@ -57,6 +57,7 @@ class _Op:
 
     __slots__ = (
         "args",
+        "call_tag",
         "cancel_reason",
         "clock",
         "convert",
@@ -97,6 +98,7 @@ class _Op:
         self.progress = JobProgress(op_id, description, "queued")
         self.pushed: JobProgress | None = None  # written by a worker thread (Connect)
         self.listeners: list[Callable[[JobProgress], None]] = []
+        self.call_tag: str | None = None  # the Spark job tag of the grain call that started it
 
     def elapsed(self) -> float:
         """Seconds since the call was submitted, on the manager's clock (any thread)."""
@@ -146,6 +148,12 @@ class SparkJob(Generic[T]):
     def tag(self) -> str:
         """The Spark job tag of the grain that started it."""
         return self._op.tag
+
+    @property
+    def call_tag(self) -> str | None:
+        """The Spark job tag of the grain call that started it
+        (``<grain tag>/<method>#<request id>``), or None outside a grain call."""
+        return self._op.call_tag
 
     @property
     def progress(self) -> JobProgress:

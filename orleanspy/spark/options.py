@@ -53,6 +53,10 @@ class SparkOptions:
         log_level: the JVM's log level after start (``sc.setLogLevel``).
         stop_timeout: how long ``stop()`` keeps cancelling in-flight jobs before it stops
             the session anyway.
+        lake: the folder every ``ParquetSink`` of the silo lands under (a relative sink
+            ``path`` resolves against it) and Spark reads from. In a cluster it must be an
+            absolute path that every silo and Spark reach (shared storage); a relative one
+            resolves against the silo's ``data_dir`` and is refused in a cluster.
 
     Raises:
         ConfigurationError: a bad value (the message names the field).
@@ -67,6 +71,7 @@ class SparkOptions:
     cancel_interval: float = 0.5
     log_level: str = "ERROR"
     stop_timeout: float = 10.0
+    lake: str | None = None
 
     def __post_init__(self) -> None:
         _check("master", isinstance(self.master, str) and bool(self.master), self.master,
@@ -102,6 +107,9 @@ class SparkOptions:
             value = getattr(self, name)
             _check(name, isinstance(value, (int, float)) and value > 0, value,
                    "must be > 0 seconds")
+        if self.lake is not None:
+            _check("lake", isinstance(self.lake, str) and bool(self.lake), self.lake,
+                   "must be a folder path (absolute in a cluster), e.g. /shared/lake")
         _check("log_level", self.log_level.upper() in _LOG_LEVELS, self.log_level,
                "must be one of " + ", ".join(_LOG_LEVELS))
 
@@ -132,8 +140,11 @@ class ParquetSinkOptions:
     """Where and how a ``ParquetSink`` lands a stream namespace's events.
 
     Attributes:
-        path: the dataset's root folder; relative paths resolve against the silo's
-            ``data_dir``. Files go to ``<path>/date=YYYY-MM-DD/``.
+        path: the dataset's root folder; relative paths resolve against the silo's lake
+            (``SparkOptions.lake``) when it has one, else against its ``data_dir``. Files go
+            to ``<path>/date=YYYY-MM-DD/hour=HH/`` (``partition``).
+        partition: ``hour`` (default: ``date=YYYY-MM-DD/hour=HH``) or ``date``
+            (``date=YYYY-MM-DD``), in UTC, of each event's timestamp.
         timestamp_field: the event field that dates it (epoch number in ``timestamp_unit``,
             a ``datetime`` or an ISO-8601 string); events without it are dated by arrival.
         timestamp_unit: ``ms`` or ``s`` for numeric timestamps.
@@ -153,6 +164,7 @@ class ParquetSinkOptions:
     path: str = "parquet"
     timestamp_field: str | None = "ts"
     timestamp_unit: str = "ms"
+    partition: str = "hour"
     columns: Mapping[str, str] | None = None
     metadata_columns: bool = True
     dedupe: bool = True
@@ -165,6 +177,8 @@ class ParquetSinkOptions:
                "must be a folder path", cls)
         _check("timestamp_unit", self.timestamp_unit in ("ms", "s"), self.timestamp_unit,
                "must be 'ms' or 's'", cls)
+        _check("partition", self.partition in ("hour", "date"), self.partition,
+               "must be 'hour' or 'date'", cls)
         if self.columns is not None:
             _check("columns", isinstance(self.columns, Mapping) and bool(self.columns),
                    self.columns, "must map column names to Arrow type names", cls)

@@ -84,11 +84,19 @@ class JobRunner:
         #: the last ``RECENT_JOBS`` finished, newest first
         self.recent: deque[JobProgress] = deque(maxlen=RECENT_JOBS)
 
-    def start(self, op: _Op, timeout: float | None) -> SparkJob[Any]:
-        """Queue ``op`` on a worker thread and drive it from a task of the running loop."""
+    def start(
+        self, op: _Op, timeout: float | None, call_timeout: float | None = None,
+    ) -> SparkJob[Any]:
+        """Queue ``op`` on a worker thread and drive it from a task of the running loop;
+        it is cancelled after ``timeout`` or ``call_timeout`` (the calling request's time
+        left), whichever ends first."""
+        reason = None if timeout is None else f"timed out after {timeout:g} s"
+        if call_timeout is not None and (timeout is None or call_timeout < timeout):
+            timeout = max(call_timeout, 0.0)
+            reason = f"the grain call that started it timed out ({call_timeout:.3g} s left)"
         self.ops[op.id] = op
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(
-            self._drive(op, timeout), name=f"spark-job {op.id}"
+            self._drive(op, timeout, reason), name=f"spark-job {op.id}"
         )
         return SparkJob(op, task)
 
@@ -151,7 +159,7 @@ class JobRunner:
         finally:
             op.thread_done.set()
 
-    async def _drive(self, op: _Op, timeout: float | None) -> Any:
+    async def _drive(self, op: _Op, timeout: float | None, reason: str | None) -> Any:
         clock = self.clock
         interval = self._options().progress_interval
         deadline = None if timeout is None else clock.monotonic() + timeout
@@ -170,7 +178,7 @@ class JobRunner:
                 if (deadline is not None and clock.monotonic() >= deadline
                         and op.cancel_reason is None):  # a cancel that came first wins
                     timed_out = True
-                    op.cancel_reason = f"timed out after {timeout:g} s"
+                    op.cancel_reason = reason
                 if op.cancel_reason is None and op.guard is not None:
                     op.cancel_reason = op.guard()
                 if op.cancel_reason is None and self._stopping():

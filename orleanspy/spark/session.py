@@ -35,6 +35,7 @@ from orleanspy.logging import get_logger
 from orleanspy.spark._backend import Backend, ClassicBackend, ConnectBackend
 from orleanspy.spark.create import create_session
 from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob, _Op
+from orleanspy.spark.lake import check_lake
 from orleanspy.spark.options import SparkOptions
 from orleanspy.spark.runner import JobRunner
 
@@ -208,6 +209,8 @@ class SparkSessionManager:
         on_progress: ProgressCallback | None = None,
         guard: Callable[[], str | None] | None = None,
         convert: bool = True,
+        call_tag: str | None = None,
+        call_timeout: float | None = None,
     ) -> SparkJob[T]:
         """Start ``fn(spark, *args)`` on a worker thread; returns its ``SparkJob`` handle.
 
@@ -220,6 +223,9 @@ class SparkSessionManager:
             on_progress: called on the loop with each new ``JobProgress``.
             guard: called every progress interval; a non-None reason cancels the job.
             convert: turn rows, pandas and Arrow results into plain data (``to_plain``).
+            call_tag: a second job tag: the grain call that starts the job.
+            call_timeout: seconds the calling request has left: past them the job is
+                cancelled too (``SparkJobTimeoutError``), whatever ``timeout`` says.
 
         Raises:
             RuntimeError: the manager is stopped.
@@ -232,9 +238,10 @@ class SparkSessionManager:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         op_id = f"{tag}#{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         op = _Op(op_id, tag, description, fn, args, guard, convert, self.clock)
+        op.call_tag = call_tag
         if on_progress is not None:
             op.listeners.append(on_progress)
-        return self._jobs.start(op, timeout)
+        return self._jobs.start(op, timeout, call_timeout)
 
     async def run(
         self,
@@ -316,7 +323,12 @@ def install_spark(silo: Any, spark: SparkOptions | SparkSessionManager | None = 
 
     Raises:
         RuntimeError: the silo already runs another Spark session, or it is stopping.
+        ConfigurationError: the options' ``lake`` is a relative path and the silo is a
+            cluster member.
     """
+    options = spark.options if isinstance(spark, SparkSessionManager) else spark
+    if options is not None:
+        check_lake(options.lake, silo.options.membership)
     if isinstance(spark, SparkSessionManager):
         return bind_spark(silo.lifecycle, spark, owned=False)
     return bind_spark(silo.lifecycle, SparkSessionManager(spark, clock=silo.clock), owned=True)

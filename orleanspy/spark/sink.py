@@ -1,4 +1,5 @@
-"""ParquetSink: a stream consumer grain that lands events as Parquet files, partitioned by date.
+"""ParquetSink: a stream consumer grain that lands events as Parquet files, partitioned by date
+and hour, under the silo's lake (``SparkOptions.lake``; layout in ``spark/lake.py``).
 
 Where it sits: pulling agent (3) -> one delivery call with up to ``batch_size`` containers
 -> ``ParquetSink`` writes them -> the call returns -> the agent advances the subscription's
@@ -6,9 +7,9 @@ cursor -> once every gating consumer is past the events, the queue acknowledges 
 
 Commit protocol (why a crash neither loses events nor leaves half files):
 
-1. A delivery's events are split into runs of consecutive events with the same date; each
-   run becomes one file ``<path>/date=YYYY-MM-DD/<stream>__<first>-<last>.parquet``, where
-   ``first``/``last`` are the run's sequence tokens.
+1. A delivery's events are split into runs of consecutive events of the same hour; each run
+   becomes one file ``<path>/date=YYYY-MM-DD/hour=HH/<stream>__<first>-<last>.parquet``,
+   where ``first``/``last`` are the run's sequence tokens.
 2. Each file is written under a hidden temporary name (``.<name>.tmp-<id>``; Spark and
    pyarrow skip names starting with ``.``), flushed and fsynced, then renamed to its final
    name (atomic on POSIX), and the folder is fsynced. A reader sees a file complete or not
@@ -17,9 +18,10 @@ Commit protocol (why a crash neither loses events nor leaves half files):
    stream acknowledges an event only after its file is committed (at least once).
 4. After a crash, the events that were committed but not yet acknowledged come again. Files
    are committed in token order, so the newest token in a stream's file names is a
-   watermark: everything up to it is on disk. Redelivered events at or below it are skipped
-   (``dedupe``), so the dataset holds each event exactly once. Temporary files left by the
-   crash are deleted when the stream is next written.
+   watermark: everything up to it is on disk (a compaction's marker keeps it for the files
+   it merged). Redelivered events at or below it are skipped (``dedupe``), so the dataset
+   holds each event exactly once. Temporary files left by the crash are deleted when the
+   stream is next written.
 
 A delivery whose write fails raises: the agent retries it (the same events, the same file
 names) until the provider's ``max_delivery_time``; after that the provider's failure policy
@@ -47,15 +49,15 @@ from orleanspy.grains.request_context import unwrap_events
 from orleanspy.logging import get_logger
 from orleanspy.messaging.context_event import ContextEvent
 from orleanspy.spark.errors import SparkUnavailableError
+from orleanspy.spark.lake import Token, remove_leftovers, resolve_dataset, watermark
 from orleanspy.spark.options import ParquetSinkOptions
+from orleanspy.spark.session import installed_spark
 
 __all__ = ["ParquetSink", "ParquetSinkWriter", "SinkStatistics"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_FILE = re.compile(r"^(?P<slug>.+)__(?P<s1>\d+)\.(?P<i1>\d+)-(?P<s2>\d+)\.(?P<i2>\d+)\.parquet$")
+_COMMIT_ATTEMPTS = 3
 _log = get_logger(__name__)
-
-Token = tuple[int, int]
 
 
 def _pyarrow() -> tuple[Any, Any]:
@@ -108,42 +110,28 @@ class ParquetSinkWriter:
     def watermark(self, slug: str) -> Token | None:
         """The newest token committed for a stream (and delete its temporary files: call it
         before a stream's first write, with or without ``dedupe``)."""
-        newest: Token | None = None
-        if not self.root.exists():
-            return None
-        for part in self.root.iterdir():
-            if not part.is_dir():
-                continue
-            for leftover in part.glob(f".{slug}__*.tmp-*"):
-                leftover.unlink(missing_ok=True)
-                _log.info("parquet_sink_leftover_removed", file=str(leftover))
-            for path in part.glob(f"{slug}__*.parquet"):
-                m = _FILE.match(path.name)
-                if m is None or m.group("slug") != slug:
-                    continue
-                last = (int(m.group("s2")), int(m.group("i2")))
-                if newest is None or last > newest:
-                    newest = last
-        return newest
+        remove_leftovers(self.root, slug)
+        return watermark(self.root, slug)
 
     # -- writing --------------------------------------------------------------------------
     def write(
         self, slug: str, stream_key: str, events: Sequence[tuple[Any, Token]],
         arrival: float | None = None,
     ) -> list[str]:
-        """Commit ``events`` (in token order) as one file per run of equal dates; returns
+        """Commit ``events`` (in token order) as one file per run of one partition; returns
         the committed paths, in order."""
         arrival = time.time() if arrival is None else arrival
         runs: list[tuple[str, list[tuple[Any, Token]]]] = []
         for item, token in events:
-            day = self._date_of(item, arrival)
-            if runs and runs[-1][0] == day:
+            folder = self._partition_of(item, arrival)
+            if runs and runs[-1][0] == folder:
                 runs[-1][1].append((item, token))
             else:
-                runs.append((day, [(item, token)]))
-        return [self._commit(slug, stream_key, day, run) for day, run in runs]
+                runs.append((folder, [(item, token)]))
+        return [self._commit(slug, stream_key, folder, run) for folder, run in runs]
 
-    def _date_of(self, item: Any, arrival: float) -> str:
+    def _partition_of(self, item: Any, arrival: float) -> str:
+        """The partition folder of an event: ``date=YYYY-MM-DD[/hour=HH]`` (UTC)."""
         field = self.options.timestamp_field
         value = item.get(field) if field and isinstance(item, dict) else None
         when: _dt.datetime
@@ -166,7 +154,9 @@ class ParquetSinkWriter:
             when = _dt.datetime.fromtimestamp(arrival, _dt.UTC)
         if when.tzinfo is not None:
             when = when.astimezone(_dt.UTC)
-        return when.date().isoformat()
+        if self.options.partition == "hour":
+            return f"date={when.date().isoformat()}/hour={when.hour:02d}"
+        return f"date={when.date().isoformat()}"
 
     def _table(self, stream_key: str, run: list[tuple[Any, Token]]) -> Any:
         pa, _ = _pyarrow()
@@ -182,15 +172,28 @@ class ParquetSinkWriter:
             return pa.Table.from_pylist(rows, schema=self._schema)
         return pa.Table.from_pylist(rows)
 
-    def _commit(self, slug: str, stream_key: str, day: str, run: list[tuple[Any, Token]]) -> str:
-        _, pq = _pyarrow()
+    def _commit(self, slug: str, stream_key: str, partition: str,
+                run: list[tuple[Any, Token]]) -> str:
         first, last = run[0][1], run[-1][1]
-        folder = self.root / f"date={day}"
-        _make_dirs(folder, self.options.fsync)
+        folder = self.root / partition
         name = f"{slug}__{first[0]}.{first[1]}-{last[0]}.{last[1]}.parquet"
+        table = self._table(stream_key, run)
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                return self._write_file(folder, name, table)
+            except FileNotFoundError:
+                # A compaction swapped the partition folder between this file's temporary
+                # write and its rename: write it again into the folder now in place.
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise
+                _log.info("parquet_sink_commit_retried", folder=str(folder), file=name)
+        raise AssertionError("unreachable")
+
+    def _write_file(self, folder: Path, name: str, table: Any) -> str:
+        _, pq = _pyarrow()
+        _make_dirs(folder, self.options.fsync)
         final = folder / name
         tmp = folder / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
-        table = self._table(stream_key, run)
         try:
             with open(tmp, "wb") as f:
                 pq.write_table(table, f, compression=self.options.compression)
@@ -234,10 +237,10 @@ class ParquetSink(Grain):
 
         @implicit_subscription("pageviews")
         class PageViewSink(ParquetSink):
-            sink_options = ParquetSinkOptions(path="lake/pageviews", timestamp_field="ts")
+            sink_options = ParquetSinkOptions(path="pageviews", timestamp_field="ts")
 
     Give its stream provider a large ``batch_size`` (e.g. 512): each delivery call becomes
-    one file per date, committed (written, fsynced, renamed) before the call returns, so the
+    one file per hour, committed (written, fsynced, renamed) before the call returns, so the
     stream acknowledges events only once they are on disk. Events are dicts (one column per
     key) or any other value (one ``value`` column). Override ``on_commit`` to react to
     committed files (e.g. count them).
@@ -248,9 +251,9 @@ class ParquetSink(Grain):
     def _sink(self) -> ParquetSinkWriter:
         writer: ParquetSinkWriter | None = self.__dict__.get("_orleanspy_sink_writer")
         if writer is None:
-            root = Path(self.sink_options.path)
-            if not root.is_absolute():
-                root = Path(self.silo.options.data_dir) / root
+            manager = installed_spark(self.silo)
+            lake = None if manager is None else manager.options.lake
+            root = resolve_dataset(self.sink_options.path, lake, self.silo.options.data_dir)
             writer = ParquetSinkWriter(root, self.sink_options)
             self.__dict__["_orleanspy_sink_writer"] = writer
             self.__dict__["_orleanspy_sink_marks"] = {}

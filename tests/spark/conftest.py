@@ -62,6 +62,9 @@ class Probe:
         self.started = asyncio.Event()
         self.progress: list[Any] = []
         self.groups: list[str] = []
+        self.ended = asyncio.Event()  # a job reached a final state
+        self.errors: list[BaseException] = []  # what run_job raised in the grain
+        self.failed = asyncio.Event()  # ... once it did
 
 
 @pytest.fixture

@@ -54,6 +54,7 @@ class Analytics(SparkGrain):
         def job(spark: Any) -> Any:
             sc = spark.sparkContext
             return {"group": sc.getLocalProperty("spark.jobGroup.id"),
+                    "description": sc.getLocalProperty("spark.job.description"),
                     "tags": sorted(sc.getJobTags())}
 
         return await self.run_job(job)
@@ -66,9 +67,16 @@ class Analytics(SparkGrain):
             if p.tasks_total > 0:
                 probe.groups.append(p.job_group)
                 probe.started.set()
+            if p.done:
+                probe.ended.set()
 
-        return await self.run_job(_long, 4, timeout=timeout, on_progress=seen,
-                                  description="long")
+        try:
+            return await self.run_job(_long, 4, timeout=timeout, on_progress=seen,
+                                      description="long")
+        except Exception as exc:  # what the grain saw, whatever reached its caller
+            probe.errors.append(exc)
+            probe.failed.set()
+            raise
 
     async def long_with_timeout(self, timeout: float) -> Any:
         """A job that runs for minutes, given ``timeout`` seconds (needs no test probe)."""

@@ -31,15 +31,16 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 DAY = 86_400_000
+HOUR = 3_600_000
 BASE = int(dt.datetime(2024, 3, 1, tzinfo=dt.UTC).timestamp() * 1000)
 
 
 def read_dataset(root: Path) -> list[dict[str, Any]]:
     """Every row of every visible file (each file read whole: a torn file raises)."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(root.glob("date=*/*.parquet")):
+    for path in sorted(root.glob("date=*/hour=*/*.parquet")):
         table = pq.read_table(path)
-        day = path.parent.name.removeprefix("date=")
+        day = path.parent.parent.name.removeprefix("date=")
         for row in table.to_pylist():
             row["_date"] = day
             rows.append(row)
@@ -97,25 +98,36 @@ async def test_sink_lands_events_partitioned_by_date(tmp_path: Path) -> None:
     assert not list((tmp_path / "lake").rglob(".*"))  # no temporary files left
 
 
-def test_sink_writer_runs_of_one_date_become_one_file_each(tmp_path: Path) -> None:
+def test_sink_writer_runs_of_one_hour_become_one_file_each(tmp_path: Path) -> None:
     writer = ParquetSinkWriter(tmp_path, ParquetSinkOptions(timestamp_field="ts"))
     events = [({"ts": BASE}, (1, 0)), ({"ts": BASE + 1}, (1, 1)),
-              ({"ts": BASE + DAY}, (2, 0)), ({"ts": BASE}, (3, 0))]
+              ({"ts": BASE + DAY}, (2, 0)), ({"ts": BASE + HOUR}, (3, 0)),
+              ({"ts": BASE + HOUR + 1}, (3, 1)), ({"ts": BASE}, (4, 0))]
 
     files = writer.write("s-1", "k", events)
 
-    assert [Path(f).parent.name for f in files] == [
-        "date=2024-03-01", "date=2024-03-02", "date=2024-03-01"]
+    assert [str(Path(f).parent.relative_to(tmp_path)) for f in files] == [
+        "date=2024-03-01/hour=00", "date=2024-03-02/hour=00", "date=2024-03-01/hour=01",
+        "date=2024-03-01/hour=00"]
     assert [Path(f).name for f in files] == [
-        "s-1__1.0-1.1.parquet", "s-1__2.0-2.0.parquet", "s-1__3.0-3.0.parquet"]
-    assert writer.watermark("s-1") == (3, 0)
+        "s-1__1.0-1.1.parquet", "s-1__2.0-2.0.parquet", "s-1__3.0-3.1.parquet",
+        "s-1__4.0-4.0.parquet"]
+    assert writer.watermark("s-1") == (4, 0)
     assert writer.watermark("other") is None
+
+
+def test_sink_writer_date_partitions(tmp_path: Path) -> None:
+    writer = ParquetSinkWriter(tmp_path, ParquetSinkOptions(partition="date"))
+    files = writer.write("s-1", "k", [({"ts": BASE}, (1, 0)), ({"ts": BASE + HOUR}, (1, 1))])
+
+    assert [str(Path(f).relative_to(tmp_path)) for f in files] == [
+        "date=2024-03-01/s-1__1.0-1.1.parquet"]
 
 
 def test_sink_writer_watermark_removes_a_crashed_write(tmp_path: Path) -> None:
     writer = ParquetSinkWriter(tmp_path, ParquetSinkOptions())
     writer.write("s-1", "k", [({"ts": BASE}, (5, 0))])
-    torn = tmp_path / "date=2024-03-01" / ".s-1__6.0-9.0.parquet.tmp-dead"
+    torn = tmp_path / "date=2024-03-01" / "hour=00" / ".s-1__6.0-9.0.parquet.tmp-dead"
     torn.write_bytes(b"PAR1 half a file")
 
     assert writer.watermark("s-1") == (5, 0)
@@ -212,7 +224,7 @@ async def test_sink_kill_9_keeps_exactly_the_acknowledged_events(
         return await asyncio.to_thread(read_dataset, lake)
 
     async def files() -> int:
-        return len(list(lake.glob("date=*/*.parquet")))
+        return len(list(lake.glob("date=*/hour=*/*.parquet")))
 
     await poll_until(files, lambda n: n >= 60, timeout=WAIT, interval=0.02)
     await silo.kill()  # kill -9 while deliveries are being committed

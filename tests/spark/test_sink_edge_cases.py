@@ -27,7 +27,7 @@ class NoDedupeSink(ParquetSink):
 async def test_sink_without_dedupe_still_removes_a_crashed_write(tmp_path: Path) -> None:
     # Temporary files left by a crash are deleted when the stream is next written (as the
     # docs say), also when dedupe is off.
-    torn = tmp_path / "lake" / "date=2024-03-01" / (
+    torn = tmp_path / "lake" / "date=2024-03-01" / "hour=00" / (
         f".{stream_slug('edge-clicks', 'u')}__6.0-9.0.parquet.tmp-dead")
     torn.parent.mkdir(parents=True)
     torn.write_bytes(b"PAR1 half a file")
@@ -60,7 +60,8 @@ def test_sink_commit_makes_new_folders_durable(
 
     writer.write("s-1", "k", [({"ts": BASE_MS}, (1, 0))])
 
-    for folder in (tmp_path, tmp_path / "lake", root, root / "date=2024-03-01"):
+    for folder in (tmp_path, tmp_path / "lake", root, root / "date=2024-03-01",
+                   root / "date=2024-03-01" / "hour=00"):
         assert folder in synced, (folder, synced)
 
 
@@ -73,4 +74,4 @@ def test_sink_event_with_an_impossible_timestamp_is_dated_by_arrival(tmp_path: P
     for n, ts in enumerate((float("nan"), float("inf"), 10**17, -(10**17))):
         files = writer.write(f"s-{n}", "k", [({"ts": ts}, (1, 0))], arrival=arrival)
 
-        assert [Path(f).parent.name for f in files] == ["date=2024-03-01"], ts
+        assert [Path(f).parent.parent.name for f in files] == ["date=2024-03-01"], ts

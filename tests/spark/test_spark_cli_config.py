@@ -31,7 +31,7 @@ async def test_spark_run_draws_progress_and_returns_the_result(
     lines = out.getvalue().splitlines()
     assert result == 40
     assert lines[-1].startswith("[" + "#" * 30 + "] 100.0%")
-    assert lines[-1].endswith("done")
+    assert lines[-1].endswith("Analytics/cli.sleepy: sleepy  done")
     assert len(lines) >= 2  # at least one line while the job ran
 
 

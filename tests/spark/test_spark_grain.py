@@ -99,7 +99,11 @@ async def test_spark_grain_job_group_and_tag_are_per_call_and_cleared(
     pool = spark_manager._jobs.pool
     after = await asyncio.gather(*(loop.run_in_executor(pool, leftovers) for _ in range(2)))
 
-    assert first["tags"] == ["orleanspy/Analytics/props"]
+    grain_tag, call_tag = first["tags"]
+    assert grain_tag == "orleanspy/Analytics/props"
+    assert call_tag.startswith("orleanspy/Analytics/props/job_properties#")
+    assert second["tags"][1] != call_tag  # one tag per call (its request id)
+    assert first["description"] == "Analytics/props.job_properties"
     assert first["group"].startswith("orleanspy/Analytics/props#")
     assert second["group"] != first["group"]
     assert after == [(None, []), (None, [])]
