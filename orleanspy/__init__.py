@@ -41,6 +41,7 @@ from orleanspy.grains.interface import (
     stateless_worker,
     stream_handler,
 )
+from orleanspy.grains.observer import ObserverManager
 from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.request_context import RequestContext
 from orleanspy.grains.state import PersistentState, persistent_state
@@ -78,6 +79,7 @@ __all__ = [
     "InconsistentStateError",
     "MailboxFullError",
     "MessageRejectedError",
+    "ObserverManager",
     "OrleansPyError",
     "PersistentState",
     "RemoteGrainError",

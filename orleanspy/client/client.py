@@ -22,6 +22,7 @@ from typing import Any, TypeVar, final, overload
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.client.connection import GatewayConnection
 from orleanspy.client.gateways import GatewayPool
+from orleanspy.client.observers import ObserverReceiver
 from orleanspy.client.options import ClientOptions
 from orleanspy.client.stream_receiver import StreamReceiver
 from orleanspy.errors import SiloUnavailableError
@@ -104,6 +105,7 @@ class ClusterClient:
         self._deadlines = Deadlines(self.clock, "client")
         self._pool = GatewayPool(base, key, self.codec, self.clock, self.log)
         self._streams: StreamReceiver | None = None
+        self._observers: ObserverReceiver | None = None
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -151,6 +153,8 @@ class ClusterClient:
         (unsubscribe first to end them at once)."""
         if self._streams is not None:
             await self._streams.close()
+        if self._observers is not None:
+            await self._observers.close()
         self._deadlines.cancel()
         await self._pool.close()
 
@@ -187,6 +191,21 @@ class ClusterClient:
         (``client.get_stream_provider("events").get_stream("ns", key).on_next(item)``) and
         to subscribe (``.subscribe(handler)``)."""
         return ClientStreamProvider(self, name)
+
+    def create_observer(self, obj: Any, interface: type | None = None) -> Any:
+        """A reference grains can call back (pass it to them as an argument): each method
+        called on it runs ``obj``'s method of that name here, in order, one at a time
+        (one-way: the grain does not wait for it). ``interface``: the grain interface (or
+        class) whose methods the reference has; without it any name is a method. The calls
+        reach this client through any of its gateways (``grains.observer``)."""
+        if self._observers is None:
+            self._observers = ObserverReceiver(self)
+        return self._observers.create(obj, interface)
+
+    async def delete_observer(self, reference: Any) -> None:
+        """Stop running calls to an observer; later calls to it are dropped."""
+        if self._observers is not None:
+            await self._observers.delete(reference)
 
     def _stream_receiver(self) -> StreamReceiver:
         if self._streams is None:

@@ -10,9 +10,11 @@ grain method, so a call costs an ordinary method call plus the runtime's ``call`
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar, cast, overload
 
 from orleanspy.grains.interface import class_info
+from orleanspy.grains.observer import OBSERVER_HUB_TYPE, OBSERVER_TYPE, observer_methods
 from orleanspy.grains.reference import GrainRef
 from orleanspy.grains.streamed import StreamedResponse
 from orleanspy.ids import GrainId, GrainKey, normalize_key
@@ -150,6 +152,42 @@ def reference_class(cls: type) -> type[GrainProxy]:
     return cast("type[GrainProxy]", ref_cls)
 
 
+class ObserverProxy(GrainProxy):
+    """A reference to a client's observer (``grains.observer``): each method is a one-way
+    call queued for the client (any attribute, for an untyped one)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return partial(_notify, self, name)
+
+
+def _notify(ref: GrainProxy, name: str, *args: Any, **kwargs: Any) -> Any:
+    client, _, observer_id = str(ref._grain_id.key).partition("/")
+    return ref._runtime.send_one_way(GrainId(OBSERVER_HUB_TYPE, client), "notify",
+                                     (observer_id, name, list(args), kwargs or None), None)
+
+
+def _observer_method(name: str) -> Callable[..., Any]:
+    def method(self: GrainProxy, *args: Any, **kwargs: Any) -> Any:
+        return _notify(self, name, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+@lru_cache(maxsize=256)
+def _observer_class(interface: type | None) -> type[ObserverProxy]:
+    if interface is None:
+        return ObserverProxy
+    ns: dict[str, Any] = {"__slots__": ()}
+    for name in observer_methods(interface):
+        ns[name] = _observer_method(name)
+    return type(f"{interface.__name__}Observer", (ObserverProxy,), ns)
+
+
 class _DynamicReference(GrainProxy):
     """A reference to a grain type known only by name: any attribute is a method."""
 
@@ -178,6 +216,10 @@ def make_reference(
 ) -> GrainRef[Any]:
     """Build a reference; ``grain_class`` may be a class or a grain type name (untyped)."""
     ref: GrainProxy
+    if grain_id is not None and grain_id.type_name == OBSERVER_TYPE:
+        interface: type | None = grain_class if isinstance(grain_class, type) else None
+        return cast("GrainRef[Any]", _observer_class(interface)(
+            runtime, grain_id, qualified_name(interface) if interface is not None else ""))
     if isinstance(grain_class, str):
         gid = grain_id or GrainId(grain_class, normalize_key(key))
         ref = _DynamicReference(runtime, gid, "")

@@ -78,6 +78,7 @@ from orleanspy.runtime.gateway import Gateway
 from orleanspy.runtime.grain_classes import grain_classes_in, register_grain_class
 from orleanspy.runtime.identity import SiloIdentity, new_generation
 from orleanspy.runtime.locator import GrainLocator, LocalLocator
+from orleanspy.runtime.observer_hub import ClientObserverHub
 from orleanspy.runtime.options import BACKENDS_OF, SiloOptions
 from orleanspy.runtime.silo import (
     COLLECTOR,
@@ -210,7 +211,8 @@ def build_silo(
     codec.traceback_paths = opts.traceback_paths
     registry: dict[str, Any] = {}
     providers = dict(stream_providers or {})
-    classes = [*grains, *(cls for module in modules for cls in grain_classes_in(module))]
+    classes = [*grains, *(cls for module in modules for cls in grain_classes_in(module)),
+               ClientObserverHub]  # (clients' observers: grains call them through it)
     if providers:
         # Known on every silo, agent or not: a rendezvous here reaches agents elsewhere.
         classes += [PubSubRendezvous, PullingAgent, ClientStreamConsumer]

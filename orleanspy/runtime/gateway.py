@@ -42,6 +42,7 @@ from orleanspy.errors import (
     SerializationError,
     SiloUnavailableError,
 )
+from orleanspy.grains.observer import OBSERVER_HUB_TYPE
 from orleanspy.grains.request_context import check_context
 from orleanspy.messaging.bodies import reply_frame
 from orleanspy.messaging.client_identity import check_client
@@ -75,6 +76,9 @@ MAX_BLOCKED: Final = 1000
 #: The grain that stands for a client's stream subscriptions, keyed by the client's id
 #: (``orleanspy.streams.client_consumer``): only a connection that proved that id may call it.
 CLIENT_CONSUMER_TYPE = "orleanspy.ClientStreamConsumer"
+#: The grains keyed by a client's id that only the connection that proved the id may call:
+#: its stream subscriptions' consumer and its observers' hub.
+CLIENT_OWNED: Final = frozenset({CLIENT_CONSUMER_TYPE, OBSERVER_HUB_TYPE})
 
 
 class _HostOptions(Protocol):
@@ -189,10 +193,10 @@ class GatewayConnection(FramedConnection):
         # decodes them with its type policy.
         msg.flags = FLAG_FROM_CLIENT
         msg.hops = 0
-        if msg.target.type_name == CLIENT_CONSUMER_TYPE and msg.target.key != self.client:
+        if msg.target.type_name in CLIENT_OWNED and msg.target.key != self.client:
             if not one_way:
                 self._reply(corr, False, MessageRejectedError(
-                    f"{CLIENT_CONSUMER_TYPE} {msg.target.key!r} is not callable from a "
+                    f"{msg.target.type_name} {msg.target.key!r} is not callable from a "
                     "client: it belongs to another client",
                     "not_callable",
                 ))

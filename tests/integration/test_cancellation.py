@@ -20,7 +20,7 @@ from .test_cluster import CLUSTER, start_cluster
 
 pytestmark = pytest.mark.integration
 
-APP = "tests.integration.cancel_app"
+APP = "tests.integration.calls_app"
 
 
 async def _key_on(client: ClusterClient, silo: str, other: bool, prefix: str) -> str:

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.integration
 APP = "tests.integration.surface_app"
 SECRET = "client-secret"
 #: the runtime's classes clients reach: publishing, and a client's own stream subscriptions
-CLIENT_ENDPOINTS = {"orleanspy.StreamPublisher", "orleanspy.ClientStreamConsumer"}
+CLIENT_ENDPOINTS = {"orleanspy.StreamPublisher", "orleanspy.ClientStreamConsumer",
+                    "orleanspy.ClientObserverHub"}
+#: the runtime methods of every grain a caller of a streamed response uses (with its token)
+STREAMED_RESPONSE = {"__orleanspy_stream_pull__", "__orleanspy_stream_close__"}
 STREAM_CALLBACKS = {"on_next", "on_next_batch", "on_error", "on_completed"}
 #: methods the application marks ``@stream_handler`` or inherits as one (the sink's)
 MARKED = {("Explicit", "on_reading"), ("Lake", "write_events"), ("Lake", "on_commit")}
@@ -32,6 +35,8 @@ def closed_by_rule(type_name: str, method: str) -> bool:
     """The rule, stated independently of the code that applies it."""
     if type_name.startswith("orleanspy.") and type_name not in CLIENT_ENDPOINTS:
         return True
+    if method in STREAMED_RESPONSE:
+        return False
     return (method.startswith("__orleanspy_") or method == "receive_reminder"
             or method in STREAM_CALLBACKS or (type_name, method) in MARKED)
 

@@ -1,7 +1,8 @@
-"""Grains of the cancellation and streamed-response integration tests (``--app
-tests.integration.cancel_app``): placed by hash, so the test picks keys whose activations
-live on the silo it wants. Each ``Holder`` counts the turns it started and when (wall clock)
-a turn was cancelled; ``Numbers`` streams numbers back."""
+"""Grains of the call-model integration tests (cancellation, streamed responses, observers;
+``--app tests.integration.calls_app``): placed by hash, so the test picks keys whose
+activations live on the silo it wants. Each ``Holder`` counts the turns it started and when
+(wall clock) a turn was cancelled; ``Numbers`` streams numbers back; ``Room`` calls its
+members' observers."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from orleanspy import Grain, always_interleave, cancellable, placement
+from orleanspy import Grain, ObserverManager, always_interleave, cancellable, placement
 
-__all__ = ["Holder", "Numbers"]
+__all__ = ["Holder", "Numbers", "Room"]
 
 
 @placement("hash_based")
@@ -100,3 +101,21 @@ class Numbers(Grain):
     async def closed_count(self) -> int:
         """Not interleaving: it waits while a count is being streamed."""
         return self.closed
+
+
+@placement("hash_based")
+class Room(Grain):
+    """Says each message to its members (client observers with a ``receive`` method)."""
+
+    async def on_activate(self) -> None:
+        self.members = ObserverManager(expiry=600.0, clock=self.silo.clock.monotonic)
+
+    async def where(self) -> str:
+        return self.silo.name
+
+    async def join(self, member: Any) -> int:
+        self.members.subscribe(member)
+        return len(self.members)
+
+    async def say(self, text: str) -> int:
+        return await self.members.notify("receive", text)
