@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON_EXE) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "orleanspy needs Python 3.11, 3.12 or 3.13: set PYTHON=python3.11")'
 	test -x $(PY) || $(PYTHON_EXE) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,redis,spark,nats,postgres]'
+	$(PY) -m pip install --quiet -e '.[dev,redis,spark,nats,postgres,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)

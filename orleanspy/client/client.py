@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar, final, overload
 
+from orleanspy import tracing
 from orleanspy._util.clock import Clock, SystemClock
 from orleanspy.client.connection import GatewayConnection
 from orleanspy.client.gateways import GatewayPool
@@ -40,6 +41,7 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.deadlines import Deadlines
 from orleanspy.messaging.frames import Cancel, Request
 from orleanspy.messaging.types import TypePolicy
+from orleanspy.runtime.tracing_filters import traced
 from orleanspy.streams.publisher import ClientStreamProvider
 
 __all__ = ["ClusterClient"]
@@ -106,6 +108,8 @@ class ClusterClient:
         self._pool = GatewayPool(base, key, self.codec, self.clock, self.log)
         self._streams: StreamReceiver | None = None
         self._observers: ObserverReceiver | None = None
+        #: spans of this client's calls when the process has a tracer provider
+        self._tracer = tracing.tracer()
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -243,7 +247,27 @@ class ClusterClient:
                 continue
             return conn
 
-    async def call(
+    def call(
+        self,
+        grain_id: GrainId,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        timeout: float | None,
+    ) -> Coroutine[Any, Any, Any]:
+        """A call to a grain (await it). A plain function returning the coroutine: one
+        coroutine per call, or, with tracing on, the call in a CLIENT span whose context
+        travels in the request context."""
+        if self._tracer is not None:
+            span = tracing.start_span(
+                self._tracer, f"{grain_id.type_name}.{method}", "client", _get_context(),
+                {"rpc.system": "orleanspy", "rpc.service": grain_id.type_name,
+                 "rpc.method": method, "orleanspy.grain": str(grain_id)})
+            return traced(self._tracer, span,
+                          self._call(grain_id, method, args, kwargs, timeout))
+        return self._call(grain_id, method, args, kwargs, timeout)
+
+    async def _call(
         self,
         grain_id: GrainId,
         method: str,

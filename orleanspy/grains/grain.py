@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
+from orleanspy import tracing
 from orleanspy.errors import StreamDeliveryInterrupted, StreamError
 from orleanspy.grains.context import allow_call_chain_reentrancy
 from orleanspy.grains.grain_interface import GrainInterface
@@ -231,10 +232,29 @@ class Grain:
 
 
 async def with_context(context: dict[str, Any] | None, handling: Awaitable[Any]) -> Any:
-    """Await a stream handler under the request context its event was published with."""
+    """Await a stream handler under the request context its event was published with (in a
+    CONSUMER span, child of the publisher's, when tracing is on: ``orleanspy.tracing``)."""
+    if context and "traceparent" in context:
+        tracer = tracing.tracer()
+        if tracer is not None:
+            return await _traced_delivery(tracer, context, handling)
     token = set_context(context)
     try:
         return await handling
+    finally:
+        request_context.reset(token)
+
+
+async def _traced_delivery(tracer: Any, context: dict[str, Any],
+                           handling: Awaitable[Any]) -> Any:
+    from opentelemetry import trace
+
+    span = tracing.start_span(tracer, "stream event", "consumer", context,
+                              {"messaging.system": "orleanspy"}, follow=True)
+    token = set_context({**context, **tracing.carrier_of(span)})
+    try:
+        with trace.use_span(span, end_on_exit=True):
+            return await handling
     finally:
         request_context.reset(token)
 

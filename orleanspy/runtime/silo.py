@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
+from orleanspy import tracing
 from orleanspy._util import gc_freeze
 from orleanspy._util.clock import Clock
 from orleanspy._util.lifecycle import Lifecycle
@@ -46,6 +47,7 @@ from orleanspy.runtime.identity import SiloIdentity
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.options import SiloOptions
 from orleanspy.runtime.system_target import SystemTarget
+from orleanspy.runtime.tracing_filters import TracingFilters
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -145,6 +147,12 @@ class Silo:
         self.call_filters = CallFilters()
         if any(CallFilters.grain_outgoing_class(info.cls) for info in self.registry.values()):
             self.dispatcher.outgoing = ()
+        tracer = tracing.tracer()  # spans when the process has a tracer provider
+        if tracer is not None:
+            spans = TracingFilters(tracer, self.identity.name)
+            self.call_filters.add(spans.incoming)
+            self.call_filters.add(spans.outgoing, outgoing=True)
+            self.dispatcher.outgoing = self.call_filters.outgoing()
         self._references = parts.references
         self.collector = parts.collector
         #: The reminder service (``orleanspy.reminders.service.ReminderService``).

@@ -14,10 +14,13 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from orleanspy import tracing
 from orleanspy.grains.context import current_turn
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import always_interleave
+from orleanspy.grains.request_context import get_context
 from orleanspy.messaging.message import Direction
+from orleanspy.runtime.tracing_filters import traced
 from orleanspy.spark.job import JobProgress, ProgressCallback, SparkJob
 from orleanspy.spark.session import SparkSessionManager, installed_spark, spark_for
 
@@ -145,7 +148,15 @@ class SparkGrain(Grain):
         """
         job = self.submit_job(fn, *args, timeout=timeout, description=description,
                               on_progress=on_progress)
-        return await job.result()
+        tracer = tracing.tracer()
+        if tracer is None:
+            return await job.result()
+        # a span of its own, child of the grain call's (``orleanspy.tracing``)
+        span = tracing.start_span(
+            tracer, f"spark job {job.progress.description or job.job_group}", "internal",
+            get_context(), {"orleanspy.spark.job_group": job.job_group})
+        result: T = await traced(tracer, span, job.result())
+        return result
 
     def cancel_spark_jobs(self, reason: str = "cancelled by the grain") -> int:
         """Cancel every Spark job this grain has in flight; returns how many."""
