@@ -40,9 +40,11 @@ from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.redis import RedisClient
 from orleanspy.errors import ConfigurationError, LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
+from orleanspy.streams.adapters import redis_holds
 from orleanspy.streams.adapters.base import (
     COALESCE_MAX,
     BatchContainer,
+    EnqueueItem,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
@@ -199,6 +201,50 @@ class RedisQueueAdapter(QueueAdapter):
         entries = await read_range(self.client, str(queue), start, max_count, stream)
         return [receiver._entry(e) for e in entries]
 
+    async def newest_sequence(self, queue: QueueId) -> int:
+        self._check_open("newest_sequence()")
+        return await redis_holds.newest_sequence(self.client, str(queue))
+
+    async def hold(self, reader: str, holds: dict[QueueId, int],
+                   seconds: float) -> dict[QueueId, float]:
+        self._check_open("hold()")
+        client = self.client
+        now = self._clock.time()
+        script = client.redis.register_script(redis_holds.HOLD)
+        lapsed: dict[QueueId, float] = {}
+        for queue, seq in holds.items():
+            at = await client.run(script(
+                keys=[client.key("hold", str(queue))],
+                args=[reader, seq, format(now, TIME_FORMAT),
+                      format(now + seconds, TIME_FORMAT)]))
+            if at:
+                lapsed[queue] = float(at)
+        return lapsed
+
+    async def release(self, reader: str, queues: Sequence[QueueId]) -> None:
+        self._check_open("release()")
+        await redis_holds.release(self.client, [str(q) for q in queues], reader)
+
+    async def enqueue_once(self, marker: str, batches: Sequence[EnqueueItem],
+                           remember: float) -> bool:
+        self._check_open("enqueue_once()")
+        client, pack = self.client, self._codec.packb
+        keys, args = [client.key("marker", marker)], []
+        where: dict[str, int] = {}
+        for queue, stream_id, events in batches:
+            if not events:
+                raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+            text = str(queue)
+            if text not in where:
+                where[text] = len(where)
+                keys += [self.stream_key(text), client.key("queue-seq", text)]
+            args += [where[text], stream_id.namespace, pack(stream_id.key),
+                     pack(list(events))]
+        script = client.redis.register_script(redis_holds.ENQUEUE_ONCE)
+        done = await client.run(script(keys=keys, args=[
+            format(self._clock.time(), TIME_FORMAT), max(1, int(remember)), *args]))
+        return bool(done)
+
     def __repr__(self) -> str:
         return f"RedisQueueAdapter({self._name!r}, {self.client!r})"
 
@@ -297,7 +343,7 @@ class RedisQueueAdapter(QueueAdapter):
         seconds, count = self.keep or (0.0, 0)
         done = await client.run(self._ack(
             keys=[self.stream_key(queue), client.key("kept", str(queue)), trimmed,
-                  trimmed if fence is None else fence.key],
+                  trimmed if fence is None else fence.key, client.key("hold", str(queue))],
             args=[str(queue), "" if fence is None else fence.owner,
                   format(self._clock.time(), TIME_FORMAT), seconds, count,
                   "0" if self.keep is None else "1", f"0-{max(seqs)}",
