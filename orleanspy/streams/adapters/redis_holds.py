@@ -43,7 +43,7 @@ return lapsed
 ENQUEUE_ONCE: Final = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
 for i = 3, #ARGV, 4 do
-  local q = tonumber(ARGV[i]) * 2
+  local q = tonumber(ARGV[i]) * 2 + 2
   local n = redis.call('INCR', KEYS[q + 1])
   redis.call('XADD', KEYS[q], '0-' .. n, 's', ARGV[i + 1], 'k', ARGV[i + 2],
              'e', ARGV[i + 3], 't', ARGV[1])
