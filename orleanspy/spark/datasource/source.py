@@ -44,5 +44,14 @@ class OrleansPyDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Make ``format("orleanspy")`` available on ``spark`` (a SparkSession)."""
+    """Make ``format("orleanspy")`` available on ``spark`` (a SparkSession), and make
+    ``spark`` the active session of the calling thread.
+
+    Classic Spark finds a Python data source through the active session of the thread that
+    builds the query (``load``, ``save``, ``start``): call ``register`` in every thread that
+    does, e.g. first thing in a Spark grain's job function (it is cheap and idempotent).
+    """
     spark.dataSource.register(OrleansPyDataSource)
+    jvm = getattr(spark, "_jvm", None)  # classic only; Spark Connect has no JVM here
+    if jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
