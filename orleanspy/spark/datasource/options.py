@@ -118,7 +118,9 @@ class SourceOptions:
     ``latest``, batch ``earliest``), ``endingOffsets`` (batch: ``latest`` or a time),
     ``maxEventsPerTrigger``, ``reader`` (the name of this reader's hold on retention, one
     per query; default ``spark``), ``holdSeconds`` (how long a hold outlives the reader's
-    last trigger, 3600), ``failOnDataLoss`` (true), ``pageSize`` (containers per read, 512).
+    last trigger, 3600), ``warnBehind`` (a queue this many sequences behind its newest at a
+    trigger logs ``spark_source_far_behind``, 1,000,000), ``failOnDataLoss`` (true),
+    ``pageSize`` (containers per read, 512).
     """
 
     url: str
@@ -133,6 +135,7 @@ class SourceOptions:
     hold_seconds: float
     fail_on_data_loss: bool
     page: int
+    warn_behind: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -153,7 +156,8 @@ class SourceOptions:
                    "latest" if streaming else "earliest"),
             ending, _int(options, "maxEventsPerTrigger", 0, 1),
             _get(options, "reader") or "spark", _float(options, "holdSeconds", 3600.0),
-            loss == "true", _int(options, "pageSize", 512, 1))
+            loss == "true", _int(options, "pageSize", 512, 1),
+            _int(options, "warnBehind", 1_000_000, 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from orleanspy.errors import ReplayUnavailableError
 from orleanspy.logging import get_logger
 from orleanspy.spark.datasource.offsets import (
     Offsets,
@@ -108,6 +109,15 @@ class StreamReader(DataSourceStreamReader):
         queues = [store.queue(i) for i in range(self.opts.queues)]
         newest = store.newest(queues)
         end = {str(q): max(start.get(str(q), 0), newest[q] + 1) for q in queues}
+        behind = {name: end[name] - start.get(name, 0) for name in end}
+        if max(behind.values(), default=0) > self.opts.warn_behind:
+            get_logger(__name__).warning(
+                "spark_source_far_behind", reader=self.opts.reader,
+                behind={n: b for n, b in behind.items() if b > self.opts.warn_behind},
+                warn_behind=self.opts.warn_behind,
+                fix="the query holds this much of the queues back from trimming; give it "
+                    "more executors or a larger maxEventsPerTrigger, or stop it and release "
+                    "its hold")
         if isinstance(limit, ReadMaxRows):
             end = self._limited(store, start, end, int(limit.max_rows))
         return end
@@ -122,8 +132,12 @@ class StreamReader(DataSourceStreamReader):
             pos, taken = start.get(name, 0), 0
             queue = store.queue(int(name.rsplit("-", 1)[1]))
             while pos < high:
-                containers = store.read(queue, SequenceToken(pos),
-                                        min(self.opts.page, share))
+                try:
+                    containers = store.read(queue, SequenceToken(pos),
+                                            min(self.opts.page, share))
+                except ReplayUnavailableError:  # the read of the range says what to do
+                    pos = high
+                    break
                 stop = False
                 for container in containers:
                     seq = container.token.sequence
