@@ -157,3 +157,20 @@ async def test_streaming_from_latest_skips_what_was_there(spark: Any, tmp_path: 
         assert pairs(rows) == everything(range(10, 15))
     finally:
         query.stop()
+
+
+async def test_batch_read_of_redis_queues(spark: Any, redis_url: str) -> None:
+    from orleanspy.streams.adapters.redis import RedisQueueAdapter
+
+    adapter = RedisQueueAdapter("s", redis_url)
+    await adapter.open()
+    mapper = HashRingQueueMapper(QUEUES, "s")
+    try:
+        for key in KEYS:
+            sid = StreamId("numbers", key)
+            await adapter.enqueue(mapper.queue_for(sid), sid, [{"n": n} for n in range(7)])
+    finally:
+        await adapter.close()
+    df = (spark.read.format("orleanspy").option("url", redis_url).option("provider", "s")
+          .option("queues", str(QUEUES)).load())
+    assert pairs(await asyncio.to_thread(df.collect)) == everything(range(7))
