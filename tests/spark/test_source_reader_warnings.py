@@ -87,3 +87,21 @@ async def test_a_lapsed_hold_says_so_when_the_query_comes_back(tmp_path: Path) -
         source.latestOffset(start, ReadAllAvailable())
     lapsed = [e for e in logs if e["event"] == "spark_source_hold_lapsed"]
     assert lapsed and lapsed[0]["queues"] == ["s-0"] and "holdSeconds" in lapsed[0]["fix"]
+
+
+async def test_a_query_further_behind_than_its_bound_stops_holding_there(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "q.db"
+    await publish(path, 5)
+    source = reader(path, startingOffsets="earliest", maxHoldSequences="3")
+    start = source.initialOffset()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE stream_hold SET expires = 1")  # as if set long ago
+    with capture_logs() as logs:
+        source.latestOffset(start, ReadAllAvailable())
+    assert [e["event"] for e in logs] == ["spark_source_hold_not_renewed"]
+    assert logs[0]["queues"] == ["s-0"] and "maxHoldSequences" in logs[0]["fix"]
+    assert held(path)[1] == 1  # not renewed: the provider may trim once it is past
+    source.commit({"s-0": 5})  # caught up: held again
+    assert held(path) > (4, time.time())

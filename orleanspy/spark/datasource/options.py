@@ -120,7 +120,9 @@ class SourceOptions:
     per query; default ``spark``), ``holdSeconds`` (how long a hold outlives the reader's
     last trigger, 3600), ``warnBehind`` (a queue this many sequences behind its newest at a
     trigger logs ``spark_source_far_behind``, 1,000,000), ``failOnDataLoss`` (true),
-    ``pageSize`` (containers per read, 512).
+    ``pageSize`` (containers per read, 512), ``maxHoldSequences`` (a queue further behind
+    than this is no longer held: its hold lapses ``holdSeconds`` later; 0, the default: no
+    bound).
     """
 
     url: str
@@ -136,6 +138,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     page: int
     warn_behind: int
+    max_hold: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -157,7 +160,7 @@ class SourceOptions:
             ending, _int(options, "maxEventsPerTrigger", 0, 1),
             _get(options, "reader") or "spark", _float(options, "holdSeconds", 3600.0),
             loss == "true", _int(options, "pageSize", 512, 1),
-            _int(options, "warnBehind", 1_000_000, 1))
+            _int(options, "warnBehind", 1_000_000, 1), _int(options, "maxHoldSequences", 0, 0))
 
 
 @dataclass(frozen=True, slots=True)

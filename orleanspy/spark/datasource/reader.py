@@ -81,10 +81,11 @@ class StreamReader(DataSourceStreamReader):
     def _store(self) -> Store:
         return store_for(self.opts.url, self.opts.provider)
 
-    def _hold(self, offsets: Offsets) -> None:
+    def _hold(self, offsets: Offsets, skip: frozenset[str] = frozenset()) -> None:
+        """Hold (renew) every queue from its offset on, but those in ``skip``."""
         store = self._store()
         holds = {store.queue(i): offsets.get(f"{self.opts.provider}-{i}", 0)
-                 for i in range(self.opts.queues)}
+                 for i in range(self.opts.queues) if f"{self.opts.provider}-{i}" not in skip}
         lapsed = store.hold(self.opts.reader, holds, self.opts.hold_seconds)
         if lapsed:
             get_logger(__name__).warning(
@@ -103,12 +104,27 @@ class StreamReader(DataSourceStreamReader):
             return ReadMaxRows(self.opts.max_events)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        self._hold(start)  # renewed every trigger, also while no data comes
+    def _renew(self, offsets: Offsets) -> dict[str, int]:
+        """Hold the queues from ``offsets`` on, but not those further behind than
+        ``maxHoldSequences`` (warned); each queue's end (its newest sequence + 1)."""
         store = self._store()
         queues = [store.queue(i) for i in range(self.opts.queues)]
         newest = store.newest(queues)
-        end = {str(q): max(start.get(str(q), 0), newest[q] + 1) for q in queues}
+        end = {str(q): max(offsets.get(str(q), 0), newest[q] + 1) for q in queues}
+        bound = self.opts.max_hold
+        over = frozenset(n for n in end if bound and end[n] - offsets.get(n, 0) > bound)
+        if over:
+            get_logger(__name__).warning(
+                "spark_source_hold_not_renewed", reader=self.opts.reader, queues=sorted(over),
+                max_hold_sequences=bound, hold_seconds=self.opts.hold_seconds,
+                fix="the query is further behind than maxHoldSequences on these queues: its "
+                    "hold there lapses after holdSeconds and the provider may trim what it "
+                    "has not read; give it more executors or raise maxHoldSequences")
+        self._hold(offsets, over)
+        return end
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        end = self._renew(start)  # every trigger, also while no data comes
         behind = {name: end[name] - start.get(name, 0) for name in end}
         if max(behind.values(), default=0) > self.opts.warn_behind:
             get_logger(__name__).warning(
@@ -119,7 +135,7 @@ class StreamReader(DataSourceStreamReader):
                     "more executors or a larger maxEventsPerTrigger, or stop it and release "
                     "its hold")
         if isinstance(limit, ReadMaxRows):
-            end = self._limited(store, start, end, int(limit.max_rows))
+            end = self._limited(self._store(), start, end, int(limit.max_rows))
         return end
 
     def _limited(self, store: Store, start: Offsets, end: Offsets, budget: int) -> Offsets:
@@ -162,4 +178,4 @@ class StreamReader(DataSourceStreamReader):
         return _read(self.opts, self.schema, partition)
 
     def commit(self, end: Offsets) -> None:
-        self._hold(end)
+        self._renew(end)
