@@ -243,7 +243,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
             raise ValueError(f"max_count must be >= 0, got {max_count}")
         stream = None if stream_id is None else (stream_id.namespace,
                                                  codec.packb(stream_id.key))
-        return await db.transaction(read_range, queue, start, max_count, stream)
+        return await db.snapshot(read_range, queue, start, max_count, stream)
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         """Delete the rows of ``batch`` by ``seq`` alone (placeholders without events too)."""
