@@ -208,18 +208,11 @@ class RedisQueueAdapter(QueueAdapter):
     async def hold(self, reader: str, holds: dict[QueueId, int],
                    seconds: float) -> dict[QueueId, float]:
         self._check_open("hold()")
-        client = self.client
         now = self._clock.time()
-        script = client.redis.register_script(redis_holds.HOLD)
-        lapsed: dict[QueueId, float] = {}
-        for queue, seq in holds.items():
-            at = await client.run(script(
-                keys=[client.key("hold", str(queue))],
-                args=[reader, seq, format(now, TIME_FORMAT),
-                      format(now + seconds, TIME_FORMAT)]))
-            if at:
-                lapsed[queue] = float(at)
-        return lapsed
+        lapsed = await redis_holds.hold(self.client, reader,
+                                        {str(q): seq for q, seq in holds.items()}, now,
+                                        now + seconds)
+        return {q: lapsed[str(q)] for q in holds if str(q) in lapsed}
 
     async def release(self, reader: str, queues: Sequence[QueueId]) -> None:
         self._check_open("release()")
@@ -228,22 +221,15 @@ class RedisQueueAdapter(QueueAdapter):
     async def enqueue_once(self, marker: str, batches: Sequence[EnqueueItem],
                            remember: float) -> bool:
         self._check_open("enqueue_once()")
-        client, pack = self.client, self._codec.packb
-        keys, args = [client.key("marker", marker)], []
-        where: dict[str, int] = {}
+        pack = self._codec.packb
+        entries = []
         for queue, stream_id, events in batches:
             if not events:
                 raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
-            text = str(queue)
-            if text not in where:
-                where[text] = len(where)
-                keys += [self.stream_key(text), client.key("queue-seq", text)]
-            args += [where[text], stream_id.namespace, pack(stream_id.key),
-                     pack(list(events))]
-        script = client.redis.register_script(redis_holds.ENQUEUE_ONCE)
-        done = await client.run(script(keys=keys, args=[
-            format(self._clock.time(), TIME_FORMAT), max(1, int(remember)), *args]))
-        return bool(done)
+            entries.append((str(queue), stream_id.namespace, pack(stream_id.key),
+                            pack(list(events))))
+        return await redis_holds.enqueue_once(self.client, marker, entries,
+                                              self._clock.time(), remember)
 
     def __repr__(self) -> str:
         return f"RedisQueueAdapter({self._name!r}, {self.client!r})"

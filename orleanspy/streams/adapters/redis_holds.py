@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from orleanspy._util.redis import RedisClient
 
-__all__ = ["ENQUEUE_ONCE", "HOLD", "newest_sequence", "release"]
+__all__ = ["ENQUEUE_ONCE", "HOLD", "enqueue_once", "hold", "newest_sequence", "release"]
+
+#: how times are written (seconds since the epoch, to the microsecond), as ``redis_kept``
+_TIME: Final = ".6f"
 
 # KEYS: the queue's hold hash; ARGV: reader, seq, now, expires -> the previous hold's
 # expiry if it had lapsed, else '' (a hold never moves back)
@@ -64,3 +67,36 @@ async def release(client: RedisClient, queues: Sequence[str], reader: str) -> No
     for queue in queues:
         pipe.hdel(client.key("hold", queue), reader)
     await client.execute(pipe)
+
+
+async def hold(client: RedisClient, reader: str, holds: dict[str, int], now: float,
+               expires: float) -> dict[str, float]:
+    """Set ``reader``'s hold on each queue (queue -> sequence) until ``expires``; the queues
+    whose previous hold had lapsed by ``now``, with when it lapsed."""
+    script = client.redis.register_script(HOLD)
+    lapsed: dict[str, float] = {}
+    for queue, seq in holds.items():
+        at = await client.run(script(keys=[client.key("hold", queue)],
+                                     args=[reader, seq, format(now, _TIME),
+                                           format(expires, _TIME)]))
+        if at:
+            lapsed[queue] = float(at)
+    return lapsed
+
+
+async def enqueue_once(client: RedisClient, marker: str,
+                       entries: Sequence[tuple[str, str, bytes, bytes]], now: float,
+                       remember: float) -> bool:
+    """Append the entries (queue, namespace, packed key, packed events) and write ``marker``
+    in one script, unless the marker is there (then nothing: False)."""
+    keys, args = [client.key("marker", marker)], []
+    where: dict[str, int] = {}
+    for queue, namespace, key, events in entries:
+        if queue not in where:
+            where[queue] = len(where)
+            keys += [client.key("queue", queue), client.key("queue-seq", queue)]
+        args += [where[queue], namespace, key, events]
+    script = client.redis.register_script(ENQUEUE_ONCE)
+    done = await client.run(script(keys=keys, args=[format(now, _TIME),
+                                                    max(1, int(remember)), *args]))
+    return bool(done)
