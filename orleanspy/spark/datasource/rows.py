@@ -30,7 +30,7 @@ BATCH_ROWS: Final = 8192
 
 def _json_encoder() -> Callable[[Any], str]:
     """Compact JSON, non-JSON values as their ``str``. The json module's C encoder, made
-    once, when there is one: ``json.dumps`` builds an encoder per call, which made up most
+    once, when there is one: ``json.dumps`` builds an encoder per call, which would be most
     of the source's time (msgpack-decoded values hold no cycles, so no cycle check)."""
     make = getattr(_encoder, "c_make_encoder", None)
     if make is None:
