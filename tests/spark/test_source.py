@@ -107,6 +107,8 @@ def test_bad_options_name_the_fix(spark: Any, tmp_path: Path) -> None:
         spark.read.format("orleanspy").option("url", "memory").load().collect()
     with pytest.raises(errors, match="option url is missing"):
         spark.read.format("orleanspy").load().collect()
+    with pytest.raises(errors, match="absolute path"):
+        spark.read.format("orleanspy").option("url", "sqlite:streams.db").load().collect()
     with pytest.raises(errors, match="startingOffsets"):
         source(spark, tmp_path / "q.db", startingOffsets="yesterday").load().collect()
 

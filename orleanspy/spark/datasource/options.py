@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from orleanspy._util.urls import parse_backend_url
+from orleanspy._util.urls import parse_backend_url, relative_sqlite
 from orleanspy.errors import ConfigurationError
 
 __all__ = ["FORMAT", "SinkOptions", "SourceOptions"]
@@ -44,6 +44,11 @@ def _url(options: Mapping[str, str]) -> str:
             "with a durable adapter (adapter = 'sqlite:PATH' or 'redis://HOST:PORT/DB') and "
             "give Spark the same URL")
     if parsed.scheme == "sqlite":
+        if relative_sqlite(url) is not None:
+            raise ConfigurationError(
+                f"format('orleanspy') option url = {url!r}: a relative SQLite path would "
+                "resolve against each Spark process's own working directory, not the silos' "
+                "data dir; give the queue file's absolute path (sqlite:/srv/app/streams.db)")
         return f"sqlite:{parsed.path}"
     return parsed.text
 
