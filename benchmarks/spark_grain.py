@@ -12,6 +12,12 @@ Figures (baselines measured in the same run, same process, same warm SparkSessio
 * ``grain_call_p50_under_spark`` / ``grain_call_p99_under_spark``: latency of concurrent grain
   calls (10 callers, one call each per 10 ms) while a 10-second Spark job runs, against the
   same calls with Spark idle. Microseconds; lower is better (the acceptance bar: p99 < 50 ms).
+* ``spark_source_sqlite`` / ``spark_source_redis``: events/s through the streaming source
+  (``readStream.format("orleanspy")``, Trigger.AvailableNow) into Parquet, against Spark
+  reading the same events (the same columns) from JSON-lines files into Parquet; runs
+  interleaved (``--source-runs``), medians compared; the target is 0.5x. The ``_batches``
+  rows count only the micro-batches' execution (``triggerExecution``), without the query's
+  start (for the source: a Python process that plans the offsets).
 
 * ``lake_files_after_compaction`` / ``lake_first_query_after_compaction``: ~45,000 page views
   landed as a ``ParquetSink`` writes them (one file per delivery of 20 events, hourly
@@ -20,7 +26,8 @@ Figures (baselines measured in the same run, same process, same warm SparkSessio
   .count().collect()``) in a fresh SparkSession of a fresh process; baseline: the same
   before compaction. Lower is better.
 
-Run: ``python benchmarks/spark_grain.py [--json] [--rounds N] [--only lake]``.
+Run: ``python benchmarks/spark_grain.py [--json] [--rounds N] [--only lake]
+[--only-source] [--source-runs N] [--source-events N] [--redis-url URL]``.
 """
 
 from __future__ import annotations
@@ -234,12 +241,126 @@ def lake_figures() -> list[Figure]:
     ]
 
 
+SOURCE_EVENTS = 500_000
+SOURCE_QUEUES = 8
+PER_CONTAINER = 50  # events per enqueue (a stream's events coalesce into containers)
+
+
+async def _fill_queues(adapter: Any, events: int) -> list[dict[str, Any]]:
+    """``events`` page views on 64 streams, ``PER_CONTAINER`` per container; the rows the
+    source will produce for them (without the token columns), for the file baseline."""
+    from orleanspy.streams.ids import StreamId
+    from orleanspy.streams.mapper import HashRingQueueMapper
+
+    mapper = HashRingQueueMapper(SOURCE_QUEUES, "s")
+    rows: list[dict[str, Any]] = []
+    sent = 0
+    while sent < events:
+        sid = StreamId("pageviews", f"user-{(sent // PER_CONTAINER) % 64}")
+        batch = [{"user": sid.key, "page": f"/p/{(sent + i) % 97}", "ts": 1_767_225_600_000
+                  + sent + i} for i in range(min(PER_CONTAINER, events - sent))]
+        await adapter.enqueue(mapper.queue_for(sid), sid, batch)
+        rows += [{"namespace": "pageviews", "key": sid.key, "event": e} for e in batch]
+        sent += len(batch)
+    return rows
+
+
+def _json_files(rows: list[dict[str, Any]], folder: Path) -> None:
+    import json
+
+    folder.mkdir(parents=True)
+    per_file = len(rows) // SOURCE_QUEUES + 1
+    for i in range(SOURCE_QUEUES):
+        with (folder / f"part-{i}.json").open("w", encoding="utf-8") as f:
+            for row in rows[i * per_file:(i + 1) * per_file]:
+                f.write(json.dumps({**row, "event": json.dumps(row["event"])}) + "\n")
+
+
+def _drain(stream: Any, out: Path) -> tuple[float, float]:
+    """Run ``stream`` into Parquet at ``out`` to the end of its input: seconds from start
+    to end, and seconds its micro-batches with input took (``triggerExecution``)."""
+    t0 = time.perf_counter()
+    query = (stream.writeStream.format("parquet").option("path", str(out / "data"))
+             .option("checkpointLocation", str(out / "ck")).trigger(availableNow=True)
+             .start())
+    query.awaitTermination()
+    wall = time.perf_counter() - t0
+    busy = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress
+               if p["numInputRows"]) / 1000
+    return wall, busy
+
+
+async def source_figures(spark: Any, runs: int, events: int,
+                         redis_url: str | None) -> list[Figure]:
+    """The streaming source into Parquet against JSON-lines files into Parquet."""
+    import tempfile
+
+    from orleanspy.spark.datasource import register
+    from orleanspy.streams.adapters.redis import RedisQueueAdapter
+    from orleanspy.streams.adapters.sqlite import SqliteQueueAdapter
+
+    register(spark)
+    figures: list[Figure] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        backends: list[tuple[str, str, Any]] = [
+            ("sqlite", f"sqlite:{folder / 'q.db'}", SqliteQueueAdapter("s", str(folder /
+                                                                              "q.db")))]
+        if redis_url:
+            url = f"{redis_url}?prefix=bench-spark-source-{os.getpid()}"
+            backends.append(("redis", url, RedisQueueAdapter("s", url)))
+        rows: list[dict[str, Any]] = []
+        for _, _, adapter in backends:
+            await adapter.open()
+            rows = await _fill_queues(adapter, events)
+        _json_files(rows, folder / "json")
+        files = spark.readStream.schema("namespace STRING, key STRING, event STRING").json(
+            str(folder / "json"))
+        for name, url, adapter in backends:
+            source = (spark.readStream.format("orleanspy").option("url", url)
+                      .option("provider", "s").option("queues", str(SOURCE_QUEUES))
+                      .option("startingOffsets", "earliest"))
+            ours: list[tuple[float, float]] = []
+            base: list[tuple[float, float]] = []
+            for run in range(runs):  # interleaved, so that drift hits both alike
+                base.append(_drain(files, folder / f"files-{name}-{run}"))
+                ours.append(_drain(source.option("reader", f"bench-{run}").load(),
+                                   folder / f"{name}-{run}"))
+                count = spark.read.parquet(str(folder / f"{name}-{run}" / "data")).count()
+                assert count == events, f"{name}: {count} rows in Parquet, not {events}"
+            for suffix, pick, what in (("", 0, "start to end, query start included"),
+                                       ("_batches", 1, "micro-batch execution only")):
+                t_ours = _median_time([o[pick] for o in ours])
+                t_base = _median_time([b[pick] for b in base])
+                figures.append(Figure(
+                    f"spark_source_{name}{suffix}", events / t_ours, "events/s",
+                    events / t_base, 0.5,
+                    f"median of {runs}, {what}: {events} events, source {t_ours:.2f} s, "
+                    f"JSON-lines files {t_base:.2f} s; target >= 0.5x the file source"))
+                progress(f"spark_source_{name}{suffix}: source {t_ours:.2f} s, files "
+                         f"{t_base:.2f} s")
+            if name == "redis":
+                client = adapter.client
+                keys = [k async for k in client.redis.scan_iter(match=client.key("*"))]
+                if keys:
+                    await client.run(client.redis.delete(*keys))
+            await adapter.close()
+    return figures
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON list of figures")
     parser.add_argument("--rounds", type=int, default=15, help="timed repetitions per job")
     parser.add_argument("--busy-seconds", type=float, default=BUSY_SECONDS)
     parser.add_argument("--only", choices=["lake"], help="run only these figures")
+    parser.add_argument("--source-runs", type=int, default=3,
+                        help="interleaved runs of the streaming source against files")
+    parser.add_argument("--source-events", type=int, default=SOURCE_EVENTS)
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"),
+                        help="also measure the source on this Redis (default: $REDIS_URL)")
+    parser.add_argument("--only-source", action="store_true",
+                        help="measure the streaming source only")
     args = parser.parse_args()
     quiet_logging()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -256,11 +377,16 @@ async def main() -> int:
     install_spark(silo, manager)
     try:
         async with silo:
-            figures = await job_figures(silo, manager.session_nowait(), args.rounds)
-            figures += await latency_figures(silo, args.busy_seconds)
+            figures = [] if args.only_source else await job_figures(
+                silo, manager.session_nowait(), args.rounds)
+            if not args.only_source:
+                figures += await latency_figures(silo, args.busy_seconds)
+            figures += await source_figures(manager.session_nowait(), args.source_runs,
+                                            args.source_events, args.redis_url)
     finally:
         await manager.stop()
-    figures += lake_figures()
+    if not args.only_source:
+        figures += lake_figures()
     report(figures, args.json)
     return 0
 

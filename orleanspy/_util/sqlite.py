@@ -128,6 +128,14 @@ class SqliteDatabase:
             return fn(conn, *args)
 
     @staticmethod
+    def _snapshot(
+        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts
+    ) -> T:
+        with conn:
+            conn.execute("BEGIN")
+            return fn(conn, *args)
+
+    @staticmethod
     def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> int:
         with conn:
             return conn.execute(sql, params).rowcount
@@ -166,6 +174,11 @@ class SqliteDatabase:
         processes using the same file.
         """
         return await self.run(self._transaction, fn, *args)
+
+    async def snapshot(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+        """Run the reads of ``fn(conn, *args)`` on one consistent snapshot of the file: a
+        deferred transaction, which takes no write lock (in WAL mode writers go on)."""
+        return await self.run(self._snapshot, fn, *args)
 
     async def open(self) -> None:
         """Open the connection now (otherwise the first call opens it)."""

@@ -38,6 +38,7 @@ from orleanspy.streams.tokens import SequenceToken
 __all__ = [
     "COALESCE_MAX",
     "BatchContainer",
+    "EnqueueItem",
     "QueueAdapter",
     "QueueAdapterFactory",
     "QueueAdapterReceiver",
@@ -48,6 +49,9 @@ __all__ = [
 
 #: single events of one stream that an adapter's ``sender`` may gather into one container
 COALESCE_MAX: Final = 4096
+
+#: (queue, stream, events) of one container ``QueueAdapter.enqueue_once`` writes
+EnqueueItem = tuple[QueueId, StreamId, Sequence[Any]]
 
 
 class QueueFullError(StreamError):
@@ -483,6 +487,39 @@ class QueueAdapter(ABC):
             f"stream provider {self.name!r}: {type(self).__name__} is not durable and keeps "
             "nothing to replay from storage; use a durable adapter (sqlite, redis) with a "
             "retention to subscribe from a time or a token older than the cache", start)
+
+    # -- outside readers (a Spark query): durable adapters only --------------------------
+    def _not_durable(self, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"stream provider {self.name!r}: {type(self).__name__} cannot {what}: it keeps no "
+            "durable queue an outside reader could read; use a durable adapter (sqlite:PATH "
+            "or redis://HOST:PORT/DB)")
+
+    async def newest_sequence(self, queue: QueueId) -> int:
+        """The sequence of the newest container ``queue`` ever had (0: none yet), read
+        without reading events. Raises ``ConfigurationError`` unless the adapter is
+        durable."""
+        raise self._not_durable("tell a queue's newest sequence")
+
+    async def hold(self, reader: str, holds: dict[QueueId, int],
+                   seconds: float) -> dict[QueueId, float]:
+        """``reader`` still needs each queue's containers from the given sequence on: they
+        are kept (acknowledged or not, retention or not) for ``seconds`` from now; a hold
+        never moves back. Returns, per queue whose previous hold had lapsed meanwhile, when
+        it lapsed. Raises ``ConfigurationError`` unless the adapter is durable."""
+        raise self._not_durable("hold events for a reader")
+
+    async def release(self, reader: str, queues: Sequence[QueueId]) -> None:
+        """Drop ``reader``'s holds on ``queues``."""
+        raise self._not_durable("hold events for a reader")
+
+    async def enqueue_once(self, marker: str, batches: Sequence[EnqueueItem],
+                           remember: float) -> bool:
+        """Enqueue each batch as one container, together with ``marker`` in one atomic
+        write, unless ``marker`` was written before (then nothing, and False). Markers are
+        remembered for ``remember`` seconds. Raises ``ConfigurationError`` unless the
+        adapter is durable."""
+        raise self._not_durable("enqueue idempotently")
 
     def use_clock(self, clock: Clock) -> None:  # noqa: B027 - optional hook
         """The provider hands over its silo's clock before ``open``; an adapter with

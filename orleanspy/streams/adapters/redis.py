@@ -40,9 +40,11 @@ from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.redis import RedisClient
 from orleanspy.errors import ConfigurationError, LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
+from orleanspy.streams.adapters import redis_holds
 from orleanspy.streams.adapters.base import (
     COALESCE_MAX,
     BatchContainer,
+    EnqueueItem,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
@@ -199,6 +201,36 @@ class RedisQueueAdapter(QueueAdapter):
         entries = await read_range(self.client, str(queue), start, max_count, stream)
         return [receiver._entry(e) for e in entries]
 
+    async def newest_sequence(self, queue: QueueId) -> int:
+        self._check_open("newest_sequence()")
+        return await redis_holds.newest_sequence(self.client, str(queue))
+
+    async def hold(self, reader: str, holds: dict[QueueId, int],
+                   seconds: float) -> dict[QueueId, float]:
+        self._check_open("hold()")
+        now = self._clock.time()
+        lapsed = await redis_holds.hold(self.client, reader,
+                                        {str(q): seq for q, seq in holds.items()}, now,
+                                        now + seconds)
+        return {q: lapsed[str(q)] for q in holds if str(q) in lapsed}
+
+    async def release(self, reader: str, queues: Sequence[QueueId]) -> None:
+        self._check_open("release()")
+        await redis_holds.release(self.client, [str(q) for q in queues], reader)
+
+    async def enqueue_once(self, marker: str, batches: Sequence[EnqueueItem],
+                           remember: float) -> bool:
+        self._check_open("enqueue_once()")
+        pack = self._codec.packb
+        entries = []
+        for queue, stream_id, events in batches:
+            if not events:
+                raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+            entries.append((str(queue), stream_id.namespace, pack(stream_id.key),
+                            pack(list(events))))
+        return await redis_holds.enqueue_once(self.client, marker, entries,
+                                              self._clock.time(), remember)
+
     def __repr__(self) -> str:
         return f"RedisQueueAdapter({self._name!r}, {self.client!r})"
 
@@ -297,7 +329,7 @@ class RedisQueueAdapter(QueueAdapter):
         seconds, count = self.keep or (0.0, 0)
         done = await client.run(self._ack(
             keys=[self.stream_key(queue), client.key("kept", str(queue)), trimmed,
-                  trimmed if fence is None else fence.key],
+                  trimmed if fence is None else fence.key, client.key("hold", str(queue))],
             args=[str(queue), "" if fence is None else fence.owner,
                   format(self._clock.time(), TIME_FORMAT), seconds, count,
                   "0" if self.keep is None else "1", f"0-{max(seqs)}",

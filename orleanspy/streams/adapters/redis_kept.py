@@ -31,14 +31,26 @@ if TYPE_CHECKING:
 
 __all__ = ["ACK", "KeptEntry", "read_range", "read_union"]
 
-# KEYS: stream, kept, trimmed, leases; ARGV: queue, owner ('' = unfenced), now, seconds,
-# count, retain ('1'/'0'), top id (the newest acknowledged), ids... -> 1, or -1 if fenced
+# KEYS: stream, kept, trimmed, leases, holds; ARGV: queue, owner ('' = unfenced), now,
+# seconds, count, retain ('1'/'0'), top id (the newest acknowledged), ids... -> 1, or -1 if
+# fenced. A live reader's hold (``redis_holds``) keeps entries as a retention does and stops
+# trimming at the oldest sequence it needs.
 ACK: Final = """
 if ARGV[2] ~= '' then
-  local held = redis.call('HGET', KEYS[4], ARGV[1])
-  if not held then return -1 end
-  local sp = string.find(held, ' ', 1, true)
-  if string.sub(held, sp + 1) ~= ARGV[2] then return -1 end
+  local lease = redis.call('HGET', KEYS[4], ARGV[1])
+  if not lease then return -1 end
+  local sp = string.find(lease, ' ', 1, true)
+  if string.sub(lease, sp + 1) ~= ARGV[2] then return -1 end
+end
+local held = nil
+local holds = redis.call('HGETALL', KEYS[5])
+for j = 1, #holds, 2 do
+  local v = holds[j + 1]
+  local sp = string.find(v, ' ', 1, true)
+  if tonumber(string.sub(v, sp + 1)) >= tonumber(ARGV[3]) then
+    local s = tonumber(string.sub(v, 1, sp - 1))
+    if held == nil or s < held then held = s end
+  end
 end
 local function mark(seq, t)
   local old = redis.call('HGET', KEYS[3], ARGV[1])
@@ -53,7 +65,7 @@ local function field(f, name)
   for j = 1, #f, 2 do if f[j] == name then return f[j + 1] end end
   return nil
 end
-if ARGV[6] ~= '1' then
+if ARGV[6] ~= '1' and held == nil then
   local e = redis.call('XRANGE', KEYS[1], ARGV[7], ARGV[7])
   if #e > 0 then
     mark(tonumber(string.sub(ARGV[7], 3)), tonumber(field(e[1][2], 't') or '0') or 0)
@@ -80,6 +92,7 @@ local last, lastt = nil, 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, math.min(limit, 512) - 1)) do
   local e = cmsgpack.unpack(m)
   if seconds > 0 and tonumber(e[6]) >= cutoff then break end
+  if held ~= nil and e[1] >= held then break end
   last, lastt = e[1], tonumber(e[5]) or 0
 end
 if last then

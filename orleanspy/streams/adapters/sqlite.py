@@ -55,13 +55,16 @@ from orleanspy._util.clock import Clock, SystemClock
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.errors import ConfigurationError
 from orleanspy.messaging.codec import Codec
+from orleanspy.streams.adapters import sqlite_holds
 from orleanspy.streams.adapters.base import (
     BatchContainer,
+    EnqueueItem,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
 )
 from orleanspy.streams.adapters.sqlite_commit import GroupCommit
+from orleanspy.streams.adapters.sqlite_holds import HOLD_SCHEMA
 from orleanspy.streams.adapters.sqlite_kept import KEPT_SCHEMA, read_range, read_rows
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
@@ -101,7 +104,7 @@ _STREAM_ID_CACHE_SIZE: Final = 4096
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
-    for statement in (*_SCHEMA, *KEPT_SCHEMA):
+    for statement in (*_SCHEMA, *KEPT_SCHEMA, *HOLD_SCHEMA):
         conn.execute(statement)
     columns = {row[1] for row in conn.execute("PRAGMA table_info(stream_queue)")}
     if "at" not in columns:  # a queue file made without the write time: its rows read 0
@@ -240,7 +243,7 @@ class SqliteQueueReceiver(QueueAdapterReceiver):
             raise ValueError(f"max_count must be >= 0, got {max_count}")
         stream = None if stream_id is None else (stream_id.namespace,
                                                  codec.packb(stream_id.key))
-        return await db.transaction(read_range, queue, start, max_count, stream)
+        return await db.snapshot(read_range, queue, start, max_count, stream)
 
     async def messages_delivered(self, batch: Sequence[BatchContainer]) -> None:
         """Delete the rows of ``batch`` by ``seq`` alone (placeholders without events too)."""
@@ -293,6 +296,40 @@ class SqliteQueueAdapter(QueueAdapter):
         rows = await receiver._adapter_read_range(self._db, self._codec, str(queue), start,
                                                   max_count, stream_id)
         return receiver._containers(rows)
+
+    async def newest_sequence(self, queue: QueueId) -> int:
+        self._check_open("newest_sequence()")
+        return await self._db.run(sqlite_holds.newest_sequence, str(queue))
+
+    async def hold(self, reader: str, holds: dict[QueueId, int],
+                   seconds: float) -> dict[QueueId, float]:
+        self._check_open("hold()")
+        now, lapsed = self._clock.time(), {}
+        for queue, seq in holds.items():
+            at = await self._db.transaction(sqlite_holds.set_hold, str(queue), reader, seq,
+                                            now, seconds)
+            if at is not None:
+                lapsed[queue] = at
+        return lapsed
+
+    async def release(self, reader: str, queues: Sequence[QueueId]) -> None:
+        self._check_open("release()")
+        await self._db.transaction(sqlite_holds.release, reader, [str(q) for q in queues])
+
+    async def enqueue_once(self, marker: str, batches: Sequence[EnqueueItem],
+                           remember: float) -> bool:
+        self._check_open("enqueue_once()")
+        pack = self._codec.packb
+        rows: list[Any] = []
+        for queue, stream_id, events in batches:
+            if not events:
+                raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
+            payload = pack(list(events))
+            rows.append((str(queue), stream_id.namespace, pack(stream_id.key), payload,
+                         len(payload)))
+        now = self._clock.time()
+        return await self._db.transaction(sqlite_holds.enqueue_once, marker, now, rows,
+                                          now - remember)
 
     def __repr__(self) -> str:
         return f"SqliteQueueAdapter({self._name!r}, {self._db.path!r})"

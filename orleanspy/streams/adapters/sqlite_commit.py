@@ -14,6 +14,7 @@ from typing import Any, Final
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.messaging.codec import pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX
+from orleanspy.streams.adapters.sqlite_holds import held_from
 from orleanspy.streams.adapters.sqlite_kept import archive, mark_gone, trim
 from orleanspy.streams.ids import StreamId
 
@@ -40,8 +41,9 @@ def _delete_sql(n: int) -> str:
 def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list[int]],
            now: float, keep: tuple[float, int] | None) -> None:
     """Insert rows (flat parameters, in order, written ``now``) and delete seqs, in a few
-    statements; with ``keep`` (retention seconds, count) the deleted rows are kept
-    (``sqlite_kept``) and the queue's kept rows trimmed."""
+    statements; with ``keep`` (retention seconds, count), or while a reader holds the queue
+    (``sqlite_holds``), the deleted rows are kept (``sqlite_kept``) and the queue's kept
+    rows trimmed (never from the oldest held row on)."""
     start, end = 0, len(inserts)
     while start < end:
         n = min(_MAX_CHUNK, 1 << (((end - start) // COLUMNS).bit_length() - 1))
@@ -53,18 +55,20 @@ def _write(conn: sqlite3.Connection, inserts: list[Any], deletes: dict[str, list
         conn.execute(_insert_sql(n), params)
         start = stop
     for queue, seqs in deletes.items():
+        held = held_from(conn, queue, now)
+        kept = keep if keep is not None or held is None else (0.0, 0)
         for first in range(0, len(seqs), _MAX_CHUNK):
             chunk = seqs[first : first + _MAX_CHUNK]
             n = len(chunk)
             size = n if n & (n - 1) == 0 else 1 << n.bit_length()  # pad: repeat the last seq
             params = [queue, *chunk, *[chunk[-1]] * (size - n)]
-            if keep is None:
+            if kept is None:
                 mark_gone(conn, size, params)
             else:
                 archive(conn, size, now, params)
             conn.execute(_delete_sql(size), params)
-        if keep is not None:
-            trim(conn, queue, now, *keep)
+        if kept is not None:
+            trim(conn, queue, now, *kept, held)
 
 
 class GroupCommit:

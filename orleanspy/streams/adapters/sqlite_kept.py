@@ -73,9 +73,11 @@ def mark_gone(conn: sqlite3.Connection, n: int, params: list[Any]) -> None:
     conn.execute(_mark_sql(n), params)
 
 
-def trim(conn: sqlite3.Connection, queue: str, now: float, seconds: float, count: int) -> None:
+def trim(conn: sqlite3.Connection, queue: str, now: float, seconds: float, count: int,
+         held: int | None = None) -> None:
     """Drop the oldest kept rows of ``queue`` that neither retention keeps: acknowledged more
-    than ``seconds`` ago and not among the newest ``count``."""
+    than ``seconds`` ago, not among the newest ``count`` and before ``held`` (the oldest
+    sequence a reader's hold needs, ``sqlite_holds``)."""
     count_from: int | None = None  # rows from this seq on are kept by the count
     if count:
         row = conn.execute("SELECT seq FROM stream_kept WHERE queue = ? ORDER BY seq DESC "
@@ -89,7 +91,8 @@ def trim(conn: sqlite3.Connection, queue: str, now: float, seconds: float, count
         page = conn.execute("SELECT seq, acked FROM stream_kept WHERE queue = ? ORDER BY seq "
                             "LIMIT ?", (queue, _TRIM_PAGE)).fetchall()
         for seq, acked in page:
-            if (seconds and acked >= cutoff) or (count_from is not None and seq >= count_from):
+            if ((seconds and acked >= cutoff) or (count_from is not None and seq >= count_from)
+                    or (held is not None and seq >= held)):
                 break
             last = seq
         if last is None:

@@ -1,0 +1,113 @@
+"""Offsets of the source: per queue, the next sequence to read (``{"s-0": 18, ...}``, JSON
+as Spark's checkpoint keeps it), and reading one queue's range of them.
+
+A range ``[start, end)`` of a queue names the same containers every time it is read: the
+sequences of a queue only grow, a container is visible only once every smaller sequence of
+its queue is (one transaction or script assigns and writes it), and the reader's hold keeps
+what it has not committed. That is what lets Spark replay a micro-batch after a crash and
+get the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from orleanspy.errors import ReplayUnavailableError
+from orleanspy.logging import get_logger
+from orleanspy.spark.datasource.options import SourceOptions
+from orleanspy.spark.datasource.rows import RowBuilder
+from orleanspy.spark.datasource.store import Store
+from orleanspy.spark.errors import SparkError
+from orleanspy.streams.ids import QueueId
+from orleanspy.streams.tokens import SequenceToken
+
+__all__ = ["DataLossError", "Offsets", "queue_rows", "starting_offsets", "time_offsets"]
+
+Offsets = dict[str, int]
+
+
+class DataLossError(SparkError):
+    """Events the query still needed were trimmed from the queue before it read them."""
+
+
+def _lost(opts: SourceOptions, queue: QueueId, asked: int,
+          exc: ReplayUnavailableError) -> int:
+    """Where to go on after ``asked`` is no longer kept: raise, or (``failOnDataLoss``
+    false) warn and return the oldest sequence still kept."""
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"orleanspy source {opts.reader!r}: {exc}. The reader's hold lapsed (it was "
+            f"stopped or behind for more than holdSeconds = {opts.hold_seconds:g} s) or the "
+            "query started from a point no longer kept; raise holdSeconds or the provider's "
+            "retention, or set failOnDataLoss to false to go on from the oldest event "
+            "kept") from None
+    oldest = exc.oldest_token.sequence if exc.oldest_token is not None else asked
+    get_logger(__name__).warning("spark_source_events_lost", reader=opts.reader,
+                                 queue=str(queue), first_lost=asked, resumed_at=oldest)
+    return int(oldest)
+
+
+def _first_at(store: Store, opts: SourceOptions, queue: QueueId,
+              start: SequenceToken | float, newest: int) -> int:
+    try:
+        found = store.read(queue, start, 1)
+    except ReplayUnavailableError as exc:
+        return _lost(opts, queue, 0, exc)
+    return found[0].token.sequence if found else newest + 1
+
+
+def time_offsets(store: Store, opts: SourceOptions, at: str | float) -> Offsets:
+    """Per queue: the next sequence after the newest (``latest``), the oldest kept
+    (``earliest``), or the first enqueued at or after a time."""
+    queues = [store.queue(i) for i in range(opts.queues)]
+    newest = store.newest(queues)  # before the reads: nothing enqueued meanwhile is skipped
+    out: Offsets = {}
+    for queue in queues:
+        if at == "latest":
+            out[str(queue)] = newest[queue] + 1
+        else:
+            start = SequenceToken(0) if at == "earliest" else float(at)
+            out[str(queue)] = _first_at(store, opts, queue, start, newest[queue])
+    return out
+
+
+def starting_offsets(store: Store, opts: SourceOptions) -> Offsets:
+    return time_offsets(store, opts, opts.starting)
+
+
+def _wanted(opts: SourceOptions) -> Any:
+    namespaces, streams = opts.namespaces, opts.streams
+    if not namespaces and not streams:
+        return None
+
+    def wanted(namespace: str, key: object) -> bool:
+        return ((not namespaces or namespace in namespaces)
+                and (not streams or f"{namespace}/{key}" in streams))
+    return wanted
+
+
+def queue_rows(store: Store, opts: SourceOptions, builder: RowBuilder, queue: QueueId,
+               start: int, end: int) -> Iterator[Any]:
+    """Record batches of the events of ``queue``'s containers ``start`` <= seq < ``end``."""
+    wanted = _wanted(opts)
+    pos = start
+    while pos < end:
+        try:
+            containers = store.read(queue, SequenceToken(pos), opts.page)
+        except ReplayUnavailableError as exc:
+            pos = max(pos + 1, _lost(opts, queue, pos, exc))
+            continue
+        for container in containers:
+            seq = container.token.sequence
+            if seq >= end:
+                pos = end
+                break
+            pos = seq + 1
+            sid = container.stream_id
+            if wanted is None or wanted(sid.namespace, sid.key):
+                yield from builder.add(container)
+        if len(containers) < opts.page:
+            break
+    if builder.pending:
+        yield builder.flush()
