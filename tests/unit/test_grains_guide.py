@@ -31,6 +31,13 @@ Poller = example("class Poller(")["Poller"]
 _search = example("class Search(")
 Search, Shard = _search["Search"], _search["Shard"]
 Ledger = example("class Ledger(")["Ledger"]
+_chat = example("class ChatRoom(")
+ChatRoom, IChat = _chat["ChatRoom"], _chat["IChat"]
+SCREEN = next(b for b in re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"),
+                                    re.S) if "class Screen" in b)
+TRACING = next(b for b in re.findall(r"```python\n(.*?)```",
+                                     GUIDE.read_text(encoding="utf-8"), re.S)
+               if "set_tracer_provider" in b)
 PriceList = example("class PriceList(")["PriceList"]
 #: ``GatedPriceList._load`` sets "loading", then waits for "loaded" (made by the test)
 EVENTS: dict[str, asyncio.Event] = {}
@@ -111,3 +118,54 @@ async def test_guide_a_ledger_scan_streams_and_holds_the_grain():
                 assert (await anext(entries))["id"] == 6
                 assert not size.done()  # held while the scan is read
             assert await size == 10_000
+
+
+async def test_guide_a_chat_room_calls_its_members_screens():
+    printed: list[str] = []
+    shown = asyncio.Event()
+
+    def fake_print(text: str) -> None:  # what the guide's Screen prints, kept
+        printed.append(text)
+        shown.set()
+
+    async with TestCluster(grains=[ChatRoom]) as cluster:
+        client = cluster.client
+        lines = SCREEN.replace(
+            "...\n", "await client.get_grain(ChatRoom, 'lobby').say('hi')\nawait shown.wait()\n")
+        body = "".join(f"    {line}\n" for line in lines.splitlines())
+        namespace: dict[str, Any] = {"ChatRoom": ChatRoom, "IChat": IChat, "client": client,
+                                     "print": fake_print, "shown": shown}
+        exec(compile(f"async def scenario():\n{body}    return me\n", str(GUIDE), "exec"),
+             namespace)
+        async with asyncio.timeout(WAIT):
+            await namespace["scenario"]()
+        assert printed == ["hi"]
+
+
+def test_guide_tracing_prints_a_span_per_call(tmp_path: Path):
+    """The guide's set-up, in a process of its own (a tracer provider is set once per
+    process): a call through a TestCluster prints its client and server spans."""
+    import subprocess
+    import sys
+
+    script = TRACING + """
+import asyncio
+from orleanspy import Grain
+from orleanspy.testing import TestCluster
+
+class Greeter(Grain):
+    async def hello(self) -> str:
+        return "hi"
+
+async def main() -> None:
+    async with TestCluster(grains=[Greeter]) as cluster:
+        assert await cluster.client.get_grain(Greeter, "g").hello() == "hi"
+
+asyncio.run(main())
+provider.shutdown()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=GUIDE.parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count('"name": "Greeter.hello"') == 2  # client and server
+    assert '"kind": "SpanKind.SERVER"' in done.stdout

@@ -28,10 +28,19 @@ METADATA: Final = frozenset({"namespace", "key", "sequence", "index", "time"})
 BATCH_ROWS: Final = 8192
 
 
-def _json_encoder() -> Callable[[Any], str]:
-    """Compact JSON, non-JSON values as their ``str``. The json module's C encoder, made
-    once, when there is one: ``json.dumps`` builds an encoder per call, which would be most
-    of the source's time (msgpack-decoded values hold no cycles, so no cycle check)."""
+def _json_encoder() -> Callable[[Any], str | bytes]:
+    """Compact JSON, non-JSON values as their ``str``: orjson when installed (the ``spark``
+    extra brings it; about five times faster), else the json module's C encoder, made once
+    (``json.dumps`` builds an encoder per call, which would be most of the source's time;
+    msgpack-decoded values hold no cycles, so no cycle check). orjson's UTF-8 bytes go into
+    the Arrow string column as they are."""
+    try:
+        import orjson
+    except ImportError:
+        pass
+    else:
+        dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
+        return lambda value: dumps(value, default=str, option=options)
     make = getattr(_encoder, "c_make_encoder", None)
     if make is None:
         return json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
