@@ -60,9 +60,14 @@ def check(report: dict[str, Any]) -> int:
     """Print the report; 0 when Spark's per-page totals equal the real-time counters."""
     print_report(report)
     if report["page_totals"] != report["counters"]:
-        print("FAILED: Spark's per-page totals differ from the real-time counters")
+        print("FAILED: Spark's per-page totals (the views stream) differ from the real-time "
+              "counters")
         return 1
-    print("done: Spark's per-page totals equal the real-time counters exactly")
+    if report["lake_page_totals"] != report["counters"]:
+        print("FAILED: the landed Parquet files' per-page totals differ from the counters")
+        return 1
+    print("done: Spark's per-page totals equal the real-time counters exactly (read from the "
+          "views stream, and from the Parquet lake)")
     return 0
 
 

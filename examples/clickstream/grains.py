@@ -3,11 +3,15 @@
 * The generator adapter makes one stream per visitor in the ``pageviews`` namespace
   (``make_pageview``: deterministic, skewed pages, visits separated by long pauses).
 * ``PageViewRouter`` (implicit subscriber, one per visitor) counts each view on the
-  ``PageCounter`` grain of its page: the real-time totals.
+  ``PageCounter`` grain of its page (the real-time totals) and publishes it to the durable
+  ``views`` stream provider (SQLite, namespace ``views``, kept by its retention), which
+  Spark reads with the orleanspy source.
 * ``PageViewSink`` (implicit subscriber, one per visitor) lands the views as Parquet under
   ``<data_dir>/lake/pageviews/date=YYYY-MM-DD/hour=HH/``.
-* ``ClickAnalytics`` (a ``SparkGrain``) computes top pages, unique visitors and sessions per
-  hour over the landed files, and per-page totals to check against the counters.
+* ``ClickAnalytics`` (a ``SparkGrain``) reads the ``views`` stream with Spark's orleanspy
+  source (``spark.read.format("orleanspy")``) and computes top pages, unique visitors and
+  sessions per hour, and per-page totals, to check against the counters and against the
+  landed Parquet files.
 
 The classes implement the interfaces of ``examples.clickstream.interfaces``, which clients
 import instead of this module.
@@ -25,6 +29,9 @@ from examples.clickstream.interfaces import (
     LAKE,
     NAMESPACE,
     PAGES,
+    VIEWS_DB,
+    VIEWS_NAMESPACE,
+    VIEWS_QUEUES,
     IClickAnalytics,
     IPageCounter,
     ITally,
@@ -113,7 +120,8 @@ class Tally(Grain, ITally):
 
 @implicit_subscription(NAMESPACE)
 class PageViewRouter(Grain):
-    """Counts each view of its visitor's stream on the page's counter, once per token."""
+    """Copies each view of its visitor's stream to the durable ``views`` stream and counts it
+    on the page's counter, once per token."""
 
     def __init__(self) -> None:
         self.last: SequenceToken | None = None
@@ -121,6 +129,10 @@ class PageViewRouter(Grain):
     async def on_next(self, view: dict[str, Any], token: SequenceToken) -> None:
         if self.last is not None and token <= self.last:
             return  # a redelivery after a failed delivery: already counted
+        # the durable copy first: a retried delivery may publish a view twice (Spark drops
+        # the copies), but counts it once
+        await self.get_stream_provider("views").get_stream(VIEWS_NAMESPACE, self.key).on_next(
+            view)
         await self.get_grain(IPageCounter, view["page"]).record(1)
         self.last = token
         await self.get_grain(ITally, "all").add(counted=1)
@@ -139,19 +151,33 @@ class PageViewSink(ParquetSink):
         await self.get_grain(ITally, "all").add(landed=events)
 
 
-def _report_job(spark: Any, path: str, top_n: int, gap_ms: int) -> dict[str, Any]:
-    """Runs on a Spark worker thread: every aggregate in Spark, small results back."""
+def _report_job(spark: Any, data_dir: str, queues: int, path: str, top_n: int,
+                gap_ms: int) -> dict[str, Any]:
+    """Runs on a Spark worker thread: every aggregate in Spark, small results back. The
+    views come from the durable ``views`` stream through the orleanspy source; the landed
+    Parquet files give the per-page totals again, to check."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    views = spark.read.parquet(path)
+    from orleanspy.spark.datasource import register
+
+    register(spark)  # (in this thread: the source is found through its active session)
+    data = Path(data_dir).resolve()
+    views_db, path = str(data / VIEWS_DB), str(data / path)  # (an absolute path stays)
+    views = (spark.read.format("orleanspy")
+             .option("url", f"sqlite:{views_db}").option("provider", "views")
+             .option("queues", queues).option("namespaces", VIEWS_NAMESPACE)
+             .schema("sequence BIGINT, `index` INT, user STRING, page STRING, ts BIGINT")
+             .load()
+             .dropDuplicates(["user", "ts"]))  # (a view published again by a retry)
+    lake = spark.read.parquet(path).groupBy("page").count().collect()
     per_page = views.groupBy("page").agg(
         F.count("*").alias("views"), F.countDistinct("user").alias("visitors")
     )
     totals = {r["page"]: int(r["views"]) for r in per_page.collect()}
     top = per_page.orderBy(F.desc("views"), "page").limit(top_n).collect()
     visitors = views.select(F.countDistinct("user").alias("n")).collect()[0]["n"]
-    by_user = Window.partitionBy("user").orderBy("ts", "_seq", "_idx")
+    by_user = Window.partitionBy("user").orderBy("ts", "sequence", "index")
     starts = (
         views.withColumn("prev", F.lag("ts").over(by_user))
         .where(F.col("prev").isNull() | (F.col("ts") - F.col("prev") > gap_ms))
@@ -162,6 +188,7 @@ def _report_job(spark: Any, path: str, top_n: int, gap_ms: int) -> dict[str, Any
         "views": sum(totals.values()),
         "unique_visitors": int(visitors),
         "page_totals": totals,
+        "lake_page_totals": {r["page"]: int(r["count"]) for r in lake},
         "top_pages": [{"page": r["page"], "views": int(r["views"]),
                        "visitors": int(r["visitors"])} for r in top],
         "sessions": sum(int(r["count"]) for r in per_hour),
@@ -173,9 +200,11 @@ def _report_job(spark: Any, path: str, top_n: int, gap_ms: int) -> dict[str, Any
 
 
 class ClickAnalytics(SparkGrain, IClickAnalytics):
-    """Batch analytics over the landed page views."""
+    """Analytics over the page views: the durable stream through Spark's orleanspy source,
+    and the landed Parquet files."""
 
     async def report(self, path: str = LAKE, top_n: int = 5) -> dict[str, Any]:
-        folder = Path(self.silo.options.data_dir) / path  # an absolute path stays as it is
-        return await self.run_job(_report_job, str(folder), top_n, SESSION_GAP_MS,
-                                  timeout=600, description="clickstream report")
+        data = self.silo.options.data_dir
+        return await self.run_job(_report_job, data, VIEWS_QUEUES, path, top_n,
+                                  SESSION_GAP_MS, timeout=600,
+                                  description="clickstream report")

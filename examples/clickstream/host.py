@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from examples.clickstream.grains import NAMESPACE, make_pageview, visitor_key
+from examples.clickstream.interfaces import VIEWS_DB, VIEWS_QUEUES
 from orleanspy import Silo, SiloOptions
 from orleanspy.spark import SparkOptions
 from orleanspy.streams import (
@@ -22,6 +23,7 @@ from orleanspy.streams import (
     PersistentStreamProvider,
     StreamProviderOptions,
 )
+from orleanspy.streams.adapters import SqliteAdapterFactory
 from silo.startup import configure_logging, run_silo
 
 GRAINS = "examples.clickstream.grains"
@@ -44,6 +46,15 @@ def stream_provider(queues: int, visitors_per_queue: int,
     )
 
 
+def views_provider(data_dir: Path, queues: int = VIEWS_QUEUES) -> PersistentStreamProvider:
+    """The durable copy of the page views (``views.db`` in the data folder) that Spark
+    reads with the orleanspy source (``grains.ClickAnalytics``). No grain subscribes to its
+    namespace: its events are acknowledged as they arrive and kept for a day (retention)."""
+    return PersistentStreamProvider(
+        SqliteAdapterFactory(str(Path(data_dir).resolve() / VIEWS_DB)),
+        StreamProviderOptions(total_queues=queues, retention=86_400.0))
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,7 +72,9 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"ready {silo.gateway.address}", flush=True)
 
     return await run_silo(options, [GRAINS], on_ready=ready,
-                          stream_providers={"clicks": provider}, spark=SPARK)
+                          stream_providers={"clicks": provider,
+                                            "views": views_provider(args.data_dir)},
+                          spark=SPARK)
 
 
 if __name__ == "__main__":

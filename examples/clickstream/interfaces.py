@@ -14,6 +14,13 @@ NAMESPACE = "pageviews"
 PAGES = ("/", "/pricing", "/docs", "/docs/api", "/blog", "/signup", "/about", "/careers")
 #: Where the sink lands the views, relative to the silo's data folder.
 LAKE = f"lake/{NAMESPACE}"
+#: The durable stream provider that keeps a copy of the views for Spark's streaming source:
+#: its SQLite file in the silo's data folder, and its queues.
+VIEWS_DB = "views.db"
+VIEWS_QUEUES = 4
+#: its namespace (no grain subscribes to it: its events are kept for Spark by the provider's
+#: retention)
+VIEWS_NAMESPACE = "views"
 
 
 @grain_type("PageCounter")
@@ -41,6 +48,8 @@ class IClickAnalytics(GrainInterface, Protocol):
     """Batch analytics over the landed page views (a Spark grain)."""
 
     async def report(self, path: str = LAKE, top_n: int = 5) -> dict[str, Any]:
-        """Top pages, unique visitors, sessions per hour and per-page totals of the Parquet
-        files under ``path`` (relative to the silo's data folder, or absolute)."""
+        """Top pages, unique visitors, sessions per hour and per-page totals, read from the
+        durable ``views`` stream with Spark's orleanspy source; and the per-page totals of
+        the Parquet files under ``path`` (relative to the silo's data folder, or absolute),
+        which must agree."""
         ...

@@ -1,4 +1,5 @@
-"""The clickstream pipeline end to end, in one process: generator -> counters + Parquet -> Spark.
+"""The clickstream pipeline end to end, in one process: generator -> counters + Parquet + a
+durable stream -> Spark (reading the stream with the orleanspy source).
 
 Run with ``make clickstream`` (or ``python -m examples.clickstream.run``). It prints the
 report and exits 0 when Spark's per-page totals equal the real-time counters exactly.
@@ -26,9 +27,19 @@ from examples.clickstream.grains import (
     PageViewSink,
     Tally,
 )
-from examples.clickstream.host import SPARK, stream_provider
+from examples.clickstream.host import SPARK, stream_provider, views_provider
+from examples.clickstream.interfaces import VIEWS_DB
 from orleanspy import Silo, SiloOptions
 from orleanspy.spark import SparkOptions, SparkSessionManager
+
+
+def _fresh(data_dir: Path) -> Path:
+    """Remove the lake and the views stream of an earlier run; the lake's folder."""
+    lake = data_dir / "lake" / NAMESPACE
+    shutil.rmtree(lake, ignore_errors=True)
+    for stale in data_dir.glob(f"{VIEWS_DB}*"):
+        stale.unlink()
+    return lake
 
 
 async def run_pipeline(
@@ -41,14 +52,14 @@ async def run_pipeline(
     timeout: float = 120.0,
 ) -> dict[str, Any]:
     """Run the pipeline once on a fresh ``data_dir``; returns the report plus the counters."""
-    lake = data_dir / "lake" / NAMESPACE
-    shutil.rmtree(lake, ignore_errors=True)
+    lake = _fresh(data_dir)
     expected = queues * visitors_per_queue * views_per_visitor
     silo = Silo(
         SiloOptions(gateway_port=None, data_dir=str(data_dir)),
         grains=[PageCounter, Tally, PageViewRouter, PageViewSink, ClickAnalytics],
         stream_providers={"clicks": stream_provider(queues, visitors_per_queue,
-                                                    views_per_visitor)},
+                                                    views_per_visitor),
+                          "views": views_provider(data_dir)},
         spark=spark,
     )
     async with silo:

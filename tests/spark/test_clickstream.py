@@ -19,7 +19,8 @@ async def test_clickstream_spark_totals_equal_the_real_time_counters(
                                 views_per_visitor=40, spark=spark_manager, timeout=60)
 
     assert report["expected"] == report["views"] == 400
-    assert report["page_totals"] == report["counters"]
+    assert report["page_totals"] == report["counters"]  # the views stream, through the source
+    assert report["lake_page_totals"] == report["counters"]  # the Parquet lake
     assert report["progress"] == {"counted": 400, "landed": 400}
     assert report["unique_visitors"] == 10
     assert report["sessions"] == sum(r["sessions"] for r in report["sessions_per_hour"])

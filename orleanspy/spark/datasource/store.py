@@ -28,7 +28,7 @@ T = TypeVar("T")
 CALL_TIMEOUT = 120.0
 
 _lock = threading.Lock()
-_stores: dict[tuple[str, str], Store] = {}
+_store_cache: dict[tuple[str, str], Store] = {}
 
 
 def _adapter(url: str, provider: str) -> QueueAdapter:
@@ -81,7 +81,7 @@ class Store:
 def store_for(url: str, provider: str) -> Store:
     """This process's store of provider ``provider`` at ``url`` (opened on first use)."""
     with _lock:
-        store = _stores.get((url, provider))
+        store = _store_cache.get((url, provider))
         if store is None:
-            store = _stores[(url, provider)] = Store(url, provider)
+            store = _store_cache[(url, provider)] = Store(url, provider)
         return store
