@@ -14,9 +14,9 @@ While the iteration is open the activation is **held**: a stand-in request stays
 running requests, so other requests wait as they would for a turn that is still running
 (not for a method marked ``@always_interleave`` or a ``@reentrant`` class, which interleave
 as ever). The hold ends when the generator is exhausted or fails, when the caller closes
-it, when nobody pulls for ``idle_timeout`` (the call's timeout), and when the activation
-deactivates. A pull whose caller gives up (cancelled, or past its deadline) closes the
-iteration too.
+it, when nobody pulls for ``idle_timeout`` (the call's timeout, at most ``IDLE_BOUND`` times
+the silo's ``response_timeout``), and when the activation deactivates. A pull whose caller
+gives up (cancelled, or past its deadline) closes the iteration too.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ __all__ = ["FIRST_BATCH", "MAX_BATCH", "close_all", "close_streamed", "open_stre
 FIRST_BATCH: Final = 64
 #: the most items one pull may ask for
 MAX_BATCH: Final = 4096
+#: an open iteration nobody pulls ends after its call's timeout, at most this many times the
+#: silo's ``response_timeout``
+IDLE_BOUND: Final = 10
 _NONE: Final[Mapping[str, Any]] = MappingProxyType({})  # an activation without any
 
 
@@ -111,7 +114,9 @@ async def open_streamed(activation: Any, msg: Message, opening: Any) -> dict[str
     token = secrets.token_hex(16)
     interleaving = msg.flags & FLAG_ALWAYS_INTERLEAVE or activation.info.reentrant
     hold = None if interleaving else _hold(activation, msg.method)
-    timeout = msg.timeout or activation.silo.options.response_timeout
+    default = activation.silo.options.response_timeout
+    # (bounded: a caller cannot hold the grain for longer than IDLE_BOUND default timeouts)
+    timeout = min(msg.timeout or default, IDLE_BOUND * default)
     entry = _Open(token, activation, agen, msg.method, timeout, hold, error=error)
     if activation.streamed is None:
         activation.streamed = {}
