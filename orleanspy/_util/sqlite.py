@@ -17,6 +17,7 @@ call that finds the damage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import stat
@@ -83,12 +84,23 @@ class SqliteDatabase:
     def closed(self) -> bool:
         return self._close_future is not None
 
+    def __del__(self) -> None:
+        """A database its owner dropped without ``close`` (nothing can run on it any more):
+        close the connection here, not in the garbage collector's dealloc."""
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            self._conn = None
+            with contextlib.suppress(Exception):  # (the interpreter is shutting down, say)
+                conn.close()
+
     # -- worker-thread side ---------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         try:
             if self.path != ":memory:" and not self.path.startswith("file:"):
                 _create_private(Path(self.path))
-            conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000)
+            # (used from the one worker thread only; ``__del__`` may close it from another)
+            conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000,
+                                   check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise storage_error(self.path, exc) from None
         try:
