@@ -7,6 +7,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def test_bad_options_name_the_fix(spark: Any, tmp_path: Path) -> None:
 
 
 def hold_of(path: Path, reader: str) -> dict[str, int]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return dict(conn.execute("SELECT queue, seq FROM stream_hold WHERE reader = ?",
                                  (reader,)).fetchall())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def reader(path: Path, **options: str) -> StreamReader:
 
 
 def held(path: Path) -> tuple[int, float]:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         row = conn.execute("SELECT seq, expires FROM stream_hold WHERE reader = 'r'").fetchone()
     return int(row[0]), float(row[1])
 
@@ -81,7 +82,8 @@ async def test_a_lapsed_hold_says_so_when_the_query_comes_back(tmp_path: Path) -
     source = reader(path, startingOffsets="earliest", holdSeconds="60")
     start = source.initialOffset()
     assert held(path)[1] > time.time() + 50
-    with sqlite3.connect(path) as conn:  # the query was away for longer than holdSeconds
+    # the query was away for longer than holdSeconds
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE stream_hold SET expires = ?", (time.time() - 1,))
     with capture_logs() as logs:
         source.latestOffset(start, ReadAllAvailable())
@@ -96,7 +98,7 @@ async def test_a_query_further_behind_than_its_bound_stops_holding_there(
     await publish(path, 5)
     source = reader(path, startingOffsets="earliest", maxHoldSequences="3")
     start = source.initialOffset()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE stream_hold SET expires = 1")  # as if set long ago
     with capture_logs() as logs:
         source.latestOffset(start, ReadAllAvailable())
