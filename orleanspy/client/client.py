@@ -41,7 +41,7 @@ from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.deadlines import Deadlines
 from orleanspy.messaging.frames import Cancel, Request
 from orleanspy.messaging.types import TypePolicy
-from orleanspy.runtime.tracing_filters import traced
+from orleanspy.runtime.tracing_filters import call_span, traced
 from orleanspy.streams.publisher import ClientStreamProvider
 
 __all__ = ["ClusterClient"]
@@ -259,10 +259,7 @@ class ClusterClient:
         coroutine per call, or, with tracing on, the call in a CLIENT span whose context
         travels in the request context."""
         if self._tracer is not None:
-            span = tracing.start_span(
-                self._tracer, f"{grain_id.type_name}.{method}", "client", _get_context(),
-                {"rpc.system": "orleanspy", "rpc.service": grain_id.type_name,
-                 "rpc.method": method, "orleanspy.grain": str(grain_id)})
+            span = call_span(self._tracer, "client", grain_id, method, _get_context())
             return traced(self._tracer, span,
                           self._call(grain_id, method, args, kwargs, timeout))
         return self._call(grain_id, method, args, kwargs, timeout)

@@ -14,10 +14,11 @@ from typing import Any
 
 from orleanspy.grains.interface import RUNTIME_HOOKS, RUNTIME_TYPE_PREFIX
 from orleanspy.grains.request_context import request_context, set_context
+from orleanspy.ids import GrainId
 from orleanspy.runtime.call_filters import GrainCall
 from orleanspy.tracing import carrier_of, start_span
 
-__all__ = ["TracingFilters", "traced"]
+__all__ = ["TracingFilters", "call_span", "traced"]
 
 
 async def traced(tracer: Any, span: Any, work: Any) -> Any:
@@ -49,23 +50,24 @@ class TracingFilters:
         self.silo = silo
 
     async def incoming(self, call: GrainCall) -> Any:
-        grain_id = call.grain_id
-        span = start_span(self.tracer, f"{grain_id.type_name}.{call.method}", "server",
-                          call.context, {"rpc.system": "orleanspy",
-                                         "rpc.service": grain_id.type_name,
-                                         "rpc.method": call.method,
-                                         "orleanspy.grain": str(grain_id),
-                                         "orleanspy.silo": self.silo})
+        span = call_span(self.tracer, "server", call.grain_id, call.method, call.context,
+                         self.silo)
         return await traced(self.tracer, span, call.proceed())
 
     async def outgoing(self, call: GrainCall) -> Any:
         grain_id = call.grain_id
         if grain_id.type_name.startswith(RUNTIME_TYPE_PREFIX) or call.method in RUNTIME_HOOKS:
             return await call.proceed()  # the runtime's own calls: no span
-        span = start_span(self.tracer, f"{grain_id.type_name}.{call.method}", "client",
-                          call.context, {"rpc.system": "orleanspy",
-                                         "rpc.service": grain_id.type_name,
-                                         "rpc.method": call.method,
-                                         "orleanspy.grain": str(grain_id),
-                                         "orleanspy.silo": self.silo})
+        span = call_span(self.tracer, "client", grain_id, call.method, call.context, self.silo)
         return await traced(self.tracer, span, call.proceed())
+
+
+def call_span(tracer: Any, kind: str, grain_id: GrainId, method: str,
+              context: dict[str, Any] | None, silo: str | None = None) -> Any:
+    """A started span of one grain call (``kind`` "client" or "server"), named
+    ``Type.method``, its parent found through ``context`` (``orleanspy.tracing.start_span``)."""
+    attributes = {"rpc.system": "orleanspy", "rpc.service": grain_id.type_name,
+                  "rpc.method": method, "orleanspy.grain": str(grain_id)}
+    if silo is not None:
+        attributes["orleanspy.silo"] = silo
+    return start_span(tracer, f"{grain_id.type_name}.{method}", kind, context, attributes)
