@@ -24,6 +24,7 @@ from orleanspy.grains.state import PersistentState, StateSpec
 from orleanspy.ids import GrainId
 from orleanspy.messaging.message import Direction, Message
 from orleanspy.runtime.activation_state import NOT_NOW, ActivationState, ActivationStatistics
+from orleanspy.runtime.call_filters import CallFilters
 from orleanspy.runtime.call_stats import CallStatistics
 from orleanspy.runtime.locator import GrainLocator
 from orleanspy.runtime.streamed_calls import close_all, close_streamed, pull_streamed
@@ -110,9 +111,9 @@ class Activation(Turns):
         super().__init__(silo.options.mailbox_capacity if cap is None else cap, info.overflow,
                          now, silo.call_statistics.table(grain_id.type_name))
         self.info = info
-        filters = getattr(silo, "call_filters", None)
-        if filters is not None:
-            self.incoming = filters.incoming(info)
+        # How a turn starts when it is not a plain call (filters, streamed responses).
+        filters = getattr(silo, "call_filters", None) or CallFilters()
+        self.incoming = filters.incoming(info)
         self.grain: Any = None
         self.state = ActivationState.ACTIVATING
         self.keep_alive_until = 0.0

@@ -9,20 +9,22 @@ then the grain class's (``Grain.on_incoming_call`` / ``Grain.on_outgoing_call``)
 
 System targets, runtime grains and runtime hooks (stream delivery, reminder ticks) pass
 only through silo filters marked with ``system_filter``. With no filter registered, the turn
-checks one attribute (``Activation.incoming`` is None) and the call path one more
-(``Dispatcher.outgoing`` is None); nothing else runs.
+checks one attribute (``Activation.incoming`` is None: no filter and no async generator
+method) and the call path one more (``Dispatcher.outgoing`` is None); nothing else runs.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import RUNTIME_HOOKS, GrainClassInfo
 from orleanspy.grains.request_context import get_context
 from orleanspy.ids import GrainId
+from orleanspy.messaging.message import FLAG_STREAMED, Message
+from orleanspy.runtime.streamed_calls import open_streamed
 
 __all__ = ["CallFilter", "CallFilters", "GrainCall", "system_filter"]
 
@@ -102,21 +104,34 @@ def _check_filter(fn: Any) -> None:
 
 
 class IncomingChains:
-    """An activation's incoming chains: for its methods and for runtime hooks."""
+    """How an activation starts a turn that is not a plain method call: through its incoming
+    chains (for its methods and for runtime hooks), and for an async generator method as a
+    streamed response (``runtime.streamed_calls``). A class with neither has none, so its
+    turns call the method directly."""
 
-    __slots__ = ("hooks", "methods")
+    __slots__ = ("filtered", "hooks", "methods")
 
     def __init__(self, methods: tuple[CallFilter, ...], hooks: tuple[CallFilter, ...]) -> None:
         self.methods = methods
         self.hooks = hooks
+        self.filtered = bool(methods or hooks)
 
-    def start(self, grain: Any, grain_id: GrainId, method: str, args: Sequence[Any],
-              kwargs: dict[str, Any] | None) -> Awaitable[Any]:
-        """The coroutine of a turn that runs the filters, then the method."""
-        hook = method in RUNTIME_HOOKS or method.startswith("__orleanspy_")
-        chain = self.hooks if hook else self.methods
-        call = GrainCall(grain_id, method, tuple(args), kwargs, grain, chain, _invoke_method)
-        return call.proceed()
+    def start(self, activation: Any, msg: Message) -> Awaitable[Any]:
+        """The coroutine of ``msg``'s turn on ``activation``: the filters, then the method."""
+        method = msg.method
+        grain = activation.grain
+        if self.filtered:
+            hook = method in RUNTIME_HOOKS or method.startswith("__orleanspy_")
+            chain = self.hooks if hook else self.methods
+            coro: Any = GrainCall(activation.grain_id, method, tuple(msg.args), msg.kwargs,
+                                  grain, chain, _invoke_method).proceed()
+        elif msg.kwargs:
+            coro = getattr(grain, method)(*msg.args, **msg.kwargs)
+        else:
+            coro = getattr(grain, method)(*msg.args)
+        if msg.flags & FLAG_STREAMED:  # an async generator: its first items, a token
+            coro = open_streamed(activation, msg, coro)
+        return coro  # type: ignore[no-any-return]
 
 
 class CallFilters:
@@ -148,7 +163,8 @@ class CallFilters:
             methods = tuple(self._incoming)
             if getattr(info.cls, "on_incoming_call", None) is not Grain.on_incoming_call:
                 methods += (_grain_incoming,)
-        chains = IncomingChains(methods, system) if methods or system else None
+        streamed = any(m.flags & FLAG_STREAMED for m in info.methods.values())
+        chains = IncomingChains(methods, system) if methods or system or streamed else None
         self._by_type[info.type_name] = chains
         return chains
 

@@ -43,7 +43,6 @@ from orleanspy.messaging.message import (
     FLAG_CANCELLABLE,
     FLAG_CANCELLED,
     FLAG_READ_ONLY,
-    FLAG_STREAMED,
     FLAG_SUPPRESS_KEEP_ALIVE,
     LONG_AGO,
     Message,
@@ -54,7 +53,6 @@ from orleanspy.runtime.call_stats import UNKNOWN as STATS_UNKNOWN
 from orleanspy.runtime.call_stats import MethodStats
 from orleanspy.runtime.host import SiloHost
 from orleanspy.runtime.mailbox import Mailbox
-from orleanspy.runtime.streamed_calls import open_streamed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -159,15 +157,12 @@ class Turns(Mailbox):
         try:
             if msg.invoke is not None:
                 coro = msg.invoke()
-            elif self.incoming is not None:  # call filters (``runtime.call_filters``)
-                coro = self.incoming.start(self.grain, self.grain_id, msg.method, msg.args,
-                                           msg.kwargs)
+            elif self.incoming is not None:  # filters, or a streamed response
+                coro = self.incoming.start(self, msg)
             elif msg.kwargs:
                 coro = getattr(self.grain, msg.method)(*msg.args, **msg.kwargs)
             else:
                 coro = getattr(self.grain, msg.method)(*msg.args)
-            if msg.flags & FLAG_STREAMED:  # an async generator: its first items, a token
-                coro = open_streamed(self, msg, coro)
         except Exception as exc:  # e.g. wrong arguments: the caller's error
             self._finish(msg, exc)
             if inline:
