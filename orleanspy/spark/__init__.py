@@ -9,25 +9,54 @@ Spark grains then analyse. pyspark, pyarrow and pandas come with ``pip install
 See docs/spark.md.
 """
 
-from orleanspy.spark.convert import to_plain
-from orleanspy.spark.errors import (
-    SparkError,
-    SparkJobCancelledError,
-    SparkJobError,
-    SparkJobTimeoutError,
-    SparkUnavailableError,
-)
-from orleanspy.spark.grain import SparkGrain
-from orleanspy.spark.job import JobProgress, SparkJob
-from orleanspy.spark.options import ParquetSinkOptions, SparkOptions
-from orleanspy.spark.session import (
-    SparkSessionManager,
-    SparkStatistics,
-    install_spark,
-    installed_spark,
-    spark_for,
-)
-from orleanspy.spark.sink import ParquetSink, ParquetSinkWriter, SinkStatistics
+from typing import TYPE_CHECKING
+
+from orleanspy._util.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from orleanspy.spark.convert import to_plain
+    from orleanspy.spark.errors import (
+        SparkError,
+        SparkJobCancelledError,
+        SparkJobError,
+        SparkJobTimeoutError,
+        SparkUnavailableError,
+    )
+    from orleanspy.spark.grain import SparkGrain
+    from orleanspy.spark.job import JobProgress, SparkJob
+    from orleanspy.spark.options import ParquetSinkOptions, SparkOptions
+    from orleanspy.spark.session import (
+        SparkSessionManager,
+        SparkStatistics,
+        install_spark,
+        installed_spark,
+        spark_for,
+    )
+    from orleanspy.spark.sink import ParquetSink, ParquetSinkWriter, SinkStatistics
+
+#: each exported name and the module it is imported from on first use
+_EXPORTS = {
+    "JobProgress": "orleanspy.spark.job",
+    "ParquetSink": "orleanspy.spark.sink",
+    "ParquetSinkOptions": "orleanspy.spark.options",
+    "ParquetSinkWriter": "orleanspy.spark.sink",
+    "SinkStatistics": "orleanspy.spark.sink",
+    "SparkError": "orleanspy.spark.errors",
+    "SparkGrain": "orleanspy.spark.grain",
+    "SparkJob": "orleanspy.spark.job",
+    "SparkJobCancelledError": "orleanspy.spark.errors",
+    "SparkJobError": "orleanspy.spark.errors",
+    "SparkJobTimeoutError": "orleanspy.spark.errors",
+    "SparkOptions": "orleanspy.spark.options",
+    "SparkSessionManager": "orleanspy.spark.session",
+    "SparkStatistics": "orleanspy.spark.session",
+    "SparkUnavailableError": "orleanspy.spark.errors",
+    "install_spark": "orleanspy.spark.session",
+    "installed_spark": "orleanspy.spark.session",
+    "spark_for": "orleanspy.spark.session",
+    "to_plain": "orleanspy.spark.convert",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 __all__ = [
     "JobProgress",

@@ -90,10 +90,16 @@ def test_every_path_a_document_names_exists() -> None:
 
 @cache
 def _module_names(module: Path) -> dict[str, ast.AST | None]:
-    """Top-level names a module defines or imports (classes map to their node)."""
+    """Top-level names a module defines or imports (classes map to their node), including
+    a package's lazily imported exports (named by its ``if TYPE_CHECKING:`` imports)."""
     tree = ast.parse(module.read_text(encoding="utf-8"))
     names: dict[str, ast.AST | None] = {}
+    body = list(tree.body)
     for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and (
+                node.test.id == "TYPE_CHECKING"):
+            body.extend(node.body)
+    for node in body:
         if isinstance(node, ast.ClassDef):
             names[node.name] = node
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

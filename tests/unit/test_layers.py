@@ -95,6 +95,12 @@ def _reaches(top: dict[str, set[str]], start: str, goal: str) -> bool:
     return False
 
 
+def _own_export(source: str, target: str, where: str) -> bool:
+    """A package naming one of its own modules' exports for type checkers (it imports them
+    on first use, ``_util.lazy``): importing the module runs the package first anyway."""
+    return where == "type-checking" and target.startswith(source + ".")
+
+
 def test_no_deferred_import_closes_an_import_cycle():
     _, edges = _imports()
     top: dict[str, set[str]] = defaultdict(set)
@@ -104,7 +110,8 @@ def test_no_deferred_import_closes_an_import_cycle():
     cycles = sorted(
         f"{source} -> {target} ({where})"
         for source, target, where in edges
-        if where != "top" and _reaches(top, target, source)
+        if where != "top" and not _own_export(source, target, where)
+        and _reaches(top, target, source)
     )
     assert cycles == [], (
         "these imports are deferred only because the two modules import each other; "
