@@ -4,8 +4,11 @@ progress.
 The method is called through a gateway like ``orleanspy call``; while it runs, the command
 polls the grain's ``spark_progress()`` (an always-interleaved ``SparkGrain`` method) every
 ``--interval`` seconds and draws a bar on stderr: rich's live progress bar on a terminal,
-one plain line per change otherwise (logs and pipes). The result is printed as JSON on
-stdout. Ctrl-C asks the grain to cancel its Spark jobs (``cancel_spark``) before exiting.
+otherwise (logs and pipes) one plain line per change of the bar, and one every
+``QUIET_LINE`` seconds while it stands still (a long task). Spark's stage names that are its
+own call sites (``$anonfun$...``) are left out: the job's description names the work. The
+result is printed as JSON on stdout. Ctrl-C asks the grain to cancel its Spark jobs
+(``cancel_spark``) before exiting.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from orleanspy._util.clock import Clock, SystemClock
 __all__ = ["ProgressBar", "run_spark_job"]
 
 _WIDTH: Final = 30
+QUIET_LINE: Final = 5.0  # seconds between plain lines while the bar stands still
 _CANCEL_TIMEOUT: Final = 5.0  # seconds the grain gets to answer cancel_spark on Ctrl-C
 
 
@@ -37,6 +41,7 @@ class ProgressBar:
         self.clock = clock if clock is not None else SystemClock()
         self.started = self.clock.monotonic()
         self.last = ""
+        self.written = self.started  # when the last plain line was written
         self.fraction = 0.0
         self.lines = 0
         self.tasks = (0, 0)  # the last (done, total) seen
@@ -74,7 +79,7 @@ class ProgressBar:
             frac = sum(float(j.get("fraction", 0.0)) for j in jobs) / len(jobs)
             self.fraction = max(self.fraction, frac)
         filled = int(self.fraction * _WIDTH)
-        stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
+        stage = _stage(jobs)
         label = next((j.get("description") for j in jobs if j.get("description")), None)
         if label:
             self.label = str(label)[:60]
@@ -87,14 +92,16 @@ class ProgressBar:
     def update(self, jobs: list[dict[str, Any]]) -> None:
         text = self.render(jobs)
         if self._live is not None:
-            stage = next((j.get("stage") for j in jobs if j.get("stage")), None)
+            stage = _stage(jobs)
             self._live.update(self._task, completed=self.fraction,
                               description=self.label or "spark",
                               tasks=f"{self.tasks[0]}/{self.tasks[1]} tasks",
                               stage=str(stage)[:40] if stage else "")
-        elif text.split("  ")[0] != self.last.split("  ")[0]:
+        elif (text.split("  ")[0] != self.last.split("  ")[0]
+              or self.clock.monotonic() - self.written >= QUIET_LINE):
             self.stream.write(text + "\n")
             self.lines += 1
+            self.written = self.clock.monotonic()
         self.last = text
         self.stream.flush()
 
@@ -112,6 +119,13 @@ class ProgressBar:
             return
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def _stage(jobs: list[dict[str, Any]]) -> str | None:
+    """The first stage name of ``jobs`` that says something: Spark names a stage by its call
+    site, which for the SQL engine's own threads is ``$anonfun$...`` (no help to a reader)."""
+    return next((str(j["stage"]) for j in jobs
+                 if j.get("stage") and not str(j["stage"]).startswith("$anonfun$")), None)
 
 
 def _isatty(stream: TextIO) -> bool:

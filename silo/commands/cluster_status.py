@@ -118,9 +118,13 @@ def cluster_options(args: argparse.Namespace, command: str) -> SiloOptions | int
     parsed = parse_backend_url(options.membership, key="membership", data_dir=options.data_dir,
                                allow=BACKENDS_OF["membership"])
     if parsed.scheme == "sqlite" and not os.path.isfile(parsed.path):
+        source = config.sources["membership"]
+        if source.startswith("flag"):
+            source += f"; a relative path is relative to the data dir {options.data_dir}"
+        elif config.config_file is not None and source.startswith(str(config.config_file)):
+            source += "; a relative path is relative to the file's folder"
         error(f"no membership table at {parsed.path} (membership = {options.membership}, "
-              f"from {config.sources['membership']}; a relative path is relative to the "
-              f"data dir {options.data_dir}): give the file the silos use")
+              f"from {source}): give the file the silos use")
         return EXIT_USAGE  # and do not create an empty one
     return options
 

@@ -80,7 +80,7 @@ def test_the_documents_show_the_commands_this_test_expects():
     # a command the documents stop showing, or an extraction that finds nothing, fails here
     assert {"call", "silo start", "silo stop", "cluster status", "streams status",
             "streams subscriptions", "streams unsubscribe", "streams agents", "grains top",
-            "grains locate", "reminders list", "spark run"} <= names
+            "grains locate", "grains show", "reminders list", "spark run"} <= names
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.where} {c.text}")
@@ -116,7 +116,7 @@ def test_each_flag_named_beside_a_command_is_its_option():
 #: values (an ID the stream does not have: "refused with exit 1").
 RUN = {"call": 0, "cluster status": 0, "streams status": 0, "streams subscriptions": 0,
        "streams unsubscribe": 1, "streams agents": 0, "grains locate": 0, "grains top": 0,
-       "reminders list": 0}
+       "grains show": 0, "reminders list": 0}
 
 _DRIVER = """\
 import contextlib, io, json, sys
@@ -215,6 +215,7 @@ async def test_the_documented_commands_run_against_a_silo(tmp_path: Path):
         by_name = {" ".join(argv[:2]): (stdout, stderr)
                    for (_, argv, _), (_, stdout, stderr) in ran}
         assert "Account/alice: active on" in by_name["grains locate"][0]
+        assert "Account/alice" in by_name["grains show"][0]
         assert "cluster shop: 1 active" in by_name["cluster status"][0]
         assert "events" in by_name["streams status"][0]
         # README: "orleanspy silo stop --all   # graceful; waits for each exit"

@@ -1,9 +1,11 @@
 """What an operator sees of a cluster in trouble, everywhere it looks: three clustered silo
 processes (fast membership options) under a stream load, each serving its dashboard.
 
+- A fourth silo started with a dashboard port another socket holds exits 2 within seconds
+  naming the port; it never appears in the membership table and never leases a queue.
 - An implicit consumer held behind on one of two streams of a queue shows its lag on exactly
-  that (stream, consumer) row of ``/api/cluster``, the owner's ``/metrics`` and
-  ``orleanspy streams status``, while the other stream's row reads 0.
+  that (stream, consumer) row of ``/api/cluster``, the page (in Chromium when present), the
+  owner's ``/metrics`` and ``orleanspy streams status``, while the other stream's row reads 0.
 - After a kill -9 of one silo, ``/api/cluster`` (and the page, in Chromium when present),
   ``/metrics`` and ``orleanspy cluster status`` show it dead (when, by whom) and its queues
   unowned, with a banner on the page; then the survivors take the queues and the unowned
@@ -16,6 +18,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,13 +29,22 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orleanspy.cluster.membership import SqliteMembershipTable
 from orleanspy.streams.adapters import SqliteAdapterFactory
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.mapper import HashRingQueueMapper
 
-from .silo_process import SiloLauncher, SiloProcess, poll_until, run_cli_to_end
+from .silo_process import (
+    SiloLauncher,
+    SiloProcess,
+    free_port,
+    poll_until,
+    run_cli,
+    run_cli_to_end,
+)
 from .test_cluster_streams import leases, owners
 from .test_dashboard_browser import CHROMIUM
+from .test_start_all_or_nothing import EXIT_BOUND, PATIENCE, held_port
 
 pytestmark = pytest.mark.integration
 
@@ -120,16 +133,18 @@ async def test_lag_per_stream_and_a_dead_silo_shown_everywhere(
     config = data_dir / "streams.toml"  # its relative SQLite paths resolve against it
     data_dir.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG)
+    common = ("--membership", silo_launcher.shared("sqlite:membership.db"), "--cluster-id",
+              CLUSTER, "--storage", "memory", "--reminders", "memory", "--config", str(config),
+              *FAST)
     silos = [await silo_launcher.start(  # one at a time: each start has its own bound
-        "--membership", "sqlite:membership.db", "--cluster-id", CLUSTER, "--storage",
-        "memory", "--reminders", "memory", "--config", str(config), "--dashboard-port", "0",
-        *FAST, app=APP) for _ in range(3)]
+        *common, "--dashboard-port", "0", app=APP) for _ in range(3)]
     by_address = {s.silo_address: s for s in silos}
     names = set(by_address)
     await poll_until(lambda: leases(data_dir), lambda held: set(owners(held)) == names
                      and sum(map(len, owners(held).values())) == QUEUES, timeout=20)
     producer = asyncio.create_task(load(data_dir))
     try:
+        await _a_fourth_with_a_taken_port_leaves_no_trace(data_dir, common, names)
         async with aiohttp.ClientSession() as http:
             await _lag_is_per_stream(http, data_dir, silos, by_address)
             await _a_dead_silo_is_shown(http, data_dir, silos, by_address, tmp_path)
@@ -137,6 +152,43 @@ async def test_lag_per_stream_and_a_dead_silo_shown_everywhere(
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
         (data_dir / f"hold-{HELD}").unlink(missing_ok=True)
+
+
+async def membership_rows(data_dir: Path) -> set[str]:
+    table = SqliteMembershipTable(str(data_dir / "membership.db"), cluster_id=CLUSTER)
+    try:
+        return {str(e.silo) for e in (await table.read_all()).entries()}
+    finally:
+        await table.close()
+
+
+async def _a_fourth_with_a_taken_port_leaves_no_trace(
+    data_dir: Path, common: tuple[str, ...], names: set[str],
+) -> None:
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        silo_port = free_port()
+        proc = await run_cli(
+            "silo", "start", "--app", APP, "--data-dir", str(data_dir), "--port",
+            str(silo_port), "--gateway-port", str(free_port()), "--dashboard-port", str(port),
+            *common, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None and proc.stdout is not None
+        async with asyncio.timeout(PATIENCE):
+            first = await proc.stderr.readline()  # the silo runs (imports done)
+            started = time.monotonic()
+            out, rest = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+            await proc.wait()
+        elapsed = time.monotonic() - started
+    err = (first + rest).decode()
+    assert proc.returncode == 2, err
+    assert elapsed < EXIT_BOUND, f"exited {elapsed:.1f} s after its first log line"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(port) in errors[0] and "--dashboard-port" in errors[0]
+    assert b"ready" not in out
+    assert await membership_rows(data_dir) == names
+    held = owners(await leases(data_dir))
+    assert set(held) == names and sum(map(len, held.values())) == QUEUES
+    assert not any(f":{silo_port}@" in owner for owner in held)
 
 
 async def _lag_is_per_stream(http: aiohttp.ClientSession, data_dir: Path,
@@ -160,6 +212,8 @@ async def _lag_is_per_stream(http: aiohttp.ClientSession, data_dir: Path,
     lagging = [r for r in view["subscriptions"] if r["lag"] > 0]
     assert lagging[0] is held  # furthest behind first
     assert all(r is held or r["lag"] < BEHIND for r in lagging)
+    async with page_of(silos[0]) as page:
+        await page_shows_the_lag(page)
 
     owner = by_address[held["silo"]]
     lags = {(s.labels["stream"], s.labels["consumer"]): s.value
@@ -173,6 +227,8 @@ async def _lag_is_per_stream(http: aiohttp.ClientSession, data_dir: Path,
     (row,) = [r for r in rows if r["queue"] == QUEUE]
     subs = {s["stream"]: s for s in row["subs"] if s["stream"].startswith("held/")}
     assert (subs[f"held/{HELD}"]["lag"], subs[f"held/{FREE}"]["lag"]) == (BEHIND, 0)
+    assert (subs[f"held/{HELD}"]["consumer"], subs[f"held/{FREE}"]["consumer"]) == (
+        f"Held/{HELD}", f"Held/{FREE}")
     assert row["max_lag"] >= BEHIND
 
 
@@ -278,6 +334,26 @@ async def page_of(silo: SiloProcess) -> AsyncIterator[Any]:
             assert errors == []  # the page's script ran without an error
         finally:
             await browser.close()
+
+
+async def page_shows_the_lag(page: Any) -> None:
+    """The page's subscriptions table: lag 31 on the held (stream, consumer) row, 0 on the
+    other stream's row of the queue, the held one listed first."""
+    if page is None:
+        return
+    from playwright.async_api import expect
+
+    def row(key: int) -> Any:
+        stream = page.locator("td:nth-child(2)", has_text=re.compile(rf"^held/{key}$"))
+        return page.locator("#subscriptions tbody tr", has=stream)
+
+    for key, lag in ((HELD, BEHIND), (FREE, 0)):
+        cells = row(key).locator("td")
+        await expect(cells.nth(4)).to_have_text(str(lag), timeout=5000)
+        await expect(cells.nth(2)).to_have_text(f"Held/{key}")
+        await expect(cells.nth(0)).to_have_text(f"s:{QUEUE}")
+    streams = await page.locator("#subscriptions tbody tr td:nth-child(2)").all_inner_texts()
+    assert streams.index(f"held/{HELD}") < streams.index(f"held/{FREE}")
 
 
 async def page_shows_it(page: Any, tmp_path: Path) -> tuple[str, str, int] | None:

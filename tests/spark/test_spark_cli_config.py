@@ -161,3 +161,28 @@ async def test_cli_spark_run_against_a_silo_process(silo_launcher: SiloLauncher)
     assert exit_code == 0
     log = silo.log_text()
     assert "spark_session_started" in log and "spark_session_stopped" in log
+
+
+def test_progress_bar_off_a_terminal_writes_a_line_while_it_stands_still() -> None:
+    # One long task: the bar stays at 0 %; a log still shows the job is alive.
+    from orleanspy.testing.clock import FakeClock
+    from silo.spark_progress import QUIET_LINE
+
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, tty=False, clock=clock)
+    job = {"tasks_done": 0, "tasks_total": 1, "fraction": 0.0,
+           "stage": "$anonfun$withThreadLocalCaptured$1 at CompletableFuture.java:1768",
+           "description": "PageStats/daily.top"}
+    bar.update([job])
+    clock.advance(QUIET_LINE / 2)
+    bar.update([job])
+    assert len(out.getvalue().splitlines()) == 1  # nothing moved, not yet QUIET_LINE
+    for _ in range(4):
+        clock.advance(QUIET_LINE)
+        bar.update([job])
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 5 and lines[-1].rstrip().endswith("PageStats/daily.top")
+    assert "22.5s" in lines[-1]  # the elapsed time moves on
+    assert not any("anonfun" in line for line in lines)
+    bar.update([{**job, "stage": "collect at daily.py:12"}])  # a stage named by user code
+    assert bar.last.endswith("collect at daily.py:12")

@@ -100,3 +100,35 @@ def test_reminders_list_reads_the_table_a_clustered_silo_of_the_folder_uses(
     assert silo_uses == f"sqlite:{tmp_path / 'orleanspy.db'}"  # beside the membership table
     assert main(["reminders", "list"]) == 2  # the silos have not written it yet
     assert f"no reminders table at {tmp_path / 'orleanspy.db'}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["call", "Account", "alice", "balance"], ["cluster", "status"], ["grains", "top"],
+    ["grains", "show", "Account", "alice"], ["streams", "status"],
+])
+def test_client_commands_find_the_cluster_by_flag_then_environment_then_file(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in ("CONFIG", "MEMBERSHIP", "CLUSTER_ID", "SECRET", "DATA_DIR", "GATEWAY_PORT"):
+        monkeypatch.delenv(f"ORLEANSPY_{name}", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "orleanspy.toml"
+    config.write_text('membership = "sqlite:from-file.db"\n')
+
+    def error_of(*extra: str) -> str:
+        assert main([*command, *extra]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        return line
+
+    # no table exists: each error names the table it looked for and where that came from
+    told = error_of()
+    assert str(tmp_path / "from-file.db") in told and f"{config}: key membership" in told
+    monkeypatch.setenv("ORLEANSPY_MEMBERSHIP", f"sqlite:{tmp_path / 'from-env.db'}")
+    told = error_of()
+    assert str(tmp_path / "from-env.db") in told
+    assert "environment variable ORLEANSPY_MEMBERSHIP" in told
+    told = error_of("--membership", f"sqlite:{tmp_path / 'from-flag.db'}")
+    assert str(tmp_path / "from-flag.db") in told and "--membership" in told
+    assert "ORLEANSPY_MEMBERSHIP" not in told
+    assert not any(tmp_path.glob("*.db"))  # a tool creates no table
