@@ -1,6 +1,7 @@
 """The trust boundary of a real silo process, from outside: the files that hold the cluster
 key are private and a readable one is refused at start; the operations port cannot take the
-descriptors the gateway needs; an undecodable credential is a 401; ``silo stop`` signals only
+descriptors the gateway needs, and holds a connection that is idle or sends its request head
+slowly for a bounded time; an undecodable credential is a 401; ``silo stop`` signals only
 silo processes. docs/security.md states each bound these tests assert."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from silo.dashboard.bounds import HEAD_TIMEOUT, ops_connection_cap
+from silo.dashboard.bounds import HEAD_TIMEOUT, IDLE_TIMEOUT, ops_connection_cap
 from silo.run_records import process_start
 
 from . import silo_process
@@ -147,6 +148,7 @@ async def test_a_flood_of_the_operations_port_leaves_the_gateway_and_healthz_ser
     silo = await silo_launcher.start("--dashboard-port", "0", secret=SECRET)
     assert _fd_limits(silo.pid) == (LOW_FDS, LOW_FDS)
     host, _, port = silo.dashboard.removeprefix("http://").rpartition(":")
+    fds_before = _open_fds(silo.pid)
     began = time.monotonic()
     async with idle_connections(host, int(port), FLOOD) as held:
         assert len(held) == FLOOD
@@ -162,12 +164,43 @@ async def test_a_flood_of_the_operations_port_leaves_the_gateway_and_healthz_ser
         async with asyncio.timeout(HEAD_TIMEOUT + 10):
             assert all(await asyncio.gather(*map(_closed, survivors)))
     elapsed = time.monotonic() - began
-    assert fds_under_flood < ops_connection_cap(LOW_FDS) + 200, fds_under_flood
     log = silo.log_text()
     refusals = log.count('"event": "ops_connection_closed"')
+    print(f"{FLOOD} idle connections: {fds_under_flood} open descriptors ({fds_before} "
+          f"before, cap {ops_connection_cap(LOW_FDS)}); {refusals} refusal lines in "
+          f"{elapsed:.1f} s")
+    assert fds_under_flood < ops_connection_cap(LOW_FDS) + 200, fds_under_flood
     assert 0 < refusals <= 20 * (elapsed + 1)  # at a bounded rate, the rest counted
     assert '"suppressed"' in log
     assert silo.alive
+
+
+#: a valid request head that never ends: a slowloris sends it one byte at a time
+SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+
+
+async def _drip_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             limit: float) -> tuple[float, bytes]:
+    """Send ``SLOW_HEAD`` one byte per half second until the server closes the connection:
+    the seconds that took, and what the server sent meanwhile."""
+    began = time.monotonic()
+    got = b""
+    async with asyncio.timeout(limit):
+        for byte in SLOW_HEAD:
+            with contextlib.suppress(ConnectionError):
+                writer.write(bytes([byte]))
+            try:
+                data = await asyncio.wait_for(reader.read(4096), 0.5)
+            except TimeoutError:  # still open: the next byte
+                continue
+            except ConnectionError:
+                break
+            if not data:
+                break
+            got += data
+        else:
+            raise AssertionError("the server read the whole slow head")
+    return time.monotonic() - began, got
 
 
 async def test_the_silo_raises_its_fd_limit_and_a_slow_request_head_is_closed(
@@ -178,19 +211,53 @@ async def test_the_silo_raises_its_fd_limit_and_a_slow_request_head_is_closed(
     assert _fd_limits(silo.pid) == (4 * LOW_FDS, 4 * LOW_FDS)
     host, _, port = silo.dashboard.removeprefix("http://").rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    began = time.monotonic()
     try:
-        async with asyncio.timeout(HEAD_TIMEOUT + 5):
-            for _ in range(int(HEAD_TIMEOUT * 4) + 20):  # a slowloris: one byte at a time
-                writer.write(b"G")
-                await writer.drain()
-                if await asyncio.wait_for(_closed(reader), 0.5):
-                    break
-    except (TimeoutError, ConnectionError):
-        pass
+        elapsed, got = await _drip_until_closed(reader, writer, HEAD_TIMEOUT + 10)
     finally:
         writer.close()
-    assert time.monotonic() - began < HEAD_TIMEOUT + 3
+    # closed at the head deadline, without an answer (the head was valid, only slow)
+    assert got == b"", got
+    assert HEAD_TIMEOUT - 1 < elapsed < HEAD_TIMEOUT + 3, elapsed
+    assert "no request head within" in silo.log_text()
+
+
+async def _open_after_one_request(host: str, port: int, drip: bool) -> float:
+    """Seconds a keep-alive connection stays open after its first response, idle or (with
+    ``drip``) sending the head of a second request one byte at a time."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+        answered = time.monotonic()
+        if drip:
+            _, got = await _drip_until_closed(reader, writer, IDLE_TIMEOUT + 10)
+            assert got == b"", got
+        else:
+            async with asyncio.timeout(IDLE_TIMEOUT + 10):
+                assert await _closed(reader)
+        return time.monotonic() - answered
+    finally:
+        writer.close()
+
+
+async def test_a_keep_alive_connection_is_closed_after_the_idle_timeout(
+    silo_launcher: SiloLauncher,
+) -> None:
+    silo = await silo_launcher.start("--dashboard-port", "0", secret=SECRET)
+    host, _, port = silo.dashboard.removeprefix("http://").rpartition(":")
+    idle, dripping = await asyncio.gather(
+        _open_after_one_request(host, int(port), drip=False),
+        _open_after_one_request(host, int(port), drip=True),
+    )
+    # the head of a second request has no deadline of its own: the idle timeout bounds it
+    assert IDLE_TIMEOUT - 1 < idle < IDLE_TIMEOUT + 3, idle
+    assert IDLE_TIMEOUT - 1 < dripping < IDLE_TIMEOUT + 3, dripping
+    assert silo.alive
 
 
 async def test_an_authorization_header_that_is_not_utf8_is_refused_with_401(
