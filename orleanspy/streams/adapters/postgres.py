@@ -121,22 +121,22 @@ class _Writer:
     def __init__(self, adapter: PostgresQueueAdapter) -> None:
         self._adapter = adapter
         self._rows: list[list[Any]] = []  # [queue, namespace, key, events, size]
-        self._open: dict[tuple[str, StreamId], list[Any]] = {}  # a stream's row of singles
+        # A stream's row of single events, by (queue, namespace, packed key): no StreamId hashed
+        self._open: dict[tuple[str, str, bytes], list[Any]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    def add(self, row: list[Any], stream_id: StreamId) -> asyncio.Future[None]:
-        self._open.pop((row[0], stream_id), None)  # later single events go after this row
+    def add(self, row: list[Any]) -> asyncio.Future[None]:
+        self._open.pop((row[0], row[1], row[2]), None)  # later single events go after it
         self._rows.append(row)
         return self._committed()
 
-    def add_event(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
-                  event: bytes) -> asyncio.Future[None]:
-        row = self._open.get((queue, stream_id))
+    def add_event(self, stream: tuple[str, str, bytes], event: bytes) -> asyncio.Future[None]:
+        row = self._open.get(stream)
         if row is not None and len(row[3]) < COALESCE_MAX:
             row[3].append(event)
         else:
-            row = self._open[(queue, stream_id)] = [queue, namespace, key, [event], 0]
+            row = self._open[stream] = [*stream, [event], 0]
             self._rows.append(row)
         return self._committed()
 
@@ -445,8 +445,7 @@ class PostgresQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))  # one row, even of one event
         await self._writer.add([str(queue), stream_id.namespace,
-                                self._codec.packb(stream_id.key), payload, len(payload)],
-                               stream_id)
+                                self._codec.packb(stream_id.key), payload, len(payload)])
 
     def sender(self, queue: QueueId, stream_id: StreamId
                ) -> Callable[[Sequence[Any]], Awaitable[None]]:
@@ -455,20 +454,19 @@ class PostgresQueueAdapter(QueueAdapter):
     def submitter(
         self, queue: QueueId, stream_id: StreamId
     ) -> Callable[[Sequence[Any]], asyncio.Future[None]]:
-        return partial(self._submit, str(queue), stream_id, stream_id.namespace,
-                       self._codec.packb(stream_id.key))
+        return partial(self._submit, (str(queue), stream_id.namespace,
+                                      self._codec.packb(stream_id.key)), stream_id)
 
-    def _submit(self, queue: str, stream_id: StreamId, namespace: str, key: bytes,
+    def _submit(self, stream: tuple[str, str, bytes], stream_id: StreamId,
                 events: Sequence[Any]) -> asyncio.Future[None]:
         if self._state != "open":
             self._check_open("enqueue()")
+        if len(events) == 1:
+            return self._writer.add_event(stream, self._codec.packb(events[0]))
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
-        pack = self._codec.packb
-        if len(events) == 1:
-            return self._writer.add_event(queue, stream_id, namespace, key, pack(events[0]))
-        payload = pack(list(events))
-        return self._writer.add([queue, namespace, key, payload, len(payload)], stream_id)
+        payload = self._codec.packb(list(events))
+        return self._writer.add([*stream, payload, len(payload)])
 
     def fence_with(self, fence: Any) -> bool:
         """With leases in the same database and schema (``PostgresQueueLeaseStore``), an
