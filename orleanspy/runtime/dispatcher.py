@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Coroutine
 from functools import partial
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orleanspy._util.clock import Clock
 from orleanspy._util.eager import CARRY_CODE
@@ -67,12 +67,18 @@ def _drop_reason(exc: Exception) -> str:
     return f"failed: {type(exc).__name__}"
 
 
+class _Call(Protocol):
+    def __call__(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None, timeout: float | None,
+                 owned: bool = False) -> Coroutine[Any, Any, Any]: ...
+
+
 class Dispatcher:
     """Routes messages of one silo: in-process calls and requests from connections."""
 
     __slots__ = (
         "_activations", "_catalog", "_codec", "_deadlines", "_default_timeout",
-        "_local_only", "_locator", "_monotonic", "_waiting", "outgoing", "silo",
+        "_local_only", "_locator", "_monotonic", "_outgoing", "_waiting", "call", "silo",
     )
 
     def __init__(
@@ -96,9 +102,24 @@ class Dispatcher:
         #: (one timer for all of them)
         self._waiting: dict[int, asyncio.Future[Any] | Carrier] = {}
         self._deadlines = Deadlines(clock, "silo default")
-        #: the silo's outgoing call filters (``runtime.call_filters``), or None: none, and
-        #: no grain class filters its outgoing calls
-        self.outgoing: tuple[CallFilter, ...] | None = None
+        self._outgoing: tuple[CallFilter, ...] | None = None
+        #: A call from this process (await the result): the arguments, the timeout (None:
+        #: the default) and ``owned`` (the caller hands the arguments over, runtime
+        #: components only, so they are not copied). A plain function returning the
+        #: coroutine of the call: through the outgoing filters when there are any
+        #: (``outgoing``), else straight to the local or the routed path.
+        self.call: _Call = self._unfiltered_call
+
+    @property
+    def outgoing(self) -> tuple[CallFilter, ...] | None:
+        """The silo's outgoing call filters (``runtime.call_filters``), or None: none, and no
+        grain class filters its outgoing calls (calls then pay nothing for filters)."""
+        return self._outgoing
+
+    @outgoing.setter
+    def outgoing(self, filters: tuple[CallFilter, ...] | None) -> None:
+        self._outgoing = filters
+        self.call = self._unfiltered_call if filters is None else self._filtered_call
 
     # -- values ---------------------------------------------------------------------------
     def copy_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -142,28 +163,10 @@ class Dispatcher:
         return act if act is not None else self._catalog.get_or_create(grain_id)
 
     # -- local calls (references held inside this process) ---------------------------------
-    def call(
-        self,
-        grain_id: GrainId,
-        method: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None,
-        timeout: float | None,
-        owned: bool = False,
-    ) -> Coroutine[Any, Any, Any]:
-        """A call from this process (await the result). ``owned``: the caller hands the
-        arguments over (runtime components only), so they are not copied. A plain function
-        returning the coroutine of the local or the routed path: one coroutine per call."""
-        if self.outgoing is not None:
-            return self._filtered_call(grain_id, method, args, kwargs, timeout, owned)
-        act = self._activations.get(grain_id)
-        if act is None and not self._local_only:
-            return self._routed_call(grain_id, method, args, kwargs, timeout)
-        return self._local_call(act, grain_id, method, args, kwargs, timeout, owned)
-
     def _unfiltered_call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
                          kwargs: dict[str, Any] | None, timeout: float | None,
-                         owned: bool) -> Coroutine[Any, Any, Any]:
+                         owned: bool = False) -> Coroutine[Any, Any, Any]:
+        """``call`` without outgoing filters: one coroutine per call."""
         act = self._activations.get(grain_id)
         if act is None and not self._local_only:
             return self._routed_call(grain_id, method, args, kwargs, timeout)
@@ -171,7 +174,7 @@ class Dispatcher:
 
     def _filtered_call(self, grain_id: GrainId, method: str, args: tuple[Any, ...],
                        kwargs: dict[str, Any] | None, timeout: float | None,
-                       owned: bool) -> Coroutine[Any, Any, Any]:
+                       owned: bool = False) -> Coroutine[Any, Any, Any]:
         """A call through the outgoing filters: the silo's, then the calling grain's."""
         chain = self.outgoing or ()
         turn = current_turn.get()
