@@ -1,5 +1,5 @@
 """Grains of the frame-bound and request-cap tests (``--app tests.integration.bounds_app``):
-a grain that works slowly, one whose calls wait until the test opens a gate, and one that
+one whose calls wait until the test opens a gate (a grain slower than the test), and one that
 answers at once (and raises, and opens the gate)."""
 
 from __future__ import annotations
@@ -8,18 +8,11 @@ import asyncio
 
 from orleanspy import Grain, always_interleave
 
-__all__ = ["Gated", "Quick", "Sluggish"]
+__all__ = ["Gated", "Quick"]
 
 #: Calls of ``Gated`` wait until it is set (``Quick.open_gate``): a grain slower than the test.
 _gate = asyncio.Event()
 _passed = [0]  # calls of ``Gated`` that went through the gate
-
-
-class Sluggish(Grain):
-    """Takes 20 ms per call: a flood of one-way calls fills its mailbox."""
-
-    async def poke(self, n: int) -> None:
-        await asyncio.sleep(0.02)
 
 
 class Gated(Grain):
