@@ -51,3 +51,7 @@ class Quick(Grain):
     async def passed(self) -> int:
         """Calls of ``Gated`` that went through the gate."""
         return _passed[0]
+
+    async def where(self) -> str:
+        """The name of the silo this activation lives on."""
+        return str(self.silo.name)

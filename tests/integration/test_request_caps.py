@@ -291,3 +291,49 @@ async def test_the_count_returns_to_zero_after_failures_and_a_deactivation_with_
         await settles_at(silo, 0)
     log = silo.log_text()
     assert "one_way_call_failed" in log and "gated failure" in log
+
+
+async def test_the_count_returns_to_zero_after_forwarding_to_a_silo_that_dies(
+    silo_launcher: SiloLauncher,
+) -> None:
+    cluster = ("--membership", "sqlite:membership.db", "--probe-period", "0.5",
+               "--i-am-alive-period", "0.5", "--table-refresh-period", "0.5")
+    a = await silo_launcher.start("--app", APP, "--dashboard-port", "0", *cluster,
+                                  secret=SECRET)
+    b = await silo_launcher.start("--app", APP, "--dashboard-port", "0", *cluster,
+                                  secret=SECRET)
+    async with b.client() as on_b, a.client() as on_a:
+        b_name = await on_b.get_grain("Quick", "b").where()  # activated on B
+        # Until A's silo routes to B's activation, it does not know B yet.
+        await poll_until(lambda: on_a.get_grain("Quick", "b").where(),
+                         lambda name: name == b_name, timeout=WAIT)
+        # A Quick activation on A, to open A's gate with (its gate is A's process's).
+        on_a_key = ""
+        for i in range(100):
+            if await on_a.get_grain("Quick", f"g{i}").where() != b_name:
+                on_a_key = f"g{i}"
+                break
+        assert on_a_key, "no Quick grain placed on A"
+    async with raw_client(b, bytes([8]) * CLIENT_KEY_SIZE) as conn:
+        for i in range(100):  # activations on B, holding a call each
+            conn.send("Gated", f"x{i}", "wait", i)
+        await poll_until(lambda: in_flight_activations(b), lambda n: n == 100, timeout=WAIT)
+    async with raw_client(a, bytes([9]) * CLIENT_KEY_SIZE) as conn:
+        for i in range(100):  # forwarded to B: two-way ones count on A until answered
+            conn.send("Gated", f"x{i}", "wait", i, one_way=i % 2 == 0)
+        for i in range(50):  # placed on A
+            conn.send("Gated", f"y{i}", "wait", i, one_way=False)
+        await settles_at(a, 100)
+        async with a.client() as on_a:
+            await on_a.get_grain("Quick", on_a_key).open_gate()
+        await settles_at(a, 50)  # the calls to grains on A ran; those on B wait there
+        await b.kill()  # A loses its connection to B: the two-way calls there fail
+        await settles_at(a, 0)
+
+
+async def in_flight_activations(silo: SiloProcess) -> int:
+    """Activations of ``Gated`` on ``silo`` (each holds one call while the gate is shut)."""
+    async with aiohttp.ClientSession() as http, http.get(
+        f"{silo.dashboard}/api/silo", headers={"Authorization": f"Bearer {SECRET}"}
+    ) as r:
+        return int(json.loads(await r.text())["activations_by_type"].get("Gated", 0))
