@@ -66,7 +66,7 @@ from orleanspy.messaging.frames import (
     unpack_plain,
 )
 from orleanspy.messaging.guard import HandshakeGuard
-from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
+from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 
 __all__ = [
     "TOOL_OPERATIONS",
@@ -82,6 +82,7 @@ __all__ = [
 #: Grace after a request's timeout before ``expire`` fails it (the caller's own timer fires
 #: first; the sweep frees the entry and answers forwarded requests).
 SWEEP_GRACE: Final = 1.0
+_ONE_WAY: Final = Direction.ONE_WAY
 
 Reply = Callable[[bool, Any], None]
 
@@ -302,7 +303,7 @@ class SiloConnection(FramedConnection):
         reply = msg.reply
         body = msg.body
         from_client = bool(msg.flags & FLAG_FROM_CLIENT)
-        if reply is None:
+        if reply is None or msg.direction is _ONE_WAY:
             try:
                 if body is None:
                     body = encode_body(codec, msg.args, msg.kwargs)
@@ -310,10 +311,15 @@ class SiloConnection(FramedConnection):
                                        msg.method, None, [], msg.hops, from_client, body,
                                        msg.rc)
             except SerializationError as exc:
-                self.log.warning("one_way_call_failed", grain=str(target), method=msg.method,
-                                 error=repr(exc))
+                if reply is not None:
+                    reply(False, exc)
+                else:
+                    self.log.warning("one_way_call_failed", grain=str(target),
+                                     method=msg.method, error=repr(exc))
                 return
             self.send(payload)
+            if reply is not None:  # a gateway client's one-way: this silo is done with it
+                reply(True, None)
             return
         hub = self.hub
         corr = hub.next_id()

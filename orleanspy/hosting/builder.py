@@ -366,7 +366,7 @@ def build_silo(
             await gw.close()
 
         lc.subscribe(GATEWAY, GATEWAY_LISTEN, on_start=gw.start, on_stop=gateway_shut,
-                     statistics=lambda: gw.connection_count)
+                     statistics=lambda: (gw.connection_count, gw.request_count))
         lc.subscribe("gateway.connections", SiloStage.GATEWAY, on_stop=gw.close)
     if cluster is not None:
         member = cluster

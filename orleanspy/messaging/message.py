@@ -61,14 +61,8 @@ LONG_AGO: Final = 1e-9
 
 
 class Sender(Protocol):
-    """The connection a message was read from, told when the message has to wait for room in
-    a full mailbox (``held``) and when it moved in (``released``): a gateway connection stops
-    reading while too many of its messages wait so. ``bad_frame``: the message's body is not
-    acceptable (beyond the decode bound): close the connection, saying why."""
-
-    def held(self) -> None: ...
-
-    def released(self) -> None: ...
+    """The gateway connection a message was read from. ``bad_frame``: the message's body is
+    not acceptable (beyond the decode bound): close the connection, saying why."""
 
     def bad_frame(self, reason: str) -> None: ...
 
@@ -140,7 +134,9 @@ class Message:
         # When the caller stops waiting, on this process's monotonic clock (0: no deadline):
         # a request still queued then is dropped before it starts.
         self.deadline = 0.0
-        # Where the outcome goes: called as reply(ok, value) or None for one-way calls.
+        # Where the outcome goes: called as reply(ok, value); None for one-way calls, save a
+        # gateway client's, whose reply is told once this silo is done with it (its turn
+        # ended, it was dropped or failed, or it was written to another silo's connection).
         self.reply: Callable[[bool, Any], None] | None = None
         # A runtime-local callable to invoke instead of a method (timer ticks).
         self.invoke: Callable[[], Any] | None = None

@@ -16,12 +16,20 @@ silo if their grain is gone from this one). The connection closes once the clien
 answered and its last request in flight is answered, so a graceful stop costs a client with
 another gateway no failed call.
 
-Back-pressure: a request that finds its grain's mailbox full waits for room (its sender is
-suspended, ``runtime/mailbox.py``). When ``MAX_BLOCKED`` requests of one connection wait so,
-the gateway stops reading that connection (the frames it has buffered wait too), so the
-client's writes fill the socket buffers and its sends block; reading resumes once half of them
-have moved into the mailbox. A flood of calls to a slow grain therefore costs the silo at most
-a mailbox and ``MAX_BLOCKED`` requests per connection, and other connections are read as ever.
+Back-pressure: every request a connection delivers, two-way or one-way, counts against that
+connection and against its proven client (``ClientLoad``: the sum over all the client's
+connections to this silo, closed ones included) until this silo is done with it: answered
+(two-way), its turn ended or dropped (one-way), or written to another silo's connection
+(one-way; the silo that runs it bounds its own work, ``runtime/mailbox.py``). A two-way
+request forwarded to another silo counts until its answer comes back, since it waits here for
+it. At ``max_connection_requests`` of a connection, or ``max_client_requests`` of its client,
+the gateway stops reading that connection (or every connection of the client): the frames it
+has buffered wait too, the client's writes fill the socket buffers and its sends block.
+Reading resumes once the connection is at half its cap and its client at half of the
+client's. So what one client sends costs the silo at most its cap of requests in flight,
+however many grains they address and however many ids it mints (each costs a connection and
+a handshake with the client secret, and has a cap of its own), and other connections are read
+as ever.
 """
 
 from __future__ import annotations
@@ -67,11 +75,7 @@ from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.runtime.locator import fenced_error
 
-__all__ = ["CLIENT_CONSUMER_TYPE", "MAX_BLOCKED", "Gateway", "GatewayConnection", "GatewayHost"]
-
-#: Requests of one connection that may wait for room in full mailboxes before the gateway
-#: stops reading that connection (see the module doc).
-MAX_BLOCKED: Final = 1000
+__all__ = ["CLIENT_CONSUMER_TYPE", "ClientLoad", "Gateway", "GatewayConnection", "GatewayHost"]
 
 #: The grain that stands for a client's stream subscriptions, keyed by the client's id
 #: (``orleanspy.streams.client_consumer``): only a connection that proved that id may call it.
@@ -98,6 +102,10 @@ class _HostOptions(Protocol):
     def handshake_timeout(self) -> float: ...
     @property
     def max_pending_handshakes(self) -> int: ...
+    @property
+    def max_connection_requests(self) -> int: ...
+    @property
+    def max_client_requests(self) -> int: ...
 
 
 class _Deliverer(Protocol):
@@ -127,6 +135,21 @@ class GatewayHost(Protocol):
         ...
 
 
+class ClientLoad:
+    """The requests one proven client has in flight on this silo, over all its connections
+    (those of a closed connection count until they finish, so reconnecting frees nothing)."""
+
+    __slots__ = ("client", "connections", "paused", "requests")
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.requests = 0
+        #: its open connections (the gateway pauses and resumes them together at its cap)
+        self.connections: list[GatewayConnection] = []
+        #: how many of them are not read now
+        self.paused = 0
+
+
 class GatewayConnection(FramedConnection):
     """One client connection on the silo side."""
 
@@ -139,11 +162,20 @@ class GatewayConnection(FramedConnection):
         self.dispatcher = silo.dispatcher
         self._monotonic = silo.clock.monotonic
         self.client = "?"
-        self.in_flight = 0  # requests delivered and not answered yet
+        self.in_flight = 0  # two-way requests delivered and not answered yet
         self.calls: dict[int, Message] = {}  # those requests by the client's id (its cancels)
+        #: one-way requests delivered that this silo is not done with, by message id
+        self.one_ways: dict[int, Message] = {}
         self.draining = False  # close once in_flight reaches 0 and the client acknowledged
         self.goaway_acked = False
-        self.blocked = 0  # requests waiting for room in a full mailbox (``held``)
+        #: every request delivered that this silo is not done with (``_release``), against
+        #: ``cap``; its client's, against ``client_cap``, is ``load.requests``
+        self.requests = 0
+        opts = silo.options
+        self.cap = opts.max_connection_requests
+        self.client_cap = opts.max_client_requests
+        self.load = _NO_CLIENT
+        self.pauses = 0  # times its reading was paused (the first is logged as a warning)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -151,6 +183,12 @@ class GatewayConnection(FramedConnection):
 
     def on_close(self, exc: Exception | None, by_us: bool) -> None:
         self.gateway.connections.discard(self)
+        load = self.load
+        if load is not _NO_CLIENT:
+            load.connections.remove(self)
+            if self.reading_paused:
+                load.paused -= 1
+            self.gateway.forget(load)
         self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
 
     def frame_received(self, payload: bytes | bytearray) -> None:
@@ -209,11 +247,23 @@ class GatewayConnection(FramedConnection):
                 self._reply(corr, False, fenced_error(self.silo.name))
             return
         if self.gateway.accepting or not self.goaway_acked:
-            if not one_way:
+            if one_way:
+                key = msg.id
+                self.one_ways[key] = msg
+                msg.reply = partial(self._one_way_done, key)
+            else:
+                calls = self.calls
+                if corr in calls:  # its answer could not tell the two apart
+                    raise ProtocolError(f"request id {corr} is already in flight")
                 self.in_flight += 1
-                self.calls[corr] = msg
+                calls[corr] = msg
                 msg.reply = partial(self._answer, corr)
             msg.sender = self
+            self.requests += 1
+            load = self.load
+            load.requests += 1
+            if self.requests >= self.cap or load.requests >= self.client_cap:
+                self._hold()
             self.dispatcher.deliver(msg)
         elif not one_way:
             self._reply(corr, False, SiloUnavailableError(
@@ -239,6 +289,10 @@ class GatewayConnection(FramedConnection):
             return
         self.mark_ready()
         self.client = client
+        self.load = self.gateway.load_of(client)
+        self.load.connections.append(self)
+        if self.load.requests >= self.client_cap:
+            self._hold()
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
 
@@ -252,42 +306,75 @@ class GatewayConnection(FramedConnection):
             ))
         return True
 
-    def held(self) -> None:
-        """One of this connection's requests waits for room in a full mailbox; at
-        ``MAX_BLOCKED`` of them, stop reading the connection."""
-        self.blocked += 1
-        if self.blocked >= MAX_BLOCKED and not self.reading_paused and not self.closed:
-            self.log.warning(
-                "gateway_connection_paused", peer=self.peer, client=self.client,
-                reason=f"{self.blocked} of its requests wait for room in full mailboxes "
-                       f"(at most {MAX_BLOCKED}): not reading until half have moved in",
+    def _hold(self) -> None:
+        """This connection, or its client, is at its cap of requests in flight: stop reading
+        it (at the client's cap, every connection of the client)."""
+        load = self.load
+        held = list(load.connections) if load.requests >= self.client_cap else [self]
+        for conn in held:
+            if conn.reading_paused or conn.closed:
+                continue
+            conn.pauses += 1
+            (conn.log.warning if conn.pauses == 1 else conn.log.debug)(
+                "gateway_connection_paused", peer=conn.peer, client=conn.client,
+                reason=f"{conn.requests} requests of this connection (at most "
+                       f"{conn.cap}) and {load.requests} of its client (at most "
+                       f"{conn.client_cap}) are in flight: not reading until both are at "
+                       "half",
+                times=conn.pauses,
             )
-            self.pause_reading()
+            conn.pause_reading()
+            load.paused += 1
 
-    def released(self) -> None:
-        """One of this connection's waiting requests moved into its mailbox; below half of
-        ``MAX_BLOCKED``, read the connection again (soon: not inside the mailbox's refill)."""
-        self.blocked -= 1
-        if self.reading_paused and self.blocked == MAX_BLOCKED // 2:
-            self.loop.call_soon(self._resume)
+    def _release(self) -> None:
+        """This silo is done with one of this connection's requests; once the connection
+        and its client are at half their caps, read their paused connections again (soon:
+        not inside the reply or the turn that ended)."""
+        self.requests -= 1
+        load = self.load
+        load.requests -= 1
+        if load.paused and (self.requests == self.cap // 2
+                            or load.requests == self.client_cap // 2):
+            self.loop.call_soon(self._resume_client)
+        elif load.requests == 0 and not load.connections:
+            self.gateway.forget(load)
 
-    def _resume(self) -> None:
-        if self.blocked <= MAX_BLOCKED // 2:
-            self.log.info("gateway_connection_resumed", peer=self.peer, client=self.client)
-            self.resume_reading()
+    def _resume_client(self) -> None:
+        load = self.load
+        if load.requests > self.client_cap // 2:
+            return
+        for conn in list(load.connections):
+            if conn.reading_paused and not conn.closed and conn.requests <= conn.cap // 2:
+                load.paused -= 1
+                conn.log.debug("gateway_connection_resumed", peer=conn.peer,
+                               client=conn.client, times=conn.pauses)
+                conn.resume_reading()
 
     def bad_frame(self, reason: str) -> None:
         """A request's arguments decode beyond the bound (``DecodeBudget``): close."""
         self.protocol_error(reason)
 
     def _answer(self, corr: int, ok: bool, value: Any) -> None:
-        """The reply of a delivered request; closes a draining connection after its last."""
-        self.calls.pop(corr, None)
-        self._reply(corr, ok, value)
-        if self.in_flight > 0:
+        """The reply of a delivered request; closes a draining connection after its last.
+        Counted once, even if told twice (a reply that failed to encode is followed by the
+        error saying so)."""
+        if self.calls.pop(corr, None) is not None:
             self.in_flight -= 1
+            self._release()
+        self._reply(corr, ok, value)
         if self.draining and self.in_flight == 0 and self.goaway_acked:
             self.close()
+
+    def _one_way_done(self, key: int, ok: bool, value: Any) -> None:
+        """This silo is done with a one-way request: its turn ended, it was dropped, failed
+        or written to another silo's connection (``ok``: ran or handed on)."""
+        msg = self.one_ways.pop(key, None)
+        if msg is not None:
+            self._release()
+        if not ok:
+            self.log.warning("one_way_call_failed", client=self.client,
+                             grain=str(msg.target) if msg is not None else "?",
+                             method=msg.method if msg is not None else "?", error=repr(value))
 
     def drain(self) -> None:
         """The silo is stopping: tell the client to go elsewhere (``GOAWAY``); close once it
@@ -321,6 +408,8 @@ class Gateway:
             max_pending=options.max_pending_handshakes,
         )
         self.connections: set[GatewayConnection] = set()
+        #: the proven clients with a connection open or a request in flight here
+        self.clients: dict[str, ClientLoad] = {}
         self.accepting = False
         #: False until ``open``: handshakes are refused with a retryable error (the silo
         #: is starting), so that no client request runs before the silo is active.
@@ -332,6 +421,23 @@ class Gateway:
     @property
     def connection_count(self) -> int:
         return len(self.connections)
+
+    @property
+    def request_count(self) -> int:
+        """Requests of clients that this silo is not done with (see the module doc)."""
+        return sum(load.requests for load in self.clients.values())
+
+    def load_of(self, client: str) -> ClientLoad:
+        """The requests in flight of proven client ``client`` (made on its first use)."""
+        load = self.clients.get(client)
+        if load is None:
+            load = self.clients[client] = ClientLoad(client)
+        return load
+
+    def forget(self, load: ClientLoad) -> None:
+        """Drop ``load`` once its client has no connection and no request here."""
+        if load.requests == 0 and not load.connections:
+            self.clients.pop(load.client, None)
 
     async def start(self) -> None:
         """Listen on the gateway port (so that a taken port fails the start early, and the
@@ -387,3 +493,7 @@ class Gateway:
             conn.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+#: the load of a connection before its handshake (it delivers nothing then)
+_NO_CLIENT: Final = ClientLoad("?")

@@ -1,8 +1,8 @@
 """Mailbox: an activation's queue, its capacity and the overflow policy.
 
 Requests that find the mailbox (``waiting``) full wait in ``blocked`` (their callers stay
-suspended) and move in as room frees (a gateway request's connection, ``Message.sender``, is
-told each time, and stops reading while too many of its requests wait); one-way messages
+suspended) and move in as room frees (a gateway counts them among its client's requests in
+flight, and stops reading the client at its cap: ``runtime/gateway.py``); one-way messages
 follow the class's overflow policy (suspend, reject, drop newest, drop oldest). Calls a grain
 makes to itself and timer ticks are never held back. A client's request forwarded by another
 silo has no connection here to slow down: once ``MAX_FORWARDED_BLOCKED`` requests wait for
@@ -122,6 +122,9 @@ class Mailbox(Admission):
                 )
             if policy is OverflowPolicy.DROP_NEWEST:
                 self.dropped_newest += 1
+                reply = msg.reply
+                if reply is not None:  # its sender's count of it ends (a gateway's)
+                    reply(True, None)
                 return None
             if policy is OverflowPolicy.DROP_OLDEST:
                 old = self.waiting.popleft()
@@ -152,8 +155,6 @@ class Mailbox(Admission):
         self.suspended += 1
         room = asyncio.get_running_loop().create_future() if wait else None
         self.blocked.append((msg, room))
-        if sender is not None:
-            sender.held()
         if self.silo.diagnostics.listening:
             self._report_queued(msg, True)
         return room
@@ -174,9 +175,6 @@ class Mailbox(Admission):
                 self.special_waiting += 1
             if room is not None and not room.done():
                 room.set_result(None)
-            sender = getattr(msg, "sender", None)
-            if sender is not None:
-                sender.released()
 
     def _take_pending(self) -> list[Message]:
         """Empty the mailbox (waiting and blocked messages, releasing blocked senders)."""
@@ -186,13 +184,10 @@ class Mailbox(Admission):
         return pending
 
     def _release_blocked(self) -> None:
-        """Empty ``blocked``: wake the senders that wait for room, tell the connections."""
-        for msg, room in self.blocked:
+        """Empty ``blocked``: wake the senders that wait for room."""
+        for _, room in self.blocked:
             if room is not None and not room.done():
                 room.set_result(None)
-            sender = getattr(msg, "sender", None)
-            if sender is not None:
-                sender.released()
         self.blocked.clear()
 
     def _deliver(self, msg: Message, ok: bool, value: Any) -> None:

@@ -71,6 +71,14 @@ class SiloOptions:
     ``cluster_key`` is not set) must not be readable by group or others; True accepts one
     (docs/security.md).
 
+    ``max_connection_requests`` (default 1,000) and ``max_client_requests`` (default 2,000):
+    the requests (two-way and one-way) that one gateway connection, and one proven client
+    over all its connections, may have in flight on this silo; at either cap the gateway
+    stops reading the connection (the client's sends block) until both are at half
+    (docs/security.md, "Back-pressure"). The client's cap is twice the connection's by
+    default so that a client reconnecting while its old connection's requests still run is
+    not held back by them alone.
+
     ``traceback_paths`` (default False): the server tracebacks in error replies to callers
     keep absolute file paths; by default a file is named relative to the import path
     (``myapp/grains.py``), with its line and function (docs/security.md).
@@ -96,6 +104,8 @@ class SiloOptions:
     allow_readable_secrets: bool = False
     handshake_timeout: float = 5.0
     max_pending_handshakes: int = 64
+    max_connection_requests: int = 1000
+    max_client_requests: int = 2000
     storage: str = "memory"
     reminders: str = "memory"
     data_dir: str = ".orleanspy"
@@ -143,6 +153,12 @@ class SiloOptions:
                "must be >= 0")
         _check(n, "max_pending_handshakes", self.max_pending_handshakes >= 1,
                self.max_pending_handshakes, "must be >= 1")
+        _check(n, "max_connection_requests", self.max_connection_requests >= 2,
+               self.max_connection_requests, "must be >= 2 (reading resumes at half)")
+        _check(n, "max_client_requests",
+               self.max_client_requests >= self.max_connection_requests,
+               self.max_client_requests,
+               f"must be >= max_connection_requests ({self.max_connection_requests})")
         if self.cluster_key is not None:
             _check(n, "cluster_key", len(self.cluster_key) >= 16, "<hidden>",
                    "must be at least 16 characters (e.g. `python -c 'import secrets; "

@@ -60,7 +60,7 @@ G = TypeVar("G")
 Iface = TypeVar("Iface", bound=GrainInterface)
 
 #: Lifecycle participants whose statistics are ``SiloStatistics`` fields (the rest are its
-#: ``extensions``): the collector (collected), the gateway (connections), the reminder
+#: ``extensions``): the collector (collected), the gateway (connections, requests), the reminder
 #: service (fired) and each stream provider (``streams.<name>``).
 COLLECTOR = "collector"
 GATEWAY = "gateway"
@@ -78,6 +78,8 @@ class SiloStatistics:
     activations: int
     activations_by_type: dict[str, int]
     gateway_connections: int
+    #: requests of gateway clients this silo is not done with (runtime/gateway.py)
+    gateway_requests: int
     collected: int
     reminders_fired: int
     streams: dict[str, list[Any]]
@@ -462,6 +464,7 @@ class Silo:
             for name in self.stream_providers
             if (key := f"{STREAMS_PREFIX}{name}") in figures
         }
+        connections, requests = figures.pop(GATEWAY, (0, 0))
         return SiloStatistics(
             name=self.name,
             cluster_id=self.options.cluster_id,
@@ -469,7 +472,8 @@ class Silo:
             uptime=self.clock.monotonic() - self._started_at if self.started else 0.0,
             activations=len(self.catalog),
             activations_by_type=by_type,
-            gateway_connections=figures.pop(GATEWAY, 0),
+            gateway_connections=connections,
+            gateway_requests=requests,
             collected=figures.pop(COLLECTOR, 0),
             reminders_fired=figures.pop(REMINDERS, 0),
             streams=streams,

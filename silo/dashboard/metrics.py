@@ -8,7 +8,7 @@ Names (all prefixed ``orleanspy_``; labels in braces):
   ``grain_call_errors_total{type, method}``, ``grain_call_seconds{type, method}`` (histogram
   of timed turns: in each second every call up to a method's first 1,024 on the silo, then
   one in 32),
-  ``gateway_connections``, ``grains_collected_total``,
+  ``gateway_connections``, ``gateway_requests``, ``grains_collected_total``,
   ``reminders_fired_total``, ``reminders`` (the reminders the silo fires),
   ``event_loop_lag_seconds`` (the last measured lag)
 - with a Spark session: ``spark_jobs{state}`` (running, queued) and
@@ -102,6 +102,8 @@ class SiloCollector(Collector):
         yield from _call_metrics(silo.call_statistics.types, [*labels, "type", "method"], who)
         yield gauge("gateway_connections", "open client connections",
                     stats.gateway_connections)
+        yield gauge("gateway_requests", "client requests in flight on this silo",
+                    stats.gateway_requests)
         yield counter("grains_collected", "activations collected for being idle",
                       stats.collected)
         yield counter("reminders_fired", "reminder ticks delivered", stats.reminders_fired)

@@ -1,20 +1,37 @@
-"""Grains of the frame-bound tests (``--app tests.integration.bounds_app``): a grain that
-works slowly, one that answers at once, and one that raises."""
+"""Grains of the frame-bound and request-cap tests (``--app tests.integration.bounds_app``):
+one whose calls wait until the test opens a gate (a grain slower than the test), and one that
+answers at once (and raises, and opens the gate)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from orleanspy import Grain
+from orleanspy import Grain, always_interleave
 
-__all__ = ["Quick", "Sluggish"]
+__all__ = ["Gated", "Quick"]
+
+#: Calls of ``Gated`` wait until it is set (``Quick.open_gate``): a grain slower than the test.
+_gate = asyncio.Event()
+_passed = [0]  # calls of ``Gated`` that went through the gate
 
 
-class Sluggish(Grain):
-    """Takes 20 ms per call: a flood of one-way calls fills its mailbox."""
+class Gated(Grain):
+    """Each call waits for the gate, then counts itself."""
 
-    async def poke(self, n: int) -> None:
-        await asyncio.sleep(0.02)
+    async def wait(self, n: int) -> int:
+        await _gate.wait()
+        _passed[0] += 1
+        return n
+
+    async def fail(self, n: int) -> None:
+        await _gate.wait()
+        _passed[0] += 1
+        raise ValueError(f"gated failure {n}")
+
+    @always_interleave
+    async def leave(self) -> None:
+        """Deactivate once the running call ends (the queued ones go to the next activation)."""
+        self.deactivate_on_idle()
 
 
 class Quick(Grain):
@@ -27,3 +44,14 @@ class Quick(Grain):
 
     async def fail(self, message: str) -> None:
         raise ValueError(message)
+
+    async def open_gate(self) -> None:
+        _gate.set()
+
+    async def passed(self) -> int:
+        """Calls of ``Gated`` that went through the gate."""
+        return _passed[0]
+
+    async def where(self) -> str:
+        """The name of the silo this activation lives on."""
+        return str(self.silo.name)

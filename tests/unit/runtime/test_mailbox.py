@@ -268,39 +268,30 @@ async def test_mailbox_timer_ticks_are_never_held_back(make_silo, probe):
     assert probe.log.index(("end", "blocker")) < probe.log.index("tick")
 
 
-# A gateway request's connection (Message.sender) is told when the request waits for room
-# in a full mailbox and when it moves in (the gateway stops reading on many waiting).
-class Counting:
-    def __init__(self) -> None:
-        self.waiting = 0
-        self.events: list[str] = []
-
-    def held(self) -> None:
-        self.waiting += 1
-        self.events.append("held")
-
-    def released(self) -> None:
-        self.waiting -= 1
-        self.events.append("released")
-
-    def bad_frame(self, reason: str) -> None:
-        self.events.append(reason)
-
-
-async def test_a_sender_is_told_while_its_requests_wait_for_room(make_silo, probe) -> None:
-    silo, ref, act, blocker = await blocked_box(make_silo, probe, SuspendBox)
-    sender = Counting()
-    for i in range(4):  # capacity 2: two wait in the mailbox, two for room
+# A gateway client's one-way request carries a reply that is told once this silo is done
+# with it (the gateway counts it in flight until then): whatever the overflow policy does
+# with it, the reply is told exactly once.
+@pytest.mark.parametrize("policy", POLICIES)
+async def test_a_one_way_requests_reply_is_told_once_whatever_the_policy_does(
+    make_silo, probe, policy: str,
+) -> None:
+    silo, ref, _act, blocker = await blocked_box(make_silo, probe, BOXES[policy])
+    told: dict[int, list[bool]] = {}
+    for i in range(5):  # capacity 2: three overflow
         msg = Message(Direction.ONE_WAY, ref.grain_id, "post", (f"p{i}",), None)
-        msg.sender = sender
-        silo.dispatcher.deliver_here(msg)
-    assert act.statistics().blocked_senders == 2
-    assert sender.waiting == 2 and sender.events == ["held", "held"]
+        msg.flags |= FLAG_FROM_CLIENT
+        msg.reply = lambda ok, value, i=i: told.setdefault(i, []).append(ok)
+        try:
+            silo.dispatcher.deliver_here(msg)
+        except MailboxFullError:
+            raise AssertionError("a refusal goes to the reply") from None
     probe.open("blocker")
     async with asyncio.timeout(WAIT):
         await blocker
-        await probe.wait_logged("post", "p3")
-    assert sender.waiting == 0 and sender.events == ["held", "held", "released", "released"]
+        await probe.until(lambda: len(told) == 5)
+    assert sorted(told) == list(range(5)) and all(len(v) == 1 for v in told.values()), told
+    ran = {int(tag[1:]) for tag in processed(probe.log) if tag.startswith("p")}
+    assert all(told[i] == [True] for i in ran), (told, ran)
 
 
 async def test_a_clients_requests_forwarded_by_another_silo_wait_up_to_a_bound(
