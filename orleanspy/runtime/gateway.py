@@ -162,11 +162,11 @@ class GatewayConnection(FramedConnection):
         self.dispatcher = silo.dispatcher
         self._monotonic = silo.clock.monotonic
         self.client = "?"
-        self.in_flight = 0  # two-way requests delivered and not answered yet
-        self.calls: dict[int, Message] = {}  # those requests by the client's id (its cancels)
+        #: two-way requests delivered and not answered yet, by the client's id (its cancels)
+        self.calls: dict[int, Message] = {}
         #: one-way requests delivered that this silo is not done with, by message id
         self.one_ways: dict[int, Message] = {}
-        self.draining = False  # close once in_flight reaches 0 and the client acknowledged
+        self.draining = False  # close once calls is empty and the client acknowledged
         self.goaway_acked = False
         #: every request delivered that this silo is not done with (``_release``), against
         #: ``cap``; its client's, against ``client_cap``, is ``load.requests``
@@ -201,7 +201,7 @@ class GatewayConnection(FramedConnection):
         if type(obj) is not list or not obj or obj[0] not in (REQUEST, ONE_WAY):
             if obj == [GOAWAY]:  # the client sends nothing more here
                 self.goaway_acked = True
-                if self.draining and self.in_flight == 0:
+                if self.draining and not self.calls:
                     self.close()
                 return
             if type(obj) is list and obj and obj[0] == CANCEL:  # the client gave up on one
@@ -255,7 +255,6 @@ class GatewayConnection(FramedConnection):
                 calls = self.calls
                 if corr in calls:  # its answer could not tell the two apart
                     raise ProtocolError(f"request id {corr} is already in flight")
-                self.in_flight += 1
                 calls[corr] = msg
                 msg.reply = partial(self._answer, corr)
             msg.sender = self
@@ -327,12 +326,19 @@ class GatewayConnection(FramedConnection):
             load.paused += 1
 
     def _release(self) -> None:
-        """This silo is done with one of this connection's requests; once the connection
-        and its client are at half their caps, read their paused connections again (soon:
-        not inside the reply or the turn that ended)."""
+        """This silo is done with one of this connection's requests (``_answer`` does the
+        same inline, on the hot path): see ``_released``."""
         self.requests -= 1
         load = self.load
         load.requests -= 1
+        if load.paused or self.closed:
+            self._released(load)
+
+    def _released(self, load: ClientLoad) -> None:
+        """After a release, with a connection of the client paused or this one closed: once
+        the connection and its client are at half their caps, read their paused connections
+        again (soon: not inside the reply or the turn that ended); a client with no request
+        and no connection left is forgotten."""
         if load.paused and (self.requests == self.cap // 2
                             or load.requests == self.client_cap // 2):
             self.loop.call_soon(self._resume_client)
@@ -358,11 +364,15 @@ class GatewayConnection(FramedConnection):
         """The reply of a delivered request; closes a draining connection after its last.
         Counted once, even if told twice (a reply that failed to encode is followed by the
         error saying so)."""
-        if self.calls.pop(corr, None) is not None:
-            self.in_flight -= 1
-            self._release()
+        calls = self.calls
+        if calls.pop(corr, None) is not None:  # ``_release``, inline
+            self.requests -= 1
+            load = self.load
+            load.requests -= 1
+            if load.paused or self.closed:
+                self._released(load)
         self._reply(corr, ok, value)
-        if self.draining and self.in_flight == 0 and self.goaway_acked:
+        if self.draining and not calls and self.goaway_acked:
             self.close()
 
     def _one_way_done(self, key: int, ok: bool, value: Any) -> None:
