@@ -137,17 +137,43 @@ class GatewayHost(Protocol):
 
 class ClientLoad:
     """The requests one proven client has in flight on this silo, over all its connections
-    (those of a closed connection count until they finish, so reconnecting frees nothing)."""
+    (those of a closed connection count until they finish, so reconnecting frees nothing).
 
-    __slots__ = ("client", "connections", "paused", "requests")
+    A client with one connection is counted by that connection alone (the client's cap is at
+    least the connection's, so the connection's cap holds first): ``requests`` is kept only
+    once a second connection comes (``GatewayConnection.shared``), and then for good."""
+
+    __slots__ = ("client", "connections", "members", "paused", "requests")
 
     def __init__(self, client: str) -> None:
         self.client = client
+        #: its requests in flight, kept while its connections are shared (``total``)
         self.requests = 0
         #: its open connections (the gateway pauses and resumes them together at its cap)
         self.connections: list[GatewayConnection] = []
+        #: its connections with requests counted: the open ones and the closed ones whose
+        #: requests have not all finished
+        self.members: list[GatewayConnection] = []
         #: how many of them are not read now
         self.paused = 0
+
+    def total(self) -> int:
+        """Its requests in flight on this silo."""
+        if len(self.members) > 1 or any(m.shared for m in self.members):
+            return self.requests
+        return sum(m.requests for m in self.members)
+
+    def join(self, conn: GatewayConnection) -> None:
+        """``conn`` proved this client: counted with the others from now on."""
+        others = self.members
+        if others:
+            if not others[0].shared:  # a second member: the client's count starts here
+                self.requests = sum(m.requests for m in others)
+                for m in others:
+                    m.shared = True
+            conn.shared = True
+        others.append(conn)
+        self.connections.append(conn)
 
 
 class GatewayConnection(FramedConnection):
@@ -169,8 +195,10 @@ class GatewayConnection(FramedConnection):
         self.draining = False  # close once calls is empty and the client acknowledged
         self.goaway_acked = False
         #: every request delivered that this silo is not done with (``_release``), against
-        #: ``cap``; its client's, against ``client_cap``, is ``load.requests``
+        #: ``cap``; its client's, against ``client_cap``, is ``load.requests`` once ``shared``
         self.requests = 0
+        #: its client has (or had) another connection here: ``load.requests`` is kept
+        self.shared = False
         opts = silo.options
         self.cap = opts.max_connection_requests
         self.client_cap = opts.max_client_requests
@@ -188,6 +216,8 @@ class GatewayConnection(FramedConnection):
             load.connections.remove(self)
             if self.reading_paused:
                 load.paused -= 1
+            if self.requests == 0:
+                load.members.remove(self)
             self.gateway.forget(load)
         self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
 
@@ -259,9 +289,12 @@ class GatewayConnection(FramedConnection):
                 msg.reply = partial(self._answer, corr)
             msg.sender = self
             self.requests += 1
-            load = self.load
-            load.requests += 1
-            if self.requests >= self.cap or load.requests >= self.client_cap:
+            if self.shared:
+                load = self.load
+                load.requests += 1
+                if load.requests >= self.client_cap:
+                    self._hold()
+            if self.requests >= self.cap:
                 self._hold()
             self.dispatcher.deliver(msg)
         elif not one_way:
@@ -288,9 +321,9 @@ class GatewayConnection(FramedConnection):
             return
         self.mark_ready()
         self.client = client
-        self.load = self.gateway.load_of(client)
-        self.load.connections.append(self)
-        if self.load.requests >= self.client_cap:
+        load = self.load = self.gateway.load_of(client)
+        load.join(self)
+        if self.shared and load.requests >= self.client_cap:
             self._hold()
         self.send(msgpack.packb({"v": PROTOCOL_VERSION, "ok": True, "silo": self.silo.name}))
         self.log.debug("gateway_client_connected", peer=self.peer, client=self.client)
@@ -309,7 +342,8 @@ class GatewayConnection(FramedConnection):
         """This connection, or its client, is at its cap of requests in flight: stop reading
         it (at the client's cap, every connection of the client)."""
         load = self.load
-        held = list(load.connections) if load.requests >= self.client_cap else [self]
+        client_requests = load.total()
+        held = list(load.connections) if client_requests >= self.client_cap else [self]
         for conn in held:
             if conn.reading_paused or conn.closed:
                 continue
@@ -317,7 +351,7 @@ class GatewayConnection(FramedConnection):
             (conn.log.warning if conn.pauses == 1 else conn.log.debug)(
                 "gateway_connection_paused", peer=conn.peer, client=conn.client,
                 reason=f"{conn.requests} requests of this connection (at most "
-                       f"{conn.cap}) and {load.requests} of its client (at most "
+                       f"{conn.cap}) and {client_requests} of its client (at most "
                        f"{conn.client_cap}) are in flight: not reading until both are at "
                        "half",
                 times=conn.pauses,
@@ -327,27 +361,30 @@ class GatewayConnection(FramedConnection):
 
     def _release(self) -> None:
         """This silo is done with one of this connection's requests (``_answer`` does the
-        same inline, on the hot path): see ``_released``."""
+        same inline, on the hot path)."""
         self.requests -= 1
-        load = self.load
-        load.requests -= 1
-        if load.paused or self.closed:
-            self._released(load)
+        if self.shared or self.closed or self.load.paused:
+            self._released()
 
-    def _released(self, load: ClientLoad) -> None:
-        """After a release, with a connection of the client paused or this one closed: once
-        the connection and its client are at half their caps, read their paused connections
-        again (soon: not inside the reply or the turn that ended); a client with no request
-        and no connection left is forgotten."""
+    def _released(self) -> None:
+        """After a release on a connection that shares its client's count, is closed or has
+        a paused sibling: keep the client's count; once the connection and its client are
+        at half their caps, read their paused connections again (soon: not inside the reply
+        or the turn that ended); forget a closed connection, and a client, with nothing
+        left in flight."""
+        load = self.load
+        if self.shared:
+            load.requests -= 1
         if load.paused and (self.requests == self.cap // 2
-                            or load.requests == self.client_cap // 2):
+                            or load.total() == self.client_cap // 2):
             self.loop.call_soon(self._resume_client)
-        elif load.requests == 0 and not load.connections:
+        if self.closed and self.requests == 0:
+            load.members.remove(self)
             self.gateway.forget(load)
 
     def _resume_client(self) -> None:
         load = self.load
-        if load.requests > self.client_cap // 2:
+        if load.total() > self.client_cap // 2:
             return
         for conn in list(load.connections):
             if conn.reading_paused and not conn.closed and conn.requests <= conn.cap // 2:
@@ -367,10 +404,8 @@ class GatewayConnection(FramedConnection):
         calls = self.calls
         if calls.pop(corr, None) is not None:  # ``_release``, inline
             self.requests -= 1
-            load = self.load
-            load.requests -= 1
-            if load.paused or self.closed:
-                self._released(load)
+            if self.shared or self.closed or self.load.paused:
+                self._released()
         self._reply(corr, ok, value)
         if self.draining and not calls and self.goaway_acked:
             self.close()
@@ -435,7 +470,7 @@ class Gateway:
     @property
     def request_count(self) -> int:
         """Requests of clients that this silo is not done with (see the module doc)."""
-        return sum(load.requests for load in self.clients.values())
+        return sum(load.total() for load in self.clients.values())
 
     def load_of(self, client: str) -> ClientLoad:
         """The requests in flight of proven client ``client`` (made on its first use)."""
@@ -446,7 +481,7 @@ class Gateway:
 
     def forget(self, load: ClientLoad) -> None:
         """Drop ``load`` once its client has no connection and no request here."""
-        if load.requests == 0 and not load.connections:
+        if not load.members:
             self.clients.pop(load.client, None)
 
     async def start(self) -> None:
