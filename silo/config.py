@@ -26,7 +26,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -165,10 +165,23 @@ def _validate(name: str, setting: _Setting) -> None:
         parse_backend_url(setting.value, key=setting.source, allow=BACKENDS_OF[name],
                           example=_URL_FIELDS[name])
         return  # where a relative SQLite path resolves is decided after merging
+    values = {name: setting.value}
+    paired = _PAIRED.get(name)
+    if paired is not None and isinstance(setting.value, int):
+        other, admitting = paired
+        values[other] = admitting(setting.value)
     try:
-        SiloOptions(**{name: setting.value})
+        SiloOptions(**values)
     except (ConfigurationError, TypeError) as exc:
         raise ConfigurationError(f"{setting.source} is invalid: {exc}") from None
+
+
+#: settings whose rule compares them with another (``SiloOptions``): each is checked alone
+#: with the other at a value that admits it, and the pair once every layer is merged
+_PAIRED: dict[str, tuple[str, Callable[[int], int]]] = {
+    "max_connection_requests": ("max_client_requests", lambda value: value),
+    "max_client_requests": ("max_connection_requests", lambda value: 2),
+}
 
 
 def _app_modules(value: object, source: str) -> tuple[str, ...]:
@@ -379,8 +392,10 @@ def load_config(
     filters = FilterSpecs()
     try:
         options = SiloOptions(**{name: s.value for name, s in merged.items()})
-    except ConfigurationError as exc:  # pragma: no cover - every field was checked alone
-        raise ConfigurationError(f"invalid configuration: {exc}") from None
+    except ConfigurationError as exc:  # settings valid alone, not together (``_PAIRED``)
+        named = [f"{n} from {s.source}" for n, s in merged.items() if n in str(exc)]
+        raise ConfigurationError(
+            f"invalid configuration: {exc} ({', '.join(named) or 'defaults'})") from None
     if path is not None:
         with path.open("rb") as f:
             document = tomllib.load(f)
