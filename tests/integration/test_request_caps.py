@@ -13,9 +13,10 @@ Bounds stated by these tests:
 * ``CAP_RSS_BOUND`` (16 MiB): the growth of the silo's peak RSS while a flood of one-way
   calls is held at the cap: 100,000 calls to as many grains (1,000 activations with a call in
   flight) or 200,000 to one grain (1,000 queued calls); measured 5.1 MiB and 0.7 MiB.
-* another client's p99 latency, over ``SAMPLES`` calls, stays within twice its p99 without
-  the flood once the flood is held at the cap. No floor: the unloaded figure is taken over
-  the same number of calls, after the same warm-up.
+* another client's p99 latency stays within twice its p99 without the flood once the flood
+  is held at the cap. No floor: each figure is the median p99 of ``BATCHES`` batches of
+  ``SAMPLES`` calls (so that one burst of machine noise, a collection or another process,
+  does not decide it), and the unloaded one is taken after the same warm-up.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ CLUSTER = "dev"
 CONNECTION_CAP = 1000
 CLIENT_CAP = 2000
 CAP_RSS_BOUND = 16 * 1024 * 1024
-SAMPLES = 2000
+SAMPLES = 400
+BATCHES = 5
 WAIT = 30.0
 
 
@@ -98,6 +100,11 @@ async def latencies(client: ClusterClient, n: int) -> list[float]:
 
 def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98]
+
+
+async def median_p99(client: ClusterClient) -> float:
+    """The median of ``BATCHES`` batches' p99 latencies of ``SAMPLES`` calls each."""
+    return statistics.median([p99(await latencies(client, SAMPLES)) for _ in range(BATCHES)])
 
 
 async def open_gate(silo: SiloProcess) -> None:
@@ -203,7 +210,7 @@ async def test_a_one_way_flood_is_held_at_the_cap_and_others_keep_their_latency(
     try:
         async with silo.client() as client:
             await latencies(client, 500)  # warm-up: both processes' code paths and caches
-            unloaded = p99(await latencies(client, SAMPLES))
+            unloaded = await median_p99(client)
             before = peak_rss(silo.pid)
             flood = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _FLOOD_SCRIPT, silo.gateway, SECRET, str(flood_size), grains,
@@ -212,11 +219,11 @@ async def test_a_one_way_flood_is_held_at_the_cap_and_others_keep_their_latency(
             try:
                 async with asyncio.timeout(WAIT):
                     assert await _flood_line(flood) == "flood: connected"
-                busy = p99(await latencies(client, SAMPLES // 4))  # while the flood sends
+                busy = p99(await latencies(client, SAMPLES))  # while the flood sends
                 await settles_at(silo, CONNECTION_CAP)
                 async with asyncio.timeout(WAIT):  # it stopped sending, whatever the buffers
                     sent = sent_at_cap = await _flood_line(flood)
-                loaded = p99(await latencies(client, SAMPLES))  # while it is held at the cap
+                loaded = await median_p99(client)  # while it is held at the cap
                 grown = peak_rss(silo.pid) - before
                 assert await in_flight(silo) == CONNECTION_CAP  # nothing more was read
                 await open_gate(silo)
