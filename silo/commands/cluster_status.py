@@ -22,6 +22,7 @@ from orleanspy.runtime.options import BACKENDS_OF
 from silo.commands.common import CLI_DEFAULTS, EXIT_OK, EXIT_USAGE, error, print_table, usage
 from silo.config import find_config_file, load_config
 from silo.dashboard.health import silo_health, unowned_queues, warnings
+from silo.dashboard.view import queue_rows, subscription_order
 from silo.startup import configure_logging
 
 __all__ = [
@@ -37,10 +38,15 @@ silo itself; "-" if it does not answer), GATEWAY (client port), NOTE (why a row 
 active silo that answers, and since when: stopped gracefully, declared dead by whom, joining,
 shutting down, did not answer, refused this tool; who suspects it; the queues it held last
 that no silo pulls now). Warnings follow the table: one line per unowned queue (how
-long, last holder) and per suspected or silent silo. Rows of stopped and dead silos are
+long, last holder) and per suspected or silent silo. Then the stream subscriptions that are
+behind or failing, one row per (stream, subscription): the silo that pulls its queue, LAG
+(queue positions not yet delivered to it), AGE (of its oldest undelivered event) and FAILING
+(attempts of the delivery that fails now); failing first, then furthest behind, the first
+10 (`orleanspy streams status` lists every one). Rows of stopped and dead silos are
 deleted once older than defunct_silo_expiration (7 days).
 --json prints one JSON list of silo rows instead (with why, last_seen, declared_dead_at,
-declared_dead_by, suspected_by, reachable, unowned_queues).
+declared_dead_by, suspected_by, reachable, unowned_queues, and behind: the subscriptions of
+the queues it pulls that are behind or failing, in the order above).
 Exit codes: 0 ok; 2 the membership table cannot be read, a silo refused the secret, or the
 arguments are wrong.
 
@@ -136,13 +142,14 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
     now = time.time()
     entries = sorted(data.entries(), key=lambda e: (e.silo.host, e.silo.port,
                                                      e.silo.generation))
-    answers, leases = await asyncio.gather(ask_silos(options, entries, "status", timeout),
-                                           read_leases(options))
+    answers, streams, leases = await asyncio.gather(
+        ask_silos(options, entries, "status", timeout),
+        ask_silos(options, entries, "streams", timeout), read_leases(options))
     expiration = MembershipOptions().death_vote_expiration_timeout
     rows: list[dict[str, Any]] = []
     all_queues: dict[str, set[str]] = {}
     owned: set[tuple[str, str]] = set()
-    for entry, answer in zip(entries, answers, strict=True):
+    for entry, answer, pulled in zip(entries, answers, streams, strict=True):
         live = not entry.status.is_gone
         told = answer if isinstance(answer, dict) else None
         for provider, names in ((told or {}).get("all_queues") or {}).items():
@@ -158,6 +165,7 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
                         if entry.gateway_port else None),
             "reachable": told is not None,
             "why": why(entry, answer, entries, now),
+            "behind": behind(pulled),
         })
     unowned = unowned_queues(all_queues, owned, leases, {r["silo"]: r for r in rows}, now)
     for row in rows:
@@ -172,6 +180,7 @@ async def _cluster_status(options: SiloOptions, timeout: float, as_json: bool) -
         _print_table(rows)
         for line in warnings(rows, unowned):
             print(f"warning: {line}", flush=True)
+        _print_behind(rows)
     return EXIT_USAGE if refused else EXIT_OK
 
 
@@ -304,6 +313,35 @@ async def read_live_silos(options: SiloOptions) -> list[Any] | int:
     if isinstance(data, int):
         return data
     return [e for e in data.entries() if e.status is SiloStatus.ACTIVE]
+
+
+#: subscriptions behind that the table lists (``streams status`` lists every one)
+BEHIND_SHOWN = 10
+
+
+def behind(streams: Any) -> list[dict[str, Any]]:
+    """The subscriptions of a silo's ``streams`` answer that are behind or failing: failing
+    first, then furthest behind (none if the silo did not answer)."""
+    if not isinstance(streams, dict):
+        return []
+    subs = [{"provider": r["provider"], "queue": r["queue"], **sub}
+            for r in queue_rows(streams) for sub in r["subs"] if sub["lag"] or sub["failing"]]
+    return sorted(subs, key=subscription_order)
+
+
+def _print_behind(rows: list[dict[str, Any]]) -> None:
+    subs = sorted(({"silo": r["silo"], **sub} for r in rows for sub in r["behind"]),
+                  key=subscription_order)
+    if not subs:
+        return
+    print(flush=True)
+    print_table([("SILO", "PROVIDER", "QUEUE", "STREAM", "CONSUMER", "LAG", "AGE", "FAILING"),
+                 *((s["silo"], s["provider"], s["queue"], s["stream"], s["consumer"],
+                    str(s["lag"]), "-" if s["age"] is None else f"{s['age']:.1f}s",
+                    str(s["failing"])) for s in subs[:BEHIND_SHOWN])])
+    if len(subs) > BEHIND_SHOWN:
+        print(f"... and {len(subs) - BEHIND_SHOWN} more behind: orleanspy streams status",
+              flush=True)
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

@@ -5,7 +5,9 @@ processes (fast membership options) under a stream load, each serving its dashbo
   naming the port; it never appears in the membership table and never leases a queue.
 - An implicit consumer held behind on one of two streams of a queue shows its lag on exactly
   that (stream, consumer) row of ``/api/cluster``, the page (in Chromium when present), the
-  owner's ``/metrics`` and ``orleanspy streams status``, while the other stream's row reads 0.
+  owner's ``/metrics``, ``orleanspy streams status`` and ``orleanspy cluster status``, while
+  the other stream's row reads 0 (and ``cluster status``, which lists what is behind, leaves
+  it out).
 - After a kill -9 of one silo, ``/api/cluster`` (and the page, in Chromium when present),
   ``/metrics`` and ``orleanspy cluster status`` show it dead (when, by whom) and its queues
   unowned, with a banner on the page; then the survivors take the queues and the unowned
@@ -230,6 +232,12 @@ async def _lag_is_per_stream(http: aiohttp.ClientSession, data_dir: Path,
     assert (subs[f"held/{HELD}"]["consumer"], subs[f"held/{FREE}"]["consumer"]) == (
         f"Held/{HELD}", f"Held/{FREE}")
     assert row["max_lag"] >= BEHIND
+
+    silo_rows = await cli_json(data_dir, "cluster", "status")
+    behind = [(r["silo"], b) for r in silo_rows for b in r["behind"]
+              if b["queue"] == QUEUE and b["stream"].startswith("held/")]
+    assert [(silo, b["stream"], b["consumer"], b["lag"]) for silo, b in behind] == [
+        (held["silo"], f"held/{HELD}", f"Held/{HELD}", BEHIND)]  # the free one is not behind
 
 
 async def _a_dead_silo_is_shown(http: aiohttp.ClientSession, data_dir: Path,
