@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from orleanspy.errors import ReplayUnavailableError
-from orleanspy.logging import get_logger
+from orleanspy.spark.datasource.log import logger
 from orleanspy.spark.datasource.options import SourceOptions
 from orleanspy.spark.datasource.rows import RowBuilder
 from orleanspy.spark.datasource.store import Store
@@ -43,7 +43,7 @@ def _lost(opts: SourceOptions, queue: QueueId, asked: int,
             "retention, or set failOnDataLoss to false to go on from the oldest event "
             "kept") from None
     oldest = exc.oldest_token.sequence if exc.oldest_token is not None else asked
-    get_logger(__name__).warning("spark_source_events_lost", reader=opts.reader,
+    logger(__name__).warning("spark_source_events_lost", reader=opts.reader,
                                  queue=str(queue), first_lost=asked, resumed_at=oldest)
     return int(oldest)
 

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from orleanspy.errors import ReplayUnavailableError
-from orleanspy.logging import get_logger
+from orleanspy.spark.datasource.log import logger
 from orleanspy.spark.datasource.offsets import (
     Offsets,
     queue_rows,
@@ -88,7 +88,7 @@ class StreamReader(DataSourceStreamReader):
                  for i in range(self.opts.queues) if f"{self.opts.provider}-{i}" not in skip}
         lapsed = store.hold(self.opts.reader, holds, self.opts.hold_seconds)
         if lapsed:
-            get_logger(__name__).warning(
+            logger(__name__).warning(
                 "spark_source_hold_lapsed", reader=self.opts.reader,
                 queues=sorted(str(q) for q in lapsed), hold_seconds=self.opts.hold_seconds,
                 fix="the query was stopped or fell behind for longer than holdSeconds: "
@@ -114,7 +114,7 @@ class StreamReader(DataSourceStreamReader):
         bound = self.opts.max_hold
         over = frozenset(n for n in end if bound and end[n] - offsets.get(n, 0) > bound)
         if over:
-            get_logger(__name__).warning(
+            logger(__name__).warning(
                 "spark_source_hold_not_renewed", reader=self.opts.reader, queues=sorted(over),
                 max_hold_sequences=bound, hold_seconds=self.opts.hold_seconds,
                 fix="the query is further behind than maxHoldSequences on these queues: its "
@@ -127,7 +127,7 @@ class StreamReader(DataSourceStreamReader):
         end = self._renew(start)  # every trigger, also while no data comes
         behind = {name: end[name] - start.get(name, 0) for name in end}
         if max(behind.values(), default=0) > self.opts.warn_behind:
-            get_logger(__name__).warning(
+            logger(__name__).warning(
                 "spark_source_far_behind", reader=self.opts.reader,
                 behind={n: b for n, b in behind.items() if b > self.opts.warn_behind},
                 warn_behind=self.opts.warn_behind,

@@ -16,8 +16,6 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from orleanspy.streams.adapters.base import BatchContainer, EnqueueItem, QueueAdapter
-from orleanspy.streams.adapters.redis import RedisQueueAdapter
-from orleanspy.streams.adapters.sqlite import SqliteQueueAdapter
 from orleanspy.streams.ids import QueueId
 from orleanspy.streams.tokens import SequenceToken
 
@@ -32,8 +30,13 @@ _store_cache: dict[tuple[str, str], Store] = {}
 
 
 def _adapter(url: str, provider: str) -> QueueAdapter:
+    # Only the back end the URL names is imported (a Spark process pays for one).
     if url.startswith("sqlite:"):
+        from orleanspy.streams.adapters.sqlite import SqliteQueueAdapter
+
         return SqliteQueueAdapter(provider, url.removeprefix("sqlite:"))
+    from orleanspy.streams.adapters.redis import RedisQueueAdapter
+
     return RedisQueueAdapter(provider, url)
 
 

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 
 from orleanspy.errors import ConfigurationError
-from orleanspy.logging import get_logger
+from orleanspy.spark.datasource.log import logger
 from orleanspy.spark.datasource.options import SinkOptions
 from orleanspy.spark.datasource.store import store_for
 from orleanspy.streams.adapters.base import COALESCE_MAX, EnqueueItem
@@ -96,7 +96,7 @@ def _publish(rows: Iterator[Any], opts: SinkOptions, writer_id: str, batch: str)
     written = store.enqueue_once(marker, batches, opts.remember)
     events = sum(len(e) for _, _, e in batches)
     if not written:
-        get_logger(__name__).info("spark_sink_partition_repeated", marker=marker,
+        logger(__name__).info("spark_sink_partition_repeated", marker=marker,
                                   events=events)
     return Published(events if written else 0, not written)
 
