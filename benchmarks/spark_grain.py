@@ -14,7 +14,9 @@ Figures (baselines measured in the same run, same process, same warm SparkSessio
   same calls with Spark idle. Microseconds; lower is better (the acceptance bar: p99 < 50 ms).
 * ``spark_source_sqlite`` / ``spark_source_redis``: events/s through the streaming source
   (``readStream.format("orleanspy")``, Trigger.AvailableNow) into Parquet, against Spark
-  reading the same events (the same columns) from JSON-lines files into Parquet; runs
+  reading the same events from JSON-lines files into Parquet, with the same columns and
+  values (the source's default schema, each event's token and enqueue time read back from
+  the queues); runs
   interleaved (``--source-runs``), medians compared; the target is 0.5x. The ``_batches``
   rows count only the micro-batches' execution (``triggerExecution``), without the query's
   start (for the source: a Python process that plans the offsets).
@@ -248,20 +250,31 @@ PER_CONTAINER = 50  # events per enqueue (a stream's events coalesce into contai
 
 async def _fill_queues(adapter: Any, events: int) -> list[dict[str, Any]]:
     """``events`` page views on 64 streams, ``PER_CONTAINER`` per container; the rows the
-    source will produce for them (without the token columns), for the file baseline."""
+    source produces for them (every column of its default schema, read back from the
+    queues), for the file baseline."""
+    from datetime import UTC, datetime
+
     from orleanspy.streams.ids import StreamId
     from orleanspy.streams.mapper import HashRingQueueMapper
+    from orleanspy.streams.tokens import SequenceToken
 
     mapper = HashRingQueueMapper(SOURCE_QUEUES, "s")
-    rows: list[dict[str, Any]] = []
     sent = 0
     while sent < events:
         sid = StreamId("pageviews", f"user-{(sent // PER_CONTAINER) % 64}")
         batch = [{"user": sid.key, "page": f"/p/{(sent + i) % 97}", "ts": 1_767_225_600_000
                   + sent + i} for i in range(min(PER_CONTAINER, events - sent))]
         await adapter.enqueue(mapper.queue_for(sid), sid, batch)
-        rows += [{"namespace": "pageviews", "key": sid.key, "event": e} for e in batch]
         sent += len(batch)
+    rows: list[dict[str, Any]] = []
+    for queue in mapper.all_queues():
+        containers = await adapter.read_range(queue, SequenceToken(0), events)
+        for c in containers:
+            at = datetime.fromtimestamp(c.enqueued_at, UTC).isoformat(timespec="milliseconds")
+            rows += [{"namespace": c.stream_id.namespace, "key": str(c.stream_id.key),
+                      "sequence": c.token.sequence, "index": i, "time": at, "event": e}
+                     for i, e in enumerate(c.values())]
+    assert len(rows) == events, (len(rows), events)
     return rows
 
 
@@ -296,6 +309,7 @@ async def source_figures(spark: Any, runs: int, events: int,
     import tempfile
 
     from orleanspy.spark.datasource import register
+    from orleanspy.spark.datasource.rows import DEFAULT_SCHEMA
     from orleanspy.streams.adapters.redis import RedisQueueAdapter
     from orleanspy.streams.adapters.sqlite import SqliteQueueAdapter
 
@@ -314,7 +328,7 @@ async def source_figures(spark: Any, runs: int, events: int,
             await adapter.open()
             rows = await _fill_queues(adapter, events)
         _json_files(rows, folder / "json")
-        files = spark.readStream.schema("namespace STRING, key STRING, event STRING").json(
+        files = spark.readStream.schema(DEFAULT_SCHEMA).json(
             str(folder / "json"))
         for name, url, adapter in backends:
             source = (spark.readStream.format("orleanspy").option("url", url)
