@@ -73,6 +73,7 @@ from orleanspy.messaging.frames import (
 )
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
+from orleanspy.runtime.client_load import NO_CLIENT, ClientLoad
 from orleanspy.runtime.locator import fenced_error
 
 __all__ = ["CLIENT_CONSUMER_TYPE", "ClientLoad", "Gateway", "GatewayConnection", "GatewayHost"]
@@ -135,47 +136,6 @@ class GatewayHost(Protocol):
         ...
 
 
-class ClientLoad:
-    """The requests one proven client has in flight on this silo, over all its connections
-    (those of a closed connection count until they finish, so reconnecting frees nothing).
-
-    A client with one connection is counted by that connection alone (the client's cap is at
-    least the connection's, so the connection's cap holds first): ``requests`` is kept only
-    once a second connection comes (``GatewayConnection.shared``), and then for good."""
-
-    __slots__ = ("client", "connections", "members", "paused", "requests")
-
-    def __init__(self, client: str) -> None:
-        self.client = client
-        #: its requests in flight, kept while its connections are shared (``total``)
-        self.requests = 0
-        #: its open connections (the gateway pauses and resumes them together at its cap)
-        self.connections: list[GatewayConnection] = []
-        #: its connections with requests counted: the open ones and the closed ones whose
-        #: requests have not all finished
-        self.members: list[GatewayConnection] = []
-        #: how many of them are not read now
-        self.paused = 0
-
-    def total(self) -> int:
-        """Its requests in flight on this silo."""
-        if len(self.members) > 1 or any(m.shared for m in self.members):
-            return self.requests
-        return sum(m.requests for m in self.members)
-
-    def join(self, conn: GatewayConnection) -> None:
-        """``conn`` proved this client: counted with the others from now on."""
-        others = self.members
-        if others:
-            if not others[0].shared:  # a second member: the client's count starts here
-                self.requests = sum(m.requests for m in others)
-                for m in others:
-                    m.shared = True
-            conn.shared = True
-        others.append(conn)
-        self.connections.append(conn)
-
-
 class GatewayConnection(FramedConnection):
     """One client connection on the silo side."""
 
@@ -202,7 +162,7 @@ class GatewayConnection(FramedConnection):
         opts = silo.options
         self.cap = opts.max_connection_requests
         self.client_cap = opts.max_client_requests
-        self.load = _NO_CLIENT
+        self.load = NO_CLIENT
         self.pauses = 0  # times its reading was paused (the first is logged as a warning)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -212,7 +172,7 @@ class GatewayConnection(FramedConnection):
     def on_close(self, exc: Exception | None, by_us: bool) -> None:
         self.gateway.connections.discard(self)
         load = self.load
-        if load is not _NO_CLIENT:
+        if load is not NO_CLIENT:
             load.connections.remove(self)
             if self.reading_paused:
                 load.paused -= 1
@@ -339,25 +299,8 @@ class GatewayConnection(FramedConnection):
         return True
 
     def _hold(self) -> None:
-        """This connection, or its client, is at its cap of requests in flight: stop reading
-        it (at the client's cap, every connection of the client)."""
-        load = self.load
-        client_requests = load.total()
-        held = list(load.connections) if client_requests >= self.client_cap else [self]
-        for conn in held:
-            if conn.reading_paused or conn.closed:
-                continue
-            conn.pauses += 1
-            (conn.log.warning if conn.pauses == 1 else conn.log.debug)(
-                "gateway_connection_paused", peer=conn.peer, client=conn.client,
-                reason=f"{conn.requests} requests of this connection (at most "
-                       f"{conn.cap}) and {client_requests} of its client (at most "
-                       f"{conn.client_cap}) are in flight: not reading until both are at "
-                       "half",
-                times=conn.pauses,
-            )
-            conn.pause_reading()
-            load.paused += 1
+        """This connection, or its client, is at its cap of requests in flight."""
+        self.load.hold(self)
 
     def _release(self) -> None:
         """This silo is done with one of this connection's requests (``_answer`` does the
@@ -377,21 +320,10 @@ class GatewayConnection(FramedConnection):
             load.requests -= 1
         if load.paused and (self.requests == self.cap // 2
                             or load.total() == self.client_cap // 2):
-            self.loop.call_soon(self._resume_client)
+            self.loop.call_soon(load.resume, self.client_cap)
         if self.closed and self.requests == 0:
             load.members.remove(self)
             self.gateway.forget(load)
-
-    def _resume_client(self) -> None:
-        load = self.load
-        if load.total() > self.client_cap // 2:
-            return
-        for conn in list(load.connections):
-            if conn.reading_paused and not conn.closed and conn.requests <= conn.cap // 2:
-                load.paused -= 1
-                conn.log.debug("gateway_connection_resumed", peer=conn.peer,
-                               client=conn.client, times=conn.pauses)
-                conn.resume_reading()
 
     def bad_frame(self, reason: str) -> None:
         """A request's arguments decode beyond the bound (``DecodeBudget``): close."""
@@ -539,6 +471,3 @@ class Gateway:
         if self._server is not None:
             await self._server.wait_closed()
 
-
-#: the load of a connection before its handshake (it delivers nothing then)
-_NO_CLIENT: Final = ClientLoad("?")
