@@ -5,6 +5,8 @@ answers at once (and raises, and opens the gate)."""
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 from orleanspy import Grain, always_interleave
 
@@ -55,3 +57,14 @@ class Quick(Grain):
     async def where(self) -> str:
         """The name of the silo this activation lives on."""
         return str(self.silo.name)
+
+
+async def latencies(client: Any, n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``Quick.ping`` from ``client``, one after another."""
+    grain: Any = client.get_grain("Quick", "q")
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        assert await grain.ping(i) == i
+        out.append(time.perf_counter() - t)
+    return out

@@ -248,3 +248,20 @@ async def poll_until(
                 await asyncio.sleep(interval)
     except TimeoutError:
         raise AssertionError(f"condition not met within {timeout} s; last: {last!r}") from None
+
+
+def _proc_status(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
+
+
+def rss(pid: int) -> int:
+    """Process ``pid``'s resident memory now, in bytes."""
+    return _proc_status(pid, "VmRSS:")
+
+
+def peak_rss(pid: int) -> int:
+    """Process ``pid``'s peak resident memory so far, in bytes."""
+    return _proc_status(pid, "VmHWM:")

@@ -13,18 +13,18 @@ Bounds stated by these tests (docs/security.md):
 
 from __future__ import annotations
 
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orleanspy import ClusterClient, RemoteGrainError, SiloUnavailableError
+from orleanspy import RemoteGrainError, SiloUnavailableError
 from orleanspy.ids import GrainId
 from orleanspy.messaging.codec import PEAK_RATIO, Codec
 
-from .silo_process import REPO_ROOT, SiloLauncher, SiloProcess
+from .bounds_app import latencies
+from .silo_process import REPO_ROOT, SiloLauncher, SiloProcess, peak_rss, rss
 
 pytestmark = pytest.mark.integration
 
@@ -46,31 +46,6 @@ SHAPES: dict[str, tuple[Any, bool]] = {
     "floats": ([1.5] * (FRAME // 9), False),
     "pairs (ext tuples)": ([(1, 2)] * (FRAME // 6), False),
 }
-
-
-def _status(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {key}")
-
-
-def rss(pid: int) -> int:
-    return _status(pid, "VmRSS:")
-
-
-def peak_rss(pid: int) -> int:
-    return _status(pid, "VmHWM:")
-
-
-async def latencies(client: ClusterClient, n: int) -> list[float]:
-    grain: Any = client.get_grain("Quick", "q")
-    out = []
-    for i in range(n):
-        t = time.perf_counter()
-        assert await grain.ping(i) == i
-        out.append(time.perf_counter() - t)
-    return out
 
 
 async def test_a_frame_decodes_within_its_bound_or_closes_its_connection(

@@ -26,7 +26,6 @@ import contextlib
 import json
 import statistics
 import sys
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,7 +39,16 @@ from orleanspy.messaging.client_identity import CLIENT_KEY_SIZE, client_handshak
 from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.frames import Request
 
-from .silo_process import REPO_ROOT, SiloLauncher, SiloProcess, child_env, poll_until
+from .bounds_app import latencies
+from .silo_process import (
+    REPO_ROOT,
+    SiloLauncher,
+    SiloProcess,
+    child_env,
+    peak_rss,
+    poll_until,
+    rss,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -53,22 +61,6 @@ CAP_RSS_BOUND = 16 * 1024 * 1024
 SAMPLES = 400
 BATCHES = 9
 WAIT = 30.0
-
-
-def _status(pid: int, key: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {key}")
-
-
-def peak_rss(pid: int) -> int:
-    return _status(pid, "VmHWM:")
-
-
-def rss(pid: int) -> int:
-    return _status(pid, "VmRSS:")
 
 
 async def start(silo_launcher: SiloLauncher) -> SiloProcess:
@@ -86,16 +78,6 @@ async def in_flight(silo: SiloProcess) -> int:
 
 async def settles_at(silo: SiloProcess, count: int) -> None:
     await poll_until(lambda: in_flight(silo), lambda n: n == count, timeout=WAIT)
-
-
-async def latencies(client: ClusterClient, n: int) -> list[float]:
-    grain: Any = client.get_grain("Quick", "q")
-    out = []
-    for i in range(n):
-        t = time.perf_counter()
-        assert await grain.ping(i) == i
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def p99(samples: list[float]) -> float:
