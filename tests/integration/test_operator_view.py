@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import re
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,14 +38,12 @@ from orleanspy.streams.mapper import HashRingQueueMapper
 from .silo_process import (
     SiloLauncher,
     SiloProcess,
-    free_port,
     poll_until,
-    run_cli,
     run_cli_to_end,
 )
 from .test_cluster_streams import leases, owners
 from .test_dashboard_browser import CHROMIUM
-from .test_start_all_or_nothing import EXIT_BOUND, PATIENCE, held_port
+from .test_start_all_or_nothing import EXIT_BOUND, start_on_a_taken_dashboard_port
 
 pytestmark = pytest.mark.integration
 
@@ -167,22 +164,10 @@ async def membership_rows(data_dir: Path) -> set[str]:
 async def _a_fourth_with_a_taken_port_leaves_no_trace(
     data_dir: Path, common: tuple[str, ...], names: set[str],
 ) -> None:
-    with held_port() as taken:
-        port = taken.getsockname()[1]
-        silo_port = free_port()
-        proc = await run_cli(
-            "silo", "start", "--app", APP, "--data-dir", str(data_dir), "--port",
-            str(silo_port), "--gateway-port", str(free_port()), "--dashboard-port", str(port),
-            *common, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        assert proc.stderr is not None and proc.stdout is not None
-        async with asyncio.timeout(PATIENCE):
-            first = await proc.stderr.readline()  # the silo runs (imports done)
-            started = time.monotonic()
-            out, rest = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
-            await proc.wait()
-        elapsed = time.monotonic() - started
-    err = (first + rest).decode()
-    assert proc.returncode == 2, err
+    code, elapsed, out, raw_err, port, silo_port = await start_on_a_taken_dashboard_port(
+        APP, data_dir, *common)
+    err = raw_err.decode()
+    assert code == 2, err
     assert elapsed < EXIT_BOUND, f"exited {elapsed:.1f} s after its first log line"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(port) in errors[0] and "--dashboard-port" in errors[0]

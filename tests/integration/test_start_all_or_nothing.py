@@ -103,6 +103,30 @@ def held_port() -> socket.socket:  # type: ignore[misc]
         sock.close()
 
 
+async def start_on_a_taken_dashboard_port(
+    app: str, data_dir: Path, *args: str,
+) -> tuple[int, float, bytes, bytes, int, int]:
+    """``silo start`` with a dashboard port another socket holds, to its end: its exit code,
+    the seconds from its first log line to its exit, its stdout and stderr, the taken port
+    and the silo port it was given."""
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        silo_port = free_port()
+        proc = await run_cli(
+            "silo", "start", "--app", app, "--data-dir", str(data_dir), "--port",
+            str(silo_port), "--gateway-port", str(free_port()), "--dashboard-port", str(port),
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None and proc.stdout is not None
+        async with asyncio.timeout(PATIENCE):
+            first = await proc.stderr.readline()  # the silo runs (imports done)
+            started = time.monotonic()
+            out, rest = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+            await proc.wait()
+        elapsed = time.monotonic() - started
+    assert proc.returncode is not None
+    return proc.returncode, elapsed, out, first + rest, port, silo_port
+
+
 async def test_a_failed_start_leaves_no_trace_and_sigterm_stops_a_start(
     silo_launcher: SiloLauncher, tmp_path: Path
 ) -> None:
@@ -117,22 +141,9 @@ async def test_a_failed_start_leaves_no_trace_and_sigterm_stops_a_start(
                      lambda owners: owners == {running.silo_address}, timeout=10)
 
     # A taken dashboard port: exit 2 within seconds, naming the port; no row, no lease.
-    with held_port() as taken:
-        port = taken.getsockname()[1]
-        silo_port = free_port()
-        proc = await run_cli(
-            "silo", "start", "--app", APP, "--data-dir", str(data), "--port", str(silo_port),
-            "--gateway-port", str(free_port()), "--dashboard-port", str(port), *common,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        assert proc.stderr is not None and proc.stdout is not None
-        async with asyncio.timeout(PATIENCE):
-            first = await proc.stderr.readline()  # the silo runs (imports done)
-            started = time.monotonic()
-            out, rest = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
-            await proc.wait()
-        elapsed = time.monotonic() - started
-        err = first + rest
-    assert proc.returncode == 2, err.decode()
+    code, elapsed, out, err, port, silo_port = await start_on_a_taken_dashboard_port(
+        APP, data, *common)
+    assert code == 2, err.decode()
     assert elapsed < EXIT_BOUND, f"exited {elapsed:.1f} s after its first log line"
     errors = [line for line in err.decode().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(port) in errors[0] and "--dashboard-port" in errors[0]
