@@ -27,10 +27,10 @@ gateway is silo A's, with 100 calls in flight to the grains that live on silo B 
 there before A joins the calls: A hosts none of them, checked at the end), so every call is
 forwarded by A. Baseline in the same run, through the same processes: a two-hop coalescing
 echo, client -> ``_common.CoalescingRelay`` in silo A's process -> the coalescing echo in
-silo B's. Target 0.8x. With it, the CPU time silo A's process spends per forwarded call
-(``/proc/<pid>/stat`` utime + stime around ``FORWARDED_CALLS`` calls, the least of
-``--trials``) and the relay's per
-relayed call, printed after the table (``--json``: in the row's note).
+silo B's. Target 0.8x. With it, the CPU time each of the three processes (client, gateway
+silo A, callee silo B) spends per call, ours and the baseline's (``/proc/<pid>/stat`` utime +
+stime around ``FORWARDED_CALLS`` calls, the least of ``--trials``), printed after the table
+(``--json``: in the row's note).
 
 Reproduce a figure on an idle machine (load about 1), rows interleaved within the run::
 
@@ -120,7 +120,8 @@ async def serve_b(membership: str, profile: bool) -> None:
         await echo.start()
         tuned = CoalescingEchoServer()
         await tuned.start()
-        print(json.dumps({"echo_port": echo.port, "tuned_port": tuned.port}), flush=True)
+        print(json.dumps({"echo_port": echo.port, "tuned_port": tuned.port,
+                          "pid": os.getpid()}), flush=True)
         profiler = _profiler() if profile else None
         if profiler is not None:
             profiler.start()
@@ -232,10 +233,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def drive_client(gateway: str, relay_port: int, pid: int, seconds: float,
+async def drive_client(gateway: str, relay_port: int, pids: list[int], seconds: float,
                        trials: int) -> None:
-    """The client of the forwarded-call row: 100 calls in flight through silo A (``pid``)
-    to B's grains, against the two-hop echo through A's relay; print JSON."""
+    """The client of the forwarded-call row: 100 calls in flight through silo A (``pids[0]``)
+    to B's grains (``pids[1]``), against the two-hop echo through A's relay; print JSON
+    (the rates, and the CPU time per call of each of the three processes)."""
     quiet_logging()
     async with ClusterClient(gateways=[gateway], cluster_id="bench") as client:
         refs = [client.get_grain(Target, i) for i in range(CALLERS)]
@@ -250,13 +252,16 @@ async def drive_client(gateway: str, relay_port: int, pid: int, seconds: float,
             base = partial(run_callers, tuned_calls)
             rates = await _best(ours, base, CALLERS, seconds, trials)
             per_caller = FORWARDED_CALLS // CALLERS
-            cpu = {"ours": float("inf"), "relay": float("inf")}
+            who = {"client": os.getpid(), "gateway": pids[0], "callee": pids[1]}
+            cpu = {f"{side}_{name}": float("inf")
+                   for side in ("ours", "relay") for name in who}
             for _ in range(trials):  # the least of the trials: the others ran beside noise
-                for name, fn in (("ours", ours), ("relay", base)):
-                    before = _cpu_seconds(pid)
+                for side, fn in (("ours", ours), ("relay", base)):
+                    before = {name: _cpu_seconds(pid) for name, pid in who.items()}
                     await fn(per_caller)
-                    used = (_cpu_seconds(pid) - before) / (per_caller * CALLERS)
-                    cpu[name] = min(cpu[name], used)
+                    for name, pid in who.items():
+                        used = (_cpu_seconds(pid) - before[name]) / (per_caller * CALLERS)
+                        cpu[f"{side}_{name}"] = min(cpu[f"{side}_{name}"], used)
         finally:
             await tuned.close()
     print(json.dumps({"forwarded": rates, "cpu": cpu}), flush=True)
@@ -314,7 +319,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             serving = _json_line(a, "silo A")
             progress("a client calls B's grains through A's gateway, and the relay ...")
             c = _child("--serve", "client", "--gateway", serving["gateway"], "--relay-port",
-                       str(serving["relay_port"]), "--pid", str(serving["pid"]), *timing)
+                       str(serving["relay_port"]), "--pids", f"{serving['pid']},{ports['pid']}", *timing)
             forwarded = _json_line(c, "the client")
             c.wait(timeout=60)
             assert a.stdin is not None
@@ -345,8 +350,10 @@ def run(args: argparse.Namespace) -> list[Figure]:
     figures.append(Figure(
         "client_to_remote_grain_100_in_flight", rates[0], "calls/s", rates[1], 0.8,
         "a client, 100 in flight, through gateway silo A to grains on silo B; baseline: "
-        "client -> coalescing relay in A -> coalescing echo in B; CPU of A per call: "
-        f"{cpu['ours'] * 1e6:.1f} us forwarded, {cpu['relay'] * 1e6:.1f} us relayed",
+        "client -> coalescing relay in A -> coalescing echo in B; CPU per call (us), "
+        "ours/baseline: " + ", ".join(
+            f"{name} {cpu['ours_' + name] * 1e6:.1f}/{cpu['relay_' + name] * 1e6:.1f}"
+            for name in ("client", "gateway", "callee")),
     ))
     return figures
 
@@ -365,7 +372,7 @@ def main() -> None:
     parser.add_argument("--membership", help=argparse.SUPPRESS)
     parser.add_argument("--gateway", help=argparse.SUPPRESS)
     parser.add_argument("--relay-port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pids", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve == "b":
         asyncio.run(serve_b(args.membership, args.profile))
@@ -375,7 +382,8 @@ def main() -> None:
                             args.only))
         return
     if args.serve == "client":
-        asyncio.run(drive_client(args.gateway, args.relay_port, args.pid, args.seconds,
+        asyncio.run(drive_client(args.gateway, args.relay_port,
+                                 [int(p) for p in args.pids.split(",")], args.seconds,
                                  args.trials))
         return
     quiet_logging()
