@@ -48,27 +48,20 @@ def _lost(opts: SourceOptions, queue: QueueId, asked: int,
     return int(oldest)
 
 
-def _first_at(store: Store, opts: SourceOptions, queue: QueueId,
-              start: SequenceToken | float, newest: int) -> int:
-    try:
-        found = store.read(queue, start, 1)
-    except ReplayUnavailableError as exc:
-        return _lost(opts, queue, 0, exc)
-    return found[0].token.sequence if found else newest + 1
-
-
 def time_offsets(store: Store, opts: SourceOptions, at: str | float) -> Offsets:
     """Per queue: the next sequence after the newest (``latest``), the oldest kept
     (``earliest``), or the first enqueued at or after a time."""
     queues = [store.queue(i) for i in range(opts.queues)]
     newest = store.newest(queues)  # before the reads: nothing enqueued meanwhile is skipped
+    if at == "latest":
+        return {str(queue): newest[queue] + 1 for queue in queues}
+    start = SequenceToken(0) if at == "earliest" else float(at)
     out: Offsets = {}
-    for queue in queues:
-        if at == "latest":
-            out[str(queue)] = newest[queue] + 1
+    for queue, found in store.first_of_each({queue: start for queue in queues}).items():
+        if isinstance(found, ReplayUnavailableError):
+            out[str(queue)] = _lost(opts, queue, 0, found)
         else:
-            start = SequenceToken(0) if at == "earliest" else float(at)
-            out[str(queue)] = _first_at(store, opts, queue, start, newest[queue])
+            out[str(queue)] = found[0].token.sequence if found else newest[queue] + 1
     return out
 
 

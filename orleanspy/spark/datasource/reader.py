@@ -77,6 +77,7 @@ class StreamReader(DataSourceStreamReader):
 
     def __init__(self, opts: SourceOptions, schema: Any) -> None:
         self.opts, self.schema = opts, schema
+        self._initial: Offsets | None = None
 
     def _store(self) -> Store:
         return store_for(self.opts.url, self.opts.provider)
@@ -95,9 +96,13 @@ class StreamReader(DataSourceStreamReader):
                     "events it had not read may have been trimmed; raise holdSeconds")
 
     def initialOffset(self) -> Offsets:
-        offsets = starting_offsets(self._store(), self.opts)
-        self._hold(offsets)
-        return offsets
+        # Evaluated once per query: Spark may ask again before the first batch, and the
+        # answer must not move (with ``latest`` it would) nor cost the queries again.
+        if self._initial is None:
+            offsets = starting_offsets(self._store(), self.opts)
+            self._hold(offsets)
+            self._initial = offsets
+        return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_events:

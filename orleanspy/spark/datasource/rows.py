@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from functools import partial
 from json import encoder as _encoder
 from typing import Any, Final
 
@@ -39,8 +40,7 @@ def _json_encoder() -> Callable[[Any], str | bytes]:
     except ImportError:
         pass
     else:
-        dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
-        return lambda value: dumps(value, default=str, option=options)
+        return partial(orjson.dumps, default=str, option=orjson.OPT_NON_STR_KEYS)
     make = getattr(_encoder, "c_make_encoder", None)
     if make is None:
         return json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
+from orleanspy.errors import ReplayUnavailableError
 from orleanspy.streams.adapters.base import BatchContainer, EnqueueItem, QueueAdapter
 from orleanspy.streams.ids import QueueId
 from orleanspy.streams.tokens import SequenceToken
@@ -68,6 +69,23 @@ class Store:
     def read(self, queue: QueueId, start: SequenceToken | float,
              max_count: int) -> list[BatchContainer]:
         return self._call(self.adapter.read_range(queue, start, max_count))
+
+    def first_of_each(self, starts: dict[QueueId, SequenceToken | float]
+                      ) -> dict[QueueId, list[BatchContainer] | ReplayUnavailableError]:
+        """Each queue's first container at or after its start (an empty list: none), read
+        concurrently; a queue that no longer keeps its start gives the error saying so."""
+        async def all_of() -> dict[QueueId, list[BatchContainer] | ReplayUnavailableError]:
+            found = await asyncio.gather(
+                *(self.adapter.read_range(q, start, 1) for q, start in starts.items()),
+                return_exceptions=True)
+            out: dict[QueueId, list[BatchContainer] | ReplayUnavailableError] = {}
+            for queue, result in zip(starts, found, strict=True):
+                if isinstance(result, BaseException) and not isinstance(
+                        result, ReplayUnavailableError):
+                    raise result
+                out[queue] = result
+            return out
+        return self._call(all_of())
 
     def hold(self, reader: str, holds: dict[QueueId, int],
              seconds: float) -> dict[QueueId, float]:
