@@ -82,25 +82,29 @@ def _wanted(opts: SourceOptions) -> Any:
 
 def queue_rows(store: Store, opts: SourceOptions, builder: RowBuilder, queue: QueueId,
                start: int, end: int) -> Iterator[Any]:
-    """Record batches of the events of ``queue``'s containers ``start`` <= seq < ``end``."""
+    """Record batches of the events of ``queue``'s containers ``start`` <= seq < ``end``.
+    The next page is read while this one becomes rows."""
     wanted = _wanted(opts)
     pos = start
-    while pos < end:
+    ahead = store.read_soon(queue, SequenceToken(pos), opts.page) if pos < end else None
+    while ahead is not None:
         try:
-            containers = store.read(queue, SequenceToken(pos), opts.page)
+            containers = store.result(ahead)
         except ReplayUnavailableError as exc:
             pos = max(pos + 1, _lost(opts, queue, pos, exc))
+            ahead = store.read_soon(queue, SequenceToken(pos), opts.page) if pos < end else None
             continue
+        ahead = None
+        if len(containers) == opts.page and containers[-1].token.sequence + 1 < end:
+            ahead = store.read_soon(queue, SequenceToken(containers[-1].token.sequence + 1),
+                                    opts.page)
         for container in containers:
             seq = container.token.sequence
             if seq >= end:
-                pos = end
                 break
             pos = seq + 1
             sid = container.stream_id
             if wanted is None or wanted(sid.namespace, sid.key):
                 yield from builder.add(container)
-        if len(containers) < opts.page:
-            break
     if builder.pending:
         yield builder.flush()

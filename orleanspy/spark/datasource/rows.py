@@ -53,49 +53,75 @@ _json: Final = _json_encoder()
 
 
 class RowBuilder:
-    """Turns containers into Arrow record batches of one schema (``spark_schema``)."""
+    """Turns containers into Arrow record batches of one schema (``spark_schema``).
+
+    The columns that describe a container (namespace, key, sequence, time) are kept once
+    per container and repeated per event when a batch is built (Arrow ``take``), and the
+    ``index`` column is computed there too: per event, only the events' own columns cost
+    Python work."""
 
     def __init__(self, spark_schema: Any) -> None:
+        import numpy as np
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        self._pa = pa
+        self._pa, self._np = pa, np
         self.names: list[str] = list(spark_schema.fieldNames())
         self.arrow = to_arrow_schema(spark_schema, timezone="UTC")
         self._default = self.names == ["namespace", "key", "sequence", "index", "time",
                                        "event"]
         self._fields = [n for n in self.names if n not in METADATA]
-        self._columns: dict[str, list[Any]] = {n: [] for n in self.names}
+        self._meta = [n for n in ("namespace", "key", "sequence", "time") if n in self.names]
+        self._reset()
+
+    def _reset(self) -> None:
+        #: per container: its namespace, key, sequence and time (those in the schema)
+        self._per_container: dict[str, list[Any]] = {n: [] for n in self._meta}
+        self._counts: list[int] = []
+        #: per event: the columns that come from the events
+        self._columns: dict[str, list[Any]] = {n: [] for n in self._fields}
         self._rows = 0
 
     def add(self, container: BatchContainer) -> Iterator[Any]:
         """Add the events of ``container``; yields a record batch whenever one is full."""
-        cols = self._columns
-        sid, seq, count = container.stream_id, container.token.sequence, container.count
+        sid, count = container.stream_id, container.count
         events = container.values()
-        for name, value in (("namespace", sid.namespace), ("key", str(sid.key)),
-                            ("sequence", seq), ("time", int(container.enqueued_at * 1e6))):
-            if name in cols:
-                cols[name].extend([value] * count)
-        if "index" in cols:
-            cols["index"].extend(range(count))
+        meta = self._per_container
+        if "namespace" in meta:
+            meta["namespace"].append(sid.namespace)
+        if "key" in meta:
+            meta["key"].append(str(sid.key))
+        if "sequence" in meta:
+            meta["sequence"].append(container.token.sequence)
+        if "time" in meta:
+            meta["time"].append(int(container.enqueued_at * 1e6))
+        self._counts.append(count)
+        cols = self._columns
         if self._default:
             cols["event"].extend(map(_json, events))
         else:
             for name in self._fields:
-                column = cols[name]
-                column.extend(e.get(name) if isinstance(e, dict) else None for e in events)
+                cols[name].extend(e.get(name) if isinstance(e, dict) else None
+                                  for e in events)
         self._rows += count
         if self._rows >= BATCH_ROWS:
             yield self.flush()
 
     def flush(self) -> Any:
         """The rows added since the last batch, as one record batch."""
-        pa = self._pa
-        arrays = [pa.array(self._columns[name], type=field.type)
-                  for name, field in zip(self.names, self.arrow, strict=True)]
-        self._columns = {n: [] for n in self.names}
-        self._rows = 0
+        pa, np = self._pa, self._np
+        counts = np.array(self._counts, dtype=np.int64)
+        owner = np.repeat(np.arange(len(counts)), counts)  # each event's container
+        arrays = []
+        for name, field in zip(self.names, self.arrow, strict=True):
+            if name in self._per_container:
+                arrays.append(pa.array(self._per_container[name], type=field.type).take(owner))
+            elif name == "index":
+                first = np.cumsum(counts) - counts  # each container's first row
+                arrays.append(pa.array(np.arange(len(owner)) - first[owner]).cast(field.type))
+            else:
+                arrays.append(pa.array(self._columns[name], type=field.type))
+        self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow)
 
     @property

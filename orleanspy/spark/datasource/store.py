@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from orleanspy.errors import ReplayUnavailableError
@@ -69,6 +70,16 @@ class Store:
     def read(self, queue: QueueId, start: SequenceToken | float,
              max_count: int) -> list[BatchContainer]:
         return self._call(self.adapter.read_range(queue, start, max_count))
+
+    def read_soon(self, queue: QueueId, start: SequenceToken | float,
+                  max_count: int) -> Future[list[BatchContainer]]:
+        """``read``, started now on the loop thread; ``result`` waits for it."""
+        return asyncio.run_coroutine_threadsafe(
+            self.adapter.read_range(queue, start, max_count), self._loop)
+
+    @staticmethod
+    def result(pending: Future[T]) -> T:
+        return pending.result(CALL_TIMEOUT)
 
     def first_of_each(self, starts: dict[QueueId, SequenceToken | float]
                       ) -> dict[QueueId, list[BatchContainer] | ReplayUnavailableError]:
