@@ -319,7 +319,8 @@ def run(args: argparse.Namespace) -> list[Figure]:
             serving = _json_line(a, "silo A")
             progress("a client calls B's grains through A's gateway, and the relay ...")
             c = _child("--serve", "client", "--gateway", serving["gateway"], "--relay-port",
-                       str(serving["relay_port"]), "--pids", f"{serving['pid']},{ports['pid']}", *timing)
+                       str(serving["relay_port"]), "--pids",
+                       f"{serving['pid']},{ports['pid']}", *timing)
             forwarded = _json_line(c, "the client")
             c.wait(timeout=60)
             assert a.stdin is not None

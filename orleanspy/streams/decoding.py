@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
+from orleanspy.streams.adapters.container import BatchContainer, UndecodableContainer
 from orleanspy.streams.tokens import SequenceToken, event_tokens
 
 __all__ = ["Event", "events_of", "placeholders"]

@@ -32,7 +32,7 @@ from orleanspy.errors import (
 from orleanspy.grains.request_context import without_context
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import IMMUTABLE_TYPES
-from orleanspy.streams.adapters.base import BatchContainer, UndecodableContainer
+from orleanspy.streams.adapters.container import BatchContainer, UndecodableContainer
 from orleanspy.streams.cache import CacheItem
 from orleanspy.streams.decoding import Event, events_of, placeholders
 from orleanspy.streams.ids import StreamId
