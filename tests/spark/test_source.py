@@ -81,6 +81,39 @@ async def test_batch_read_returns_every_event_once_with_its_token(
     assert await asyncio.to_thread(everything_df.count) == 40 * 8 + 3 * 8
 
 
+async def test_reads_of_many_pages_keep_each_events_own_token_and_stream(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Pages of two containers (the next page is read while one becomes rows), containers
+    of uneven sizes, and streaming ranges that end inside a page: every row carries its
+    own event's stream, sequence, index and time."""
+    path = tmp_path / "q.db"
+    await publish(path, range(23), per_container=4)  # six containers a key, the last of 3
+    rows = await asyncio.to_thread(source(spark, path, pageSize="2").load().collect)
+    assert pairs(rows) == everything(range(23))
+    for r in rows:
+        event = json.loads(r["event"])
+        assert int(r["key"]) == event["k"] and r["namespace"] == "numbers"
+        assert r["index"] == event["n"] % 4  # its place in its container
+    by_container: dict[int, list[Any]] = {}
+    for r in rows:
+        by_container.setdefault(r["sequence"], []).append(r)
+    for seq, members in by_container.items():
+        assert len({(m["key"], m["time"]) for m in members}) == 1, seq  # one container's
+        assert sorted(m["index"] for m in members) == list(range(len(members)))
+    stream = source(spark, path, spark.readStream, reader="pages", pageSize="2",
+                    startingOffsets="earliest", maxEventsPerTrigger="9").load()
+    query = (stream.writeStream.format("memory").queryName("orleanspy_pages")
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        await asyncio.to_thread(query.processAllAvailable)
+        streamed = spark.sql("SELECT * FROM orleanspy_pages").collect()
+        assert sorted((r["sequence"], r["index"], r["event"]) for r in streamed) == sorted(
+            (r["sequence"], r["index"], r["event"]) for r in rows)
+    finally:
+        query.stop()
+
+
 async def test_a_schema_of_ones_own_takes_the_events_fields(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "q.db"
     await publish(path, range(10))
