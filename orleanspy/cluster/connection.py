@@ -343,6 +343,22 @@ class SiloConnection(FramedConnection):
         hub.requests_sent += 1
         self.send(payload)
 
+    def send_request(self, reply: Reply, type_name: str, key: str | int, method: str,
+                     timeout: float | None, body: bytes) -> int:
+        """Send on a gateway client's two-way request for a grain of the silo at the other
+        end, its arguments as received (``body``), and return its id on this connection
+        (where a cancel follows it); the response goes to ``reply`` undecoded
+        (``Encoded``), as ``send_message`` does for a routed message."""
+        hub = self.hub
+        corr = hub.next_id()
+        timeout = max(timeout, 0.001) if timeout else hub.default_timeout
+        payload = Request.pack(self.codec, False, corr, type_name, key, method, timeout, [], 0,
+                               True, body)
+        self.pending[corr] = (reply, self.clock.monotonic() + timeout + SWEEP_GRACE, True)
+        hub.requests_sent += 1
+        self.send(payload)
+        return corr
+
     def send_cancel(self, corr: int) -> None:
         """The caller of request ``corr`` sent here gave up on it (``Cancel``); its answer
         still comes (and goes to the caller's reply, which ignores it)."""

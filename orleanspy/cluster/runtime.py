@@ -32,7 +32,7 @@ from typing import Any, Final, final
 
 from orleanspy._util.tasks import TaskSet
 from orleanspy.cluster.config import cluster_key
-from orleanspy.cluster.connection import silo_key
+from orleanspy.cluster.connection import SiloConnection, silo_key
 from orleanspy.cluster.directory import GrainDirectory
 from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.service import MembershipService
@@ -365,6 +365,22 @@ class ClusterRuntime:
             self._addressing[gid] = fut
             fut.add_done_callback(partial(self._addressed, gid))
         fut.add_done_callback(partial(self._send_addressed, msg, local_origin))
+
+    def connection_for(self, gid: GrainId) -> SiloConnection | None:
+        """The connection to send a gateway client's request for ``gid`` on as it came, when
+        ``_route`` would send it there at once: the directory cache names another silo, the
+        grain's class uses the directory, no activation of it is leaving this silo, and the
+        connection can be written now. None: route it as a message."""
+        unregistering = self._registrations.unregistering_of
+        if unregistering and gid in unregistering:
+            return None
+        info = self.silo.registry.get(gid.type_name)
+        if info is None or info.is_system_target or info.stateless_worker:
+            return None
+        silo = self.directory.cache.get(gid)
+        if silo is None or silo == self.me:
+            return None
+        return self.transport.writable(silo)
 
     @staticmethod
     def _system_target_silo(key: Any) -> SiloAddress | None:

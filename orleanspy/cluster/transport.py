@@ -355,6 +355,14 @@ class SiloTransport:
                 conn.close()
 
     # -- sending --------------------------------------------------------------------------
+    def writable(self, silo: SiloAddress) -> SiloConnection | None:
+        """The connection to ``silo`` if a frame can be written to it now (open, its peer
+        reading), else None."""
+        conn = self._conns.get(silo)
+        if conn is not None and not conn.closed and not conn.write_paused:
+            return conn
+        return None
+
     def send_message(self, silo: SiloAddress, msg: Message) -> None:
         """Send ``msg`` to ``silo``; failures (and the response) go to ``msg.reply``."""
         conn = self._conns.get(silo)

@@ -48,7 +48,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 
 from orleanspy.errors import ProtocolError, SerializationError
-from orleanspy.ids import grain_id
+from orleanspy.ids import GrainId, grain_id
 from orleanspy.messaging.codec import UNCOUNTED_FRAME, Codec, unpack_plain_bounded
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
 from orleanspy.messaging.wire import chain_entry
@@ -179,15 +179,16 @@ class Request(NamedTuple):
             raise ProtocolError("a request frame has fields of the wrong types")
 
     @staticmethod
-    def to_message(obj: list[Any]) -> Message:
+    def to_message(obj: list[Any], gid: GrainId | None = None) -> Message:
         """The message of a checked request frame (``check``), its body still encoded
-        (``open_body`` decodes it).
+        (``open_body`` decodes it); ``gid``: its grain's id, if made already.
 
         Raises:
             BadRequest: the key or the call chain is invalid (answer it, keep serving).
         """
         try:
-            gid = grain_id(obj[2], obj[3])
+            if gid is None:
+                gid = grain_id(obj[2], obj[3])
             chain = obj[6]
             entries = tuple(chain_entry(e) for e in chain) if chain else ()
         except Exception as exc:

@@ -45,7 +45,7 @@ from orleanspy.runtime.activation import NOT_NOW, Activation
 from orleanspy.runtime.call_filters import CallFilter, CallFilters, GrainCall
 from orleanspy.runtime.catalog import Catalog
 from orleanspy.runtime.host import SiloHost
-from orleanspy.runtime.locator import GrainLocator
+from orleanspy.runtime.locator import GrainLocator, RequestForwarder
 
 if TYPE_CHECKING:
     from orleanspy._util.carrier import Carrier
@@ -344,6 +344,19 @@ class Dispatcher:
             self._locator.route(msg)
             return
         self.deliver_here(msg)
+
+    @property
+    def local_only(self) -> bool:
+        """Every grain lives on this silo (a lone silo): nothing is routed elsewhere."""
+        return self._local_only
+
+    def connection_for(self, grain_id: GrainId) -> RequestForwarder | None:
+        """The connection to send a gateway client's request for ``grain_id`` on as it came:
+        the grain is not active here and routing would send it to another silo at once
+        (``GrainLocator.connection_for``). None: deliver it as a message."""
+        if self._local_only or grain_id in self._activations:
+            return None
+        return self._locator.connection_for(grain_id)
 
     def deliver_here(self, msg: Message) -> None:
         """Hand a message to its activation on this silo (created if need be)."""

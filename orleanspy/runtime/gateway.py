@@ -36,9 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgpack
 
@@ -52,9 +51,9 @@ from orleanspy.errors import (
 )
 from orleanspy.grains.observer import OBSERVER_HUB_TYPE
 from orleanspy.grains.request_context import check_context
+from orleanspy.ids import GrainId, grain_id
 from orleanspy.messaging.bodies import reply_frame
 from orleanspy.messaging.client_identity import check_client
-from orleanspy.messaging.codec import Codec
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     CANCEL,
@@ -74,6 +73,7 @@ from orleanspy.messaging.frames import (
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Message
 from orleanspy.runtime.client_load import NO_CLIENT, ClientLoad
+from orleanspy.runtime.gateway_host import GatewayHost, GatewayOptions, SentOn
 from orleanspy.runtime.locator import fenced_error
 
 __all__ = ["CLIENT_CONSUMER_TYPE", "ClientLoad", "Gateway", "GatewayConnection", "GatewayHost"]
@@ -84,56 +84,8 @@ CLIENT_CONSUMER_TYPE = "orleanspy.ClientStreamConsumer"
 #: The grains keyed by a client's id that only the connection that proved the id may call:
 #: its stream subscriptions' consumer and its observers' hub.
 CLIENT_OWNED: Final = frozenset({CLIENT_CONSUMER_TYPE, OBSERVER_HUB_TYPE})
-
-
-class _HostOptions(Protocol):
-    @property
-    def host(self) -> str: ...
-    @property
-    def advertised_host(self) -> str: ...
-    @property
-    def gateway_port(self) -> int | None: ...
-    @property
-    def cluster_id(self) -> str: ...
-    @property
-    def secret(self) -> str | None: ...
-    @property
-    def max_frame_size(self) -> int: ...
-    @property
-    def handshake_timeout(self) -> float: ...
-    @property
-    def max_pending_handshakes(self) -> int: ...
-    @property
-    def max_connection_requests(self) -> int: ...
-    @property
-    def max_client_requests(self) -> int: ...
-
-
-class _Deliverer(Protocol):
-    def deliver(self, msg: Message) -> None: ...
-
-    def cancel(self, msg: Message) -> None: ...
-
-
-class GatewayHost(Protocol):
-    """What the gateway needs from its silo: settings, logger, codec and dispatcher."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def options(self) -> _HostOptions: ...
-    @property
-    def log(self) -> Any: ...
-    @property
-    def codec(self) -> Codec: ...
-    @property
-    def dispatcher(self) -> _Deliverer: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def fence(self) -> Callable[[], bool] | None:
-        """True while the silo must not serve (see ``ClusterRuntime.fenced``); None: never."""
-        ...
+#: ``_send_on``'s answer for a request it sent on
+SENT_ON: Final = GrainId("orleanspy.SentOn", "")
 
 
 class GatewayConnection(FramedConnection):
@@ -149,7 +101,7 @@ class GatewayConnection(FramedConnection):
         self._monotonic = silo.clock.monotonic
         self.client = "?"
         #: two-way requests delivered and not answered yet, by the client's id (its cancels)
-        self.calls: dict[int, Message] = {}
+        self.calls: dict[int, Message | SentOn] = {}
         #: one-way requests delivered that this silo is not done with, by message id
         self.one_ways: dict[int, Message] = {}
         self.draining = False  # close once calls is empty and the client acknowledged
@@ -164,6 +116,8 @@ class GatewayConnection(FramedConnection):
         self.client_cap = opts.max_client_requests
         self.load = NO_CLIENT
         self.pauses = 0  # times its reading was paused (the first is logged as a warning)
+        #: requests for grains on other silos may be sent straight on (``_send_on``)
+        self.sends_on = not silo.dispatcher.local_only
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -196,15 +150,22 @@ class GatewayConnection(FramedConnection):
                 return
             if type(obj) is list and obj and obj[0] == CANCEL:  # the client gave up on one
                 msg = self.calls.get(Cancel.decode(obj).id)
-                if msg is not None:
+                if isinstance(msg, SentOn):
+                    msg.connection.send_cancel(msg.id)
+                elif msg is not None:
                     self.dispatcher.cancel(msg)
                 return
             raise ProtocolError("a client may only send request frames (and [6], [7, id])")
         Request.check(obj)
         one_way = obj[0] == ONE_WAY
         corr = obj[1]
+        gid = None
+        if self.sends_on and not one_way and len(obj) == 10 and not obj[6]:
+            gid = self._send_on(obj, corr)
+            if gid is SENT_ON:
+                return
         try:
-            msg = Request.to_message(obj)
+            msg = Request.to_message(obj, gid)
         except BadRequest as bad:  # a bad key or call chain: answer it, keep serving
             if not one_way:
                 self._reply(corr, False, bad.error)
@@ -261,6 +222,36 @@ class GatewayConnection(FramedConnection):
             self._reply(corr, False, SiloUnavailableError(
                 f"silo {self.silo.name} is shutting down"
             ))
+
+    def _send_on(self, obj: list[Any], corr: int) -> GrainId | None:
+        """Send a client's two-way request (no call chain, no request context) straight on
+        to the silo its grain lives on, when routing would send it there at once: its header
+        is all this silo reads, its arguments go on as received, and the response comes back
+        as received. Returns ``SENT_ON``, or the grain's id (None if not made) for the
+        message path, which checks and answers what else the request needs."""
+        key = obj[3]
+        if (type(key) is not str and type(key) is not int) or not self.gateway.accepting:
+            return None
+        gid = grain_id(obj[2], key)
+        if gid.type_name in CLIENT_OWNED:
+            return gid
+        conn = self.dispatcher.connection_for(gid)
+        if conn is None:
+            return gid
+        fence = self.silo.fence
+        if fence is not None and fence():
+            return gid
+        calls = self.calls
+        if corr in calls:  # its answer could not tell the two apart
+            raise ProtocolError(f"request id {corr} is already in flight")
+        calls[corr] = SentOn(conn, conn.send_request(partial(self._answer, corr), obj[2], key,
+                                                     obj[4], obj[5], obj[9]))
+        self.requests += 1  # (as the message path counts it)
+        if self.shared:
+            self.load.requests += 1
+        if self.requests >= self.cap or (self.shared and self.load.requests >= self.client_cap):
+            self._hold()
+        return SENT_ON
 
     def _handshake(self, obj: Any) -> None:
         opts = self.silo.options
@@ -375,7 +366,7 @@ class GatewayConnection(FramedConnection):
 class Gateway:
     """Accepts client connections for one silo."""
 
-    def __init__(self, silo: GatewayHost, *, options: _HostOptions, clock: Clock,
+    def __init__(self, silo: GatewayHost, *, options: GatewayOptions, clock: Clock,
                  log: Any) -> None:
         """``silo``: its codec, dispatcher and fence (read on use); ``options``: the
         handshake bounds; ``clock`` and ``log``: the handshake guard's."""

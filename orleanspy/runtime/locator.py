@@ -8,7 +8,8 @@ which the hosting layer hands to the silo.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from orleanspy.errors import MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.host import ActivationHandle
@@ -17,7 +18,14 @@ from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.messaging.message import Message
 from orleanspy.runtime.host import SiloHost
 
-__all__ = ["GrainLocator", "LocalHost", "LocalLocator", "fenced_error", "forwarding_failed"]
+__all__ = [
+    "GrainLocator",
+    "LocalHost",
+    "LocalLocator",
+    "RequestForwarder",
+    "fenced_error",
+    "forwarding_failed",
+]
 
 
 def fenced_error(silo: str) -> SiloUnavailableError:
@@ -39,6 +47,18 @@ def forwarding_failed(msg: Message, limit: int) -> MessageRejectedError:
         "max_forward_count)",
         "forward_limit",
     )
+
+
+class RequestForwarder(Protocol):
+    """A connection to another silo that a gateway sends a client's request on as it came
+    (``GrainLocator.connection_for``)."""
+
+    def send_request(self, reply: Callable[[bool, Any], None], type_name: str,
+                     key: str | int, method: str, timeout: float | None, body: bytes) -> int:
+        """Send the request; its id on this connection (for ``send_cancel``)."""
+
+    def send_cancel(self, corr: int) -> None:
+        """The request's caller gave up on it."""
 
 
 class GrainLocator(Protocol):
@@ -64,6 +84,10 @@ class GrainLocator(Protocol):
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:
         """Send a message that reached a duplicate activation to the winner's silo."""
+
+    def connection_for(self, gid: GrainId) -> RequestForwarder | None:
+        """The connection to send a gateway client's request for ``gid`` (not active here)
+        on as it came, if routing would send it to another silo at once; else None."""
 
 
 class _Enqueues(Protocol):
@@ -136,6 +160,9 @@ class LocalLocator:
 
     def activation_removed(self, act: ActivationHandle) -> None:
         pass
+
+    def connection_for(self, gid: GrainId) -> RequestForwarder | None:
+        return None
 
     def forward(self, msg: Message, silo: SiloAddress) -> None:
         raise RuntimeError(f"a lone silo has no other silo to forward {msg.target} to ({silo})")
