@@ -30,6 +30,7 @@ from orleanspy.errors import (
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.storage.postgres import PostgresGrainStorage
 from orleanspy.streams.adapters import postgres as postgres_adapter
+from orleanspy.streams.adapters import postgres_writer
 from orleanspy.streams.adapters.postgres import PostgresAdapterFactory, PostgresQueueAdapter
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
@@ -290,6 +291,73 @@ async def test_a_receiver_queries_after_check_every_without_a_notification(
         await receiver.shutdown()
     finally:
         await adapter.close()
+
+
+async def test_commits_within_the_notify_gap_are_covered_by_one_notification_after_them(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process is notified of a queue's first commit at once, and of the commits
+    within ``NOTIFY_GAP`` after it by one notification once the gap has passed: its reader,
+    which read after the first, is woken again and finds every row."""
+    monkeypatch.setattr(postgres_writer, "NOTIFY_GAP", 0.5)
+    loop = asyncio.get_running_loop()
+    writer = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await writer.open()
+    await reader.open()
+    try:
+        receiver = reader.create_receiver(Q0)
+        await receiver.initialize()
+        assert await receiver.get_messages(10) == []
+        wakes: list[float] = []
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(lambda: (wakes.append(loop.time()), woken.set()))
+        before = loop.time()
+        await writer.enqueue(Q0, STREAM, [0])
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        woken.clear()
+        assert [e for c in await receiver.get_messages(10) for e in c.events] == [0]
+        for n in (1, 2):
+            await writer.enqueue(Q0, STREAM, [n])
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        assert len(wakes) == 2 and wakes[1] >= before + 0.5
+        assert [e for c in await receiver.get_messages(10) for e in c.events] == [1, 2]
+        await receiver.shutdown()
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_closing_sends_the_notifications_owed_at_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgres_writer, "NOTIFY_GAP", 3600.0)
+    writer = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await writer.open()
+    await reader.open()
+    try:
+        receiver = reader.create_receiver(Q0)
+        await receiver.initialize()
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(woken.set)
+        await writer.enqueue(Q0, STREAM, [0])  # notified at once
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        woken.clear()
+        assert len(await receiver.get_messages(10)) == 1
+        await writer.enqueue(Q0, STREAM, [1])  # owed
+        await writer.close()
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        [container] = await receiver.get_messages(10)
+        assert container.events == (1,)
+        await receiver.shutdown()
+    finally:
+        await writer.close()
+        await reader.close()
 
 
 # -- membership across processes -----------------------------------------------------------

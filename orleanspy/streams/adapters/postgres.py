@@ -13,7 +13,8 @@ containers come back through ``messages_delivered`` and their rows are deleted (
   sees an older row appear later.
 * LISTEN/NOTIFY. The writer tells this adapter's receivers of a queue's commit at once, and
   other processes by notifying channel ``orleanspy_queues`` (``schema/queue``, delivered at
-  commit). Each adapter keeps one listening
+  commit; at most once per ``NOTIFY_GAP``, 10 ms, per queue from one process, the commits in
+  between covered by a notification at the gap's end). Each adapter keeps one listening
   connection and marks the receivers of a notified queue. A receiver queries only when told
   that rows arrived (or after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds
   after its last query), so an idle queue costs a query every few seconds at most; a lost

@@ -8,24 +8,33 @@
 * Order. Writers of every process insert a queue's rows under a transaction lock of that
   queue (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order and a reader
   that saw ``seq`` n never sees an older row appear later.
-* Notifications. The receivers of this process are told of a commit at once
-  (``on_commit``); the flush also notifies channel ``orleanspy_queues`` with the queues it
-  wrote (``schema/queue``, delivered at commit) for other processes' receivers.
+* Notifications. The receivers of this process are told of a commit at once (``on_commit``).
+  Other processes' receivers are told by ``NOTIFY`` on channel ``orleanspy_queues``
+  (``schema/queue``, delivered at commit), at most once per ``NOTIFY_GAP`` (10 ms) per queue
+  from one process: the first commit after a quiet gap notifies in its own statement; the
+  queues that later commits wrote within the gap are *owed* a notification, sent once the gap
+  has passed, in the next insert or, with none under way, in a statement of its own. Every
+  committed row is thus followed by a notification sent after its commit, at most
+  ``NOTIFY_GAP`` (and a round trip) later; a reader takes the rows of several commits in one
+  read anyway (``READ_GAP``), and a notification costs the server a wake-up of every
+  listening connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final
 
 from orleanspy._util.postgres import PostgresClient
 from orleanspy.messaging.codec import pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX
 
-__all__ = ["CHANNEL", "Writer"]
+__all__ = ["CHANNEL", "NOTIFY_GAP", "Writer"]
 
 CHANNEL: Final = "orleanspy_queues"
+#: Seconds between two notifications of a queue from one process (module docstring).
+NOTIFY_GAP = 0.01
 # One statement (one round trip, its own transaction): the queues' locks (an InitPlan, so
 # taken before any row draws its seq), the rows, and the notifications sent at commit.
 _INSERT: Final = """
@@ -35,14 +44,18 @@ WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
            SELECT q, n, k, e, s FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
                                             $6::int[]) WITH ORDINALITY AS r(q, n, k, e, s, o)
            WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1),
-     n AS (SELECT pg_notify('orleanspy_queues', $7 || '/' || q) FROM unnest($1::text[]) q
+     n AS (SELECT pg_notify('orleanspy_queues', $7 || '/' || q) FROM unnest($8::text[]) q
            WHERE (SELECT count(*) FROM i) > 0)
 SELECT count(*) FROM n
 """
+_NEVER: Final = float("-inf")
+_NOTIFY: Final = ("SELECT count(*) FROM (SELECT pg_notify('orleanspy_queues', $1 || '/' || q) "
+                  "FROM unnest($2::text[]) q) n")
+
 
 class Writer:
-    """Rows pending insertion, committed together by one flusher task. ``on_commit(queues)``
-    is called after each commit."""
+    """Rows pending insertion, committed together by one flusher task; the notifications
+    other processes are owed. ``on_commit(queues)`` is called after each commit."""
 
     def __init__(self, client: PostgresClient, on_commit: Callable[[list[str]], None]) -> None:
         self._client = client
@@ -52,6 +65,13 @@ class Writer:
         self._open: dict[tuple[str, str, bytes], list[Any]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # queue -> when a statement that notifies it was sent; queue -> the commit (a count)
+        # after which it is owed a notification
+        self._notified_at: dict[str, float] = {}
+        self._owed: dict[str, int] = {}
+        self._commits = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._notifier: asyncio.Task[None] | None = None
 
     def add(self, row: list[Any]) -> asyncio.Future[None]:
         self._open.pop((row[0], row[1], row[2]), None)  # later single events go after it
@@ -75,8 +95,16 @@ class Writer:
         return waiter
 
     async def wait_idle(self) -> None:
+        """Wait for the pending inserts, then send the notifications still owed at once."""
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
+        if self._notifier is not None:
+            await asyncio.shield(self._notifier)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._owed:
+            await self._notify(everything=True)
 
     async def _flush(self) -> None:
         waiters: list[asyncio.Future[None]] = []
@@ -106,13 +134,74 @@ class Writer:
             raise
         finally:
             self._flusher = None
+            self._notify_later()
 
     async def _insert(self, rows: list[list[Any]]) -> None:
         """Insert ``rows`` (queue, namespace, key, events, size) in one transaction, under
-        their queues' locks, and notify the queues' readers at commit."""
+        their queues' locks, notifying at commit the queues whose gap has passed."""
         queues = sorted({row[0] for row in rows})
+        sent = self._due(queues)
         columns = [list(column) for column in zip(*rows, strict=True)]
         client = self._client
         await client.run("enqueue", lambda c: c.fetchval(
-            _INSERT, queues, *columns, client.schema), idempotent=False)
+            _INSERT, queues, *columns, client.schema, list(sent)), idempotent=False)
+        self._commits += 1
+        self._settle(sent)
+        for queue in queues:
+            if queue not in sent:  # committed, not notified: owed a notification
+                self._owed[queue] = self._commits
         self._on_commit(queues)
+
+    def _due(self, queues: Collection[str], everything: bool = False) -> dict[str, int | None]:
+        """Of ``queues`` and the queues owed a notification, those whose gap has passed (all
+        owed ones if ``everything``), marked as notified now: queue -> the commit it was owed
+        a notification for (None: not owed)."""
+        now = asyncio.get_running_loop().time()
+        notified_at, owed = self._notified_at, self._owed
+        due = {q: owed.get(q) for q in queues if now - notified_at.get(q, _NEVER) >= NOTIFY_GAP}
+        if owed:
+            due.update((q, c) for q, c in owed.items() if q not in due and (
+                everything or now - notified_at[q] >= NOTIFY_GAP))
+        for queue in due:
+            notified_at[queue] = now
+        return due
+
+    def _settle(self, sent: dict[str, int | None]) -> None:
+        """A statement notifying the queues of ``sent`` committed: they are owed nothing for
+        the commits up to the one each was owed for when it was sent."""
+        owed = self._owed
+        for queue, commit in sent.items():
+            if commit is not None and owed.get(queue) == commit:
+                del owed[queue]
+
+    def _notify_later(self) -> None:
+        """Send the notifications owed once their gap has passed (no insert under way)."""
+        if not self._owed or self._timer is not None or self._notifier is not None:
+            return
+        at = min(self._notified_at[q] for q in self._owed) + NOTIFY_GAP
+        self._timer = asyncio.get_running_loop().call_at(at, self._notify_owed)
+
+    def _notify_owed(self) -> None:
+        self._timer = None
+        if self._flusher is None and self._notifier is None and self._owed:
+            self._notifier = asyncio.get_running_loop().create_task(
+                self._notify(), name="postgres queue notify")
+
+    async def _notify(self, *, everything: bool = False) -> None:
+        """One statement notifying the queues owed (those whose gap passed); a failure leaves
+        them owed (the next insert notifies them; receivers also query every
+        ``CHECK_EVERY``)."""
+        try:
+            sent = self._due((), everything)
+            if sent:
+                client = self._client
+                await client.run("notify", lambda c: c.fetchval(
+                    _NOTIFY, client.schema, list(sent)))
+                self._settle(sent)
+        except Exception:  # loop boundary: left owed (see above)
+            return
+        finally:
+            if self._notifier is asyncio.current_task():
+                self._notifier = None
+        if self._flusher is None and not everything:
+            self._notify_later()
