@@ -293,6 +293,55 @@ async def test_a_receiver_queries_after_check_every_without_a_notification(
         await adapter.close()
 
 
+async def test_writers_of_several_processes_on_two_queues_commit_in_seq_order(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three adapters (as three processes) flush rows of both queues at once while a fourth
+    reads them: the writers take the queues' locks in one order (none waits for another
+    forever), and a reader that saw ``seq`` n never finds an older row later, so reading past
+    the last row seen misses nothing."""
+    monkeypatch.setattr(postgres_adapter, "CHECK_EVERY", 0.0)  # the reader queries each time
+    queues = (Q0, QueueId("p", 1))
+    writers = [PostgresAdapterFactory(postgres_url).create_adapter("p") for _ in range(3)]
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    for adapter in (*writers, reader):
+        await adapter.open()
+    done = asyncio.Event()
+    got: dict[QueueId, list[Any]] = {q: [] for q in queues}
+
+    async def produce(w: int, p: int) -> None:
+        stream = StreamId("s", f"{w}-{p}")
+        for n in range(80):  # each flush of this adapter holds rows of both queues
+            await asyncio.gather(*(writers[w].enqueue(q, stream, [(w, p, n)]) for q in queues))
+
+    async def read(queue: QueueId) -> None:
+        receiver = reader.create_receiver(queue)
+        await receiver.initialize()
+        try:
+            while True:
+                finished = done.is_set()
+                batch = await receiver.get_messages(100)
+                got[queue] += [e for c in batch for e in c.events]
+                if finished and not batch:
+                    return
+                await asyncio.sleep(0.001)
+        finally:
+            await receiver.shutdown()
+
+    try:
+        readers = [asyncio.create_task(read(q)) for q in queues]
+        async with asyncio.timeout(WAIT):
+            await asyncio.gather(*(produce(w, p) for w in range(3) for p in range(4)))
+            done.set()
+            await asyncio.gather(*readers)
+    finally:
+        for adapter in (*writers, reader):
+            await adapter.close()
+    expected = sorted((w, p, n) for w in range(3) for p in range(4) for n in range(80))
+    for queue in queues:
+        assert sorted(tuple(e) for e in got[queue]) == expected
+
+
 async def test_commits_within_the_notify_gap_are_covered_by_one_notification_after_them(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

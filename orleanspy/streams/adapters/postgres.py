@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
 from typing import Any, Final, final
 
@@ -325,7 +325,7 @@ class PostgresQueueAdapter(QueueAdapter):
                 await asyncio.wait_for(listener.close(), 5.0)
         await self.client.close()
 
-    def _committed(self, queues: list[str]) -> None:
+    def _committed(self, queues: Collection[str]) -> None:
         """Rows of ``queues`` committed: this adapter's readers need not wait for a
         notification."""
         receivers = self.receivers
@@ -363,7 +363,7 @@ class PostgresQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))  # one row, even of one event
         await self._writer.add([str(queue), stream_id.namespace,
-                                self._codec.packb(stream_id.key), payload, len(payload)])
+                                self._codec.packb(stream_id.key), payload])
 
     def sender(self, queue: QueueId, stream_id: StreamId
                ) -> Callable[[Sequence[Any]], Awaitable[None]]:
@@ -384,7 +384,7 @@ class PostgresQueueAdapter(QueueAdapter):
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))
-        return self._writer.add([*stream, payload, len(payload)])
+        return self._writer.add([*stream, payload])
 
     def fence_with(self, fence: Any) -> bool:
         """With leases in the same database and schema (``PostgresQueueLeaseStore``), an

@@ -7,7 +7,9 @@
   next commit share one row (one container).
 * Order. Writers of every process insert a queue's rows under a transaction lock of that
   queue (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order and a reader
-  that saw ``seq`` n never sees an older row appear later.
+  that saw ``seq`` n never sees an older row appear later. A statement takes its queues'
+  locks in one order (their names' bytes), so writers of several queues never wait for each
+  other in a cycle.
 * Notifications. The receivers of this process are told of a commit at once (``on_commit``).
   Other processes' receivers are told by ``NOTIFY`` on channel ``orleanspy_queues``
   (``schema/queue``, delivered at commit), at most once per ``NOTIFY_GAP`` (10 ms) per queue
@@ -36,31 +38,42 @@ CHANNEL: Final = "orleanspy_queues"
 #: Seconds between two notifications of a queue from one process (module docstring).
 NOTIFY_GAP = 0.01
 # One statement (one round trip, its own transaction): the queues' locks (an InitPlan, so
-# taken before any row draws its seq), the rows, and the notifications sent at commit.
-_INSERT: Final = """
+# taken before any row draws its seq; in one order in every process), the rows, and (when
+# some are due, ``_statements``) the notifications sent at commit. The parameters are the
+# rows' four columns (the server takes a row's size from its events): asyncpg's cost of a
+# call grows with each array it encodes.
+_LOCKS: Final = """
 WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
-           FROM unnest($1::text[]) q),
+           FROM (SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) q ORDER BY 1) d),
      i AS (INSERT INTO stream_queue (queue, namespace, key, events, size)
-           SELECT q, n, k, e, s FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
-                                            $6::int[]) WITH ORDINALITY AS r(q, n, k, e, s, o)
-           WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1),
-     n AS (SELECT pg_notify('orleanspy_queues', $7 || '/' || q) FROM unnest($8::text[]) q
-           WHERE (SELECT count(*) FROM i) > 0)
-SELECT count(*) FROM n
-"""
+           SELECT q, n, k, e, octet_length(e)
+           FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])
+                WITH ORDINALITY AS r(q, n, k, e, o)
+           WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1)"""
 _NEVER: Final = float("-inf")
-_NOTIFY: Final = ("SELECT count(*) FROM (SELECT pg_notify('orleanspy_queues', $1 || '/' || q) "
-                  "FROM unnest($2::text[]) q) n")
+
+
+def _statements(schema: str) -> tuple[str, str, str]:
+    """The insert, the insert that also notifies the queues of ``$5``, and a notification
+    alone (of the queues of ``$1``), for the tables of ``schema`` (a checked SQL name)."""
+    notify = f"SELECT pg_notify('{CHANNEL}', '{schema}/' || q) FROM unnest($%d::text[]) q"
+    return (f"{_LOCKS}\nSELECT count(*) FROM i",
+            f"{_LOCKS},\n     n AS ({notify % 5} WHERE (SELECT count(*) FROM i) > 0)\n"
+            "SELECT count(*) FROM n",
+            f"SELECT count(*) FROM ({notify % 1}) n")
 
 
 class Writer:
     """Rows pending insertion, committed together by one flusher task; the notifications
     other processes are owed. ``on_commit(queues)`` is called after each commit."""
 
-    def __init__(self, client: PostgresClient, on_commit: Callable[[list[str]], None]) -> None:
+    def __init__(self, client: PostgresClient,
+                 on_commit: Callable[[Collection[str]], None]) -> None:
         self._client = client
         self._on_commit = on_commit
-        self._rows: list[list[Any]] = []  # [queue, namespace, key, events, size]
+        self._insert_sql, self._insert_notify_sql, self._notify_sql = _statements(
+            client.schema)
+        self._rows: list[list[Any]] = []  # [queue, namespace, key, events]
         # A stream's row of single events, by (queue, namespace, packed key): no StreamId hashed
         self._open: dict[tuple[str, str, bytes], list[Any]] = {}
         self._waiters: list[asyncio.Future[None]] = []
@@ -83,7 +96,7 @@ class Writer:
         if row is not None and len(row[3]) < COALESCE_MAX:
             row[3].append(event)
         else:
-            row = self._open[stream] = [*stream, [event], 0]
+            row = self._open[stream] = [*stream, [event]]
             self._rows.append(row)
         return self._committed()
 
@@ -115,7 +128,6 @@ class Writer:
                 for row in rows:
                     if isinstance(row[3], list):
                         row[3] = pack_array(row[3])
-                    row[4] = len(row[3])
                 try:
                     await self._insert(rows)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
@@ -137,14 +149,17 @@ class Writer:
             self._notify_later()
 
     async def _insert(self, rows: list[list[Any]]) -> None:
-        """Insert ``rows`` (queue, namespace, key, events, size) in one transaction, under
-        their queues' locks, notifying at commit the queues whose gap has passed."""
-        queues = sorted({row[0] for row in rows})
-        sent = self._due(queues)
+        """Insert ``rows`` (queue, namespace, key, events) in one transaction, under their
+        queues' locks, notifying at commit the queues whose gap has passed."""
         columns = [list(column) for column in zip(*rows, strict=True)]
-        client = self._client
-        await client.run("enqueue", lambda c: c.fetchval(
-            _INSERT, queues, *columns, client.schema, list(sent)), idempotent=False)
+        queues = set(columns[0])
+        sent = self._due(queues)
+        sql = self._insert_sql
+        if sent:
+            sql = self._insert_notify_sql
+            columns.append(list(sent))
+        await self._client.run("enqueue", lambda c: c.fetchval(sql, *columns),
+                               idempotent=False)
         self._commits += 1
         self._settle(sent)
         for queue in queues:
@@ -194,9 +209,8 @@ class Writer:
         try:
             sent = self._due((), everything)
             if sent:
-                client = self._client
-                await client.run("notify", lambda c: c.fetchval(
-                    _NOTIFY, client.schema, list(sent)))
+                await self._client.run("notify", lambda c: c.fetchval(
+                    self._notify_sql, list(sent)))
                 self._settle(sent)
         except Exception:  # loop boundary: left owed (see above)
             return
