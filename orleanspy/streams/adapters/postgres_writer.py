@@ -3,7 +3,8 @@
 
 * Batched inserts (group commit): ``enqueue`` adds its row to the writer and awaits a future;
   one flusher task inserts everything pending in one statement (``unnest`` of arrays) in one
-  transaction and resolves the futures. Single events of one stream published before the
+  transaction and resolves the futures; it then lets the callers it resumed run (one loop
+  pass) and goes on while they added rows. Single events of one stream published before the
   next commit share one row (one container).
 * Order. Writers of every process insert a queue's rows under a transaction lock of that
   queue (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order and a reader
@@ -101,10 +102,13 @@ class Writer:
         return self._committed()
 
     def _committed(self) -> asyncio.Future[None]:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._flusher is None:
+        flusher = self._flusher
+        if flusher is not None:  # its loop: no asyncio.get_running_loop() (a getpid) per event
+            waiter = flusher.get_loop().create_future()
+        else:
+            waiter = asyncio.get_running_loop().create_future()
             self._flusher = asyncio.create_task(self._flush(), name="postgres queue flush")
+        self._waiters.append(waiter)
         return waiter
 
     async def wait_idle(self) -> None:
@@ -138,6 +142,11 @@ class Writer:
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
+                if not self._waiters:
+                    # One loop pass: the callers just resumed add their next rows (under a
+                    # steady load the flusher goes on rather than a new one starting).
+                    waiters = []
+                    await asyncio.sleep(0)
             waiters = []
         except BaseException:
             for waiter in (*waiters, *self._waiters):
