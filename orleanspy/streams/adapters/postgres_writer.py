@@ -38,30 +38,29 @@ __all__ = ["CHANNEL", "NOTIFY_GAP", "Writer"]
 CHANNEL: Final = "orleanspy_queues"
 #: Seconds between two notifications of a queue from one process (module docstring).
 NOTIFY_GAP = 0.01
-# One statement (one round trip, its own transaction): the queues' locks (an InitPlan, so
-# taken before any row draws its seq; in one order in every process), the rows, and (when
-# some are due, ``_statements``) the notifications sent at commit. The parameters are the
-# rows' four columns (the server takes a row's size from its events): asyncpg's cost of a
-# call grows with each array it encodes.
-_LOCKS: Final = """
-WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
-           FROM (SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) q ORDER BY 1) d),
-     i AS (INSERT INTO stream_queue (queue, namespace, key, events, size)
-           SELECT q, n, k, e, octet_length(e)
-           FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])
-                WITH ORDINALITY AS r(q, n, k, e, o)
-           WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1)"""
+# One statement (one round trip, its own transaction). Its condition is evaluated once,
+# before any row draws its seq (an InitPlan under the rows' scan): it takes the queues'
+# locks, in one order in every process, and (when some are due, ``_statements``) queues the
+# notifications, which the server sends at commit (or drops with the transaction). The
+# parameters are the rows' four columns (the server takes a row's size from its events):
+# asyncpg's cost of a call grows with each array it encodes.
+_INSERT: Final = """
+INSERT INTO stream_queue (queue, namespace, key, events, size)
+SELECT q, n, k, e, octet_length(e)
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[]) WITH ORDINALITY AS r(q, n, k, e, o)
+WHERE (SELECT count(pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q)))
+       FROM (SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) q ORDER BY 1) d) >= 0
+"""
 _NEVER: Final = float("-inf")
 
 
 def _statements(schema: str) -> tuple[str, str, str]:
     """The insert, the insert that also notifies the queues of ``$5``, and a notification
     alone (of the queues of ``$1``), for the tables of ``schema`` (a checked SQL name)."""
-    notify = f"SELECT pg_notify('{CHANNEL}', '{schema}/' || q) FROM unnest($%d::text[]) q"
-    return (f"{_LOCKS}\nSELECT count(*) FROM i",
-            f"{_LOCKS},\n     n AS ({notify % 5} WHERE (SELECT count(*) FROM i) > 0)\n"
-            "SELECT count(*) FROM n",
-            f"SELECT count(*) FROM ({notify % 1}) n")
+    notify = f"SELECT count(pg_notify('{CHANNEL}', '{schema}/' || q)) FROM unnest($%d::text[]) q"
+    return (f"{_INSERT}ORDER BY o",
+            f"{_INSERT}  AND ({notify % 5}) >= 0\nORDER BY o",
+            notify % 1)
 
 
 class Writer:
@@ -167,7 +166,7 @@ class Writer:
         if sent:
             sql = self._insert_notify_sql
             columns.append(list(sent))
-        await self._client.run("enqueue", lambda c: c.fetchval(sql, *columns),
+        await self._client.run("enqueue", lambda c: c.execute(sql, *columns),
                                idempotent=False)
         self._commits += 1
         self._settle(sent)
@@ -218,7 +217,7 @@ class Writer:
         try:
             sent = self._due((), everything)
             if sent:
-                await self._client.run("notify", lambda c: c.fetchval(
+                await self._client.run("notify", lambda c: c.execute(
                     self._notify_sql, list(sent)))
                 self._settle(sent)
         except Exception:  # loop boundary: left owed (see above)
