@@ -293,25 +293,28 @@ async def test_a_receiver_queries_after_check_every_without_a_notification(
         await adapter.close()
 
 
-async def test_writers_of_several_processes_on_two_queues_commit_in_seq_order(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("streams", [1, 4])
+async def test_writers_of_several_processes_commit_each_queues_rows_in_seq_order(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, streams: int,
 ) -> None:
-    """Three adapters (as three processes) flush rows of both queues at once while a fourth
-    reads them: the writers take the queues' locks in one order (none waits for another
+    """Three adapters (as three processes) flush rows at once while a fourth reads them
+    (with one stream per adapter, a flush is one row; with four on two queues, rows of both
+    queues): the writers take the queues' locks in one order (none waits for another
     forever), and a reader that saw ``seq`` n never finds an older row later, so reading past
     the last row seen misses nothing."""
     monkeypatch.setattr(postgres_adapter, "CHECK_EVERY", 0.0)  # the reader queries each time
-    queues = (Q0, QueueId("p", 1))
+    queues = (Q0,) if streams == 1 else (Q0, QueueId("p", 1))
     writers = [PostgresAdapterFactory(postgres_url).create_adapter("p") for _ in range(3)]
     reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
     for adapter in (*writers, reader):
         await adapter.open()
     done = asyncio.Event()
     got: dict[QueueId, list[Any]] = {q: [] for q in queues}
+    rounds = 320 // streams
 
     async def produce(w: int, p: int) -> None:
         stream = StreamId("s", f"{w}-{p}")
-        for n in range(80):  # each flush of this adapter holds rows of both queues
+        for n in range(rounds):
             await asyncio.gather(*(writers[w].enqueue(q, stream, [(w, p, n)]) for q in queues))
 
     async def read(queue: QueueId) -> None:
@@ -331,13 +334,13 @@ async def test_writers_of_several_processes_on_two_queues_commit_in_seq_order(
     try:
         readers = [asyncio.create_task(read(q)) for q in queues]
         async with asyncio.timeout(WAIT):
-            await asyncio.gather(*(produce(w, p) for w in range(3) for p in range(4)))
+            await asyncio.gather(*(produce(w, p) for w in range(3) for p in range(streams)))
             done.set()
             await asyncio.gather(*readers)
     finally:
         for adapter in (*writers, reader):
             await adapter.close()
-    expected = sorted((w, p, n) for w in range(3) for p in range(4) for n in range(80))
+    expected = sorted((w, p, n) for w in range(3) for p in range(streams) for n in range(rounds))
     for queue in queues:
         assert sorted(tuple(e) for e in got[queue]) == expected
 

@@ -39,28 +39,36 @@ CHANNEL: Final = "orleanspy_queues"
 #: Seconds between two notifications of a queue from one process (module docstring).
 NOTIFY_GAP = 0.01
 # One statement (one round trip, its own transaction). Its condition is evaluated once,
-# before any row draws its seq (an InitPlan under the rows' scan): it takes the queues'
-# locks, in one order in every process, and (when some are due, ``_statements``) queues the
-# notifications, which the server sends at commit (or drops with the transaction). The
-# parameters are the rows' four columns (the server takes a row's size from its events):
-# asyncpg's cost of a call grows with each array it encodes.
-_INSERT: Final = """
+# before any row draws its seq (an InitPlan): it takes the queues' locks, in one order in
+# every process, and (when some are due) queues the notifications, which the server sends at
+# commit (or drops with the transaction). The parameters are the rows' four columns (the
+# server takes a row's size from its events), as arrays or, for one row, as values: asyncpg's
+# cost of a call grows with each array it encodes.
+_ROWS: Final = """
 INSERT INTO stream_queue (queue, namespace, key, events, size)
 SELECT q, n, k, e, octet_length(e)
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[]) WITH ORDINALITY AS r(q, n, k, e, o)
 WHERE (SELECT count(pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q)))
        FROM (SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) q ORDER BY 1) d) >= 0
 """
+_ROW: Final = """
+INSERT INTO stream_queue (queue, namespace, key, events, size)
+SELECT $1::text, $2::text, $3::bytea, $4::bytea, octet_length($4::bytea)
+WHERE (SELECT count(pg_advisory_xact_lock(hashtext('orleanspy-queue:' || $1::text)))) >= 0
+"""
 _NEVER: Final = float("-inf")
 
 
-def _statements(schema: str) -> tuple[str, str, str]:
-    """The insert, the insert that also notifies the queues of ``$5``, and a notification
-    alone (of the queues of ``$1``), for the tables of ``schema`` (a checked SQL name)."""
+def _statements(schema: str) -> tuple[dict[tuple[bool, bool], str], str]:
+    """The inserts by (one row, notifying the queues of ``$5``), and a notification alone
+    (of the queues of ``$1``), for the tables of ``schema`` (a checked SQL name)."""
     notify = f"SELECT count(pg_notify('{CHANNEL}', '{schema}/' || q)) FROM unnest($%d::text[]) q"
-    return (f"{_INSERT}ORDER BY o",
-            f"{_INSERT}  AND ({notify % 5}) >= 0\nORDER BY o",
-            notify % 1)
+    inserts = {}
+    for one, sql in ((False, _ROWS), (True, _ROW)):
+        order = "" if one else "ORDER BY o"
+        inserts[one, False] = f"{sql}{order}"
+        inserts[one, True] = f"{sql}  AND ({notify % 5}) >= 0\n{order}"
+    return inserts, notify % 1
 
 
 class Writer:
@@ -71,8 +79,7 @@ class Writer:
                  on_commit: Callable[[Collection[str]], None]) -> None:
         self._client = client
         self._on_commit = on_commit
-        self._insert_sql, self._insert_notify_sql, self._notify_sql = _statements(
-            client.schema)
+        self._inserts, self._notify_sql = _statements(client.schema)
         self._rows: list[list[Any]] = []  # [queue, namespace, key, events]
         # A stream's row of single events, by (queue, namespace, packed key): no StreamId hashed
         self._open: dict[tuple[str, str, bytes], list[Any]] = {}
@@ -159,15 +166,17 @@ class Writer:
     async def _insert(self, rows: list[list[Any]]) -> None:
         """Insert ``rows`` (queue, namespace, key, events) in one transaction, under their
         queues' locks, notifying at commit the queues whose gap has passed."""
-        columns = [list(column) for column in zip(*rows, strict=True)]
-        queues = set(columns[0])
+        if len(rows) == 1:
+            args: list[Any] = rows[0]
+            queues: Collection[str] = (args[0],)
+        else:
+            args = [list(column) for column in zip(*rows, strict=True)]
+            queues = set(args[0])
         sent = self._due(queues)
-        sql = self._insert_sql
         if sent:
-            sql = self._insert_notify_sql
-            columns.append(list(sent))
-        await self._client.run("enqueue", lambda c: c.execute(sql, *columns),
-                               idempotent=False)
+            args = [*args, list(sent)]
+        sql = self._inserts[len(rows) == 1, bool(sent)]
+        await self._client.run("enqueue", lambda c: c.execute(sql, *args), idempotent=False)
         self._commits += 1
         self._settle(sent)
         for queue in queues:
