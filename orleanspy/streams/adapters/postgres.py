@@ -6,7 +6,7 @@ containers come back through ``messages_delivered`` and their rows are deleted (
 ``retention``, marked acknowledged and deleted once older than it).
 
 * Writes (``orleanspy.streams.adapters.postgres_writer``): ``enqueue`` adds its row to a
-  group commit (one ``INSERT ... unnest`` statement per round, single events of one stream
+  group commit (one ``INSERT ... SELECT`` statement per round, single events of one stream
   published before the next commit sharing one row), under the queues' transaction locks
   (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order (a row's ``seq``, a
   ``BIGSERIAL``, is its container's sequence number) and a reader that saw ``seq`` n never

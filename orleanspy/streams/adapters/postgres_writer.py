@@ -2,10 +2,10 @@
 ``orleanspy.streams.adapters.postgres``).
 
 * Batched inserts (group commit): ``enqueue`` adds its row to the writer and awaits a future;
-  one flusher task inserts everything pending in one statement (``unnest`` of arrays) in one
-  transaction and resolves the futures; it then lets the callers it resumed run (one loop
-  pass) and goes on while they added rows. Single events of one stream published before the
-  next commit share one row (one container).
+  one flusher task inserts everything pending in one statement (``unnest`` of arrays, or one
+  row's values) in one transaction and resolves the futures; it then lets the callers it
+  resumed run (one loop pass) and goes on while they added rows. Single events of one stream
+  published before the next commit share one row (one container).
 * Order. Writers of every process insert a queue's rows under a transaction lock of that
   queue (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order and a reader
   that saw ``seq`` n never sees an older row appear later. A statement takes its queues'
