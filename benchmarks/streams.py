@@ -46,7 +46,8 @@ PostgreSQL run (``--only postgres``; ``POSTGRES_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/test``; a schema of its own, dropped afterwards):
 ``postgres_10_producers_vs_handwritten`` is figure 4's work on ``PostgresAdapterFactory``
 against asyncpg by hand (producers awaiting their commit, one ``INSERT ... unnest`` per batch
-of waiting events, an ordered SELECT reader that deletes what it read);
+of waiting events, an ordered SELECT reader that deletes what it read, its deletes committed
+with ``synchronous_commit`` off as the adapter's acknowledgements are);
 ``grain_state_write_postgres_vs_sqlite`` / ``_vs_redis``: 10 grains writing their state in
 turn (etag-checked, durable when the call returns) through each ``GrainStorage`` provider.
 
@@ -704,8 +705,9 @@ async def handwritten_postgres(url: str, n: int, producers: int = 10) -> float:
     ``await`` the commit of their event, a writer inserting every waiting event in one
     ``INSERT ... SELECT FROM unnest`` (one transaction, one round trip) and resolving the
     waiters, a reader selecting the rows in order (1000 at a time), counting, and deleting
-    what it read (the acknowledgement). Events/s until the consumer has all ``n`` and the
-    table is empty."""
+    what it read (the acknowledgement: committed without waiting for its WAL flush, as the
+    adapter's acknowledgement is). Events/s until the consumer has all ``n`` and the table
+    is empty."""
     import asyncpg
 
     per = n // producers
@@ -713,7 +715,8 @@ async def handwritten_postgres(url: str, n: int, producers: int = 10) -> float:
     table = f"hand_{next(_ids)}"
     conn = await asyncpg.connect(url.split("?")[0])
     await conn.execute(f"CREATE TABLE {table} (seq BIGSERIAL PRIMARY KEY, events BYTEA)")
-    reader_conn = await asyncpg.connect(url.split("?")[0])
+    reader_conn = await asyncpg.connect(url.split("?")[0],
+                                        server_settings={"synchronous_commit": "off"})
     loop = asyncio.get_running_loop()
     tally = Tally(n)
     waiting: list[tuple[bytes, asyncio.Future[None]]] = []

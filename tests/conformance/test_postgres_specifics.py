@@ -30,6 +30,7 @@ from orleanspy.errors import (
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.storage.postgres import PostgresGrainStorage
 from orleanspy.streams.adapters import postgres as postgres_adapter
+from orleanspy.streams.adapters import postgres_writer
 from orleanspy.streams.adapters.postgres import PostgresAdapterFactory, PostgresQueueAdapter
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.postgres_leases import PostgresQueueLeaseStore
@@ -290,6 +291,125 @@ async def test_a_receiver_queries_after_check_every_without_a_notification(
         await receiver.shutdown()
     finally:
         await adapter.close()
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+async def test_writers_of_several_processes_commit_each_queues_rows_in_seq_order(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch, streams: int,
+) -> None:
+    """Three adapters (as three processes) flush rows at once while a fourth reads them
+    (with one stream per adapter, a flush is one row; with four on two queues, rows of both
+    queues): the writers take the queues' locks in one order (none waits for another
+    forever), and a reader that saw ``seq`` n never finds an older row later, so reading past
+    the last row seen misses nothing."""
+    monkeypatch.setattr(postgres_adapter, "CHECK_EVERY", 0.0)  # the reader queries each time
+    queues = (Q0,) if streams == 1 else (Q0, QueueId("p", 1))
+    writers = [PostgresAdapterFactory(postgres_url).create_adapter("p") for _ in range(3)]
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    for adapter in (*writers, reader):
+        await adapter.open()
+    done = asyncio.Event()
+    got: dict[QueueId, list[Any]] = {q: [] for q in queues}
+    rounds = 320 // streams
+
+    async def produce(w: int, p: int) -> None:
+        stream = StreamId("s", f"{w}-{p}")
+        for n in range(rounds):
+            await asyncio.gather(*(writers[w].enqueue(q, stream, [(w, p, n)]) for q in queues))
+
+    async def read(queue: QueueId) -> None:
+        receiver = reader.create_receiver(queue)
+        await receiver.initialize()
+        try:
+            while True:
+                finished = done.is_set()
+                batch = await receiver.get_messages(100)
+                got[queue] += [e for c in batch for e in c.events]
+                if finished and not batch:
+                    return
+                await asyncio.sleep(0.001)
+        finally:
+            await receiver.shutdown()
+
+    try:
+        readers = [asyncio.create_task(read(q)) for q in queues]
+        async with asyncio.timeout(WAIT):
+            await asyncio.gather(*(produce(w, p) for w in range(3) for p in range(streams)))
+            done.set()
+            await asyncio.gather(*readers)
+    finally:
+        for adapter in (*writers, reader):
+            await adapter.close()
+    expected = sorted((w, p, n) for w in range(3) for p in range(streams) for n in range(rounds))
+    for queue in queues:
+        assert sorted(tuple(e) for e in got[queue]) == expected
+
+
+async def test_commits_within_the_notify_gap_are_covered_by_one_notification_after_them(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process is notified of a queue's first commit at once, and of the commits
+    within ``NOTIFY_GAP`` after it by one notification once the gap has passed: its reader,
+    which read after the first, is woken again and finds every row."""
+    monkeypatch.setattr(postgres_writer, "NOTIFY_GAP", 0.5)
+    loop = asyncio.get_running_loop()
+    writer = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await writer.open()
+    await reader.open()
+    try:
+        receiver = reader.create_receiver(Q0)
+        await receiver.initialize()
+        assert await receiver.get_messages(10) == []
+        wakes: list[float] = []
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(lambda: (wakes.append(loop.time()), woken.set()))
+        before = loop.time()
+        await writer.enqueue(Q0, STREAM, [0])
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        woken.clear()
+        assert [e for c in await receiver.get_messages(10) for e in c.events] == [0]
+        for n in (1, 2):
+            await writer.enqueue(Q0, STREAM, [n])
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        assert len(wakes) == 2 and wakes[1] >= before + 0.5
+        assert [e for c in await receiver.get_messages(10) for e in c.events] == [1, 2]
+        await receiver.shutdown()
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_closing_sends_the_notifications_owed_at_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgres_writer, "NOTIFY_GAP", 3600.0)
+    writer = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    reader = PostgresAdapterFactory(postgres_url).create_adapter("p")
+    await writer.open()
+    await reader.open()
+    try:
+        receiver = reader.create_receiver(Q0)
+        await receiver.initialize()
+        woken = asyncio.Event()
+        receiver.wake_on_arrival(woken.set)
+        await writer.enqueue(Q0, STREAM, [0])  # notified at once
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        woken.clear()
+        assert len(await receiver.get_messages(10)) == 1
+        await writer.enqueue(Q0, STREAM, [1])  # owed
+        await writer.close()
+        async with asyncio.timeout(WAIT):
+            await woken.wait()
+        [container] = await receiver.get_messages(10)
+        assert container.events == (1,)
+        await receiver.shutdown()
+    finally:
+        await writer.close()
+        await reader.close()
 
 
 # -- membership across processes -----------------------------------------------------------

@@ -5,22 +5,23 @@ Data path: producer (1) -> ``enqueue`` -> a row of ``stream_queue`` -> the agent
 containers come back through ``messages_delivered`` and their rows are deleted (or, with a
 ``retention``, marked acknowledged and deleted once older than it).
 
-* Batched inserts (group commit): ``enqueue`` adds its row to the writer and awaits a future;
-  one flusher task inserts everything pending in one statement (``unnest`` of arrays) in one
-  transaction and resolves the futures. Single events of one stream published before the
-  next commit share one row (one container), as with the SQLite adapter.
-* Order. A row's ``seq`` (a ``BIGSERIAL``) is its container's sequence number. Writers of
-  every process insert a queue's rows under a transaction lock of that queue
-  (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order and a reader that
-  saw ``seq`` n never sees an older row appear later.
-* LISTEN/NOTIFY. The flush notifies channel ``orleanspy_queues`` with the queues it wrote
-  (``schema/queue``, delivered at commit); each adapter keeps one listening connection and marks the
-  receivers of a notified queue. A receiver queries only when told that rows arrived (or
-  after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds after its last query),
-  so an idle queue costs a query every few seconds at most; a lost listening
-  connection marks every receiver (it reads once) and is opened again. A notification
-  wakes the receiver's reader (``wake_on_arrival``) ``READ_GAP`` (10 ms) after its last
-  query at the earliest: under a steady stream of commits one read takes several's rows.
+* Writes (``orleanspy.streams.adapters.postgres_writer``): ``enqueue`` adds its row to a
+  group commit (one ``INSERT ... SELECT`` statement per round, single events of one stream
+  published before the next commit sharing one row), under the queues' transaction locks
+  (``pg_advisory_xact_lock``), so a queue's rows commit in ``seq`` order (a row's ``seq``, a
+  ``BIGSERIAL``, is its container's sequence number) and a reader that saw ``seq`` n never
+  sees an older row appear later.
+* LISTEN/NOTIFY. The writer tells this adapter's receivers of a queue's commit at once, and
+  other processes by notifying channel ``orleanspy_queues`` (``schema/queue``, delivered at
+  commit; at most once per ``NOTIFY_GAP``, 10 ms, per queue from one process, the commits in
+  between covered by a notification at the gap's end). Each adapter keeps one listening
+  connection and marks the receivers of a notified queue. A receiver queries only when told
+  that rows arrived (or after a read that filled ``max_count``, or ``CHECK_EVERY`` seconds
+  after its last query), so an idle queue costs a query every few seconds at most; a lost
+  listening connection marks every receiver (it reads once) and is opened again. A
+  notification wakes the receiver's reader (``wake_on_arrival``) ``READ_GAP`` (10 ms) after
+  its last query at the earliest: under a steady stream of commits one read takes several's
+  rows.
 * At-least-once: rows stay until acknowledged, so a new receiver reads every unacknowledged
   row again, in order. With a ``PostgresLeaseFence`` (``fence_with``) an acknowledgement
   deletes rows only while the queue's lease is this silo's, in the same statement.
@@ -30,20 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.postgres import PostgresClient
 from orleanspy.errors import LeaseLostError
-from orleanspy.messaging.codec import Codec, pack_array
+from orleanspy.messaging.codec import Codec
 from orleanspy.streams.adapters.base import (
-    COALESCE_MAX,
     BatchContainer,
     QueueAdapter,
     QueueAdapterFactory,
     QueueAdapterReceiver,
 )
+from orleanspy.streams.adapters.postgres_writer import CHANNEL, Writer
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken, container_token
 
@@ -64,7 +65,6 @@ MIGRATIONS = (
     CREATE INDEX stream_queue_pending ON stream_queue (queue, seq) WHERE acked_at IS NULL
     """,
 )
-CHANNEL: Final = "orleanspy_queues"
 #: Seconds after which a receiver queries even without a notification (a listening
 #: connection lost without the client noticing, such as behind a broken network path).
 CHECK_EVERY: Final = 5.0
@@ -78,19 +78,6 @@ _SELECT_FROM: Final = (f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AN
 _SELECT_STREAM_FROM: Final = (
     f"SELECT {_COLUMNS} FROM stream_queue WHERE queue = $1 AND seq >= $2 "
     "AND acked_at IS NULL AND namespace = $4 AND key = $5 ORDER BY seq LIMIT $3")
-# One statement (one round trip, its own transaction): the queues' locks (an InitPlan, so
-# taken before any row draws its seq), the rows, and the notifications sent at commit.
-_INSERT: Final = """
-WITH l AS (SELECT pg_advisory_xact_lock(hashtext('orleanspy-queue:' || q))
-           FROM unnest($1::text[]) q),
-     i AS (INSERT INTO stream_queue (queue, namespace, key, events, size)
-           SELECT q, n, k, e, s FROM unnest($2::text[], $3::text[], $4::bytea[], $5::bytea[],
-                                            $6::int[]) WITH ORDINALITY AS r(q, n, k, e, s, o)
-           WHERE (SELECT count(*) FROM l) >= 0 ORDER BY o RETURNING 1),
-     n AS (SELECT pg_notify('orleanspy_queues', $7 || '/' || q) FROM unnest($1::text[]) q
-           WHERE (SELECT count(*) FROM i) > 0)
-SELECT count(*) FROM n
-"""
 _FENCE: Final = ("SELECT 1 FROM stream_leases WHERE cluster_id = $3 AND queue = $1 "
                  "AND owner = $4 FOR SHARE")
 _CHANGE: Final = {False: "DELETE FROM stream_queue WHERE queue = $1 AND seq = ANY($2::bigint[])",
@@ -113,72 +100,6 @@ _PURGE: Final = ("DELETE FROM stream_queue WHERE acked_at IS NOT NULL "
                  "AND acked_at < extract(epoch FROM clock_timestamp()) - $1")
 _COUNT: Final = "SELECT count(*) FROM stream_queue WHERE queue = $1 AND acked_at IS NULL"
 _STREAM_ID_CACHE_SIZE: Final = 4096
-
-
-class _Writer:
-    """Rows pending insertion, committed together by one flusher task."""
-
-    def __init__(self, adapter: PostgresQueueAdapter) -> None:
-        self._adapter = adapter
-        self._rows: list[list[Any]] = []  # [queue, namespace, key, events, size]
-        # A stream's row of single events, by (queue, namespace, packed key): no StreamId hashed
-        self._open: dict[tuple[str, str, bytes], list[Any]] = {}
-        self._waiters: list[asyncio.Future[None]] = []
-        self._flusher: asyncio.Task[None] | None = None
-
-    def add(self, row: list[Any]) -> asyncio.Future[None]:
-        self._open.pop((row[0], row[1], row[2]), None)  # later single events go after it
-        self._rows.append(row)
-        return self._committed()
-
-    def add_event(self, stream: tuple[str, str, bytes], event: bytes) -> asyncio.Future[None]:
-        row = self._open.get(stream)
-        if row is not None and len(row[3]) < COALESCE_MAX:
-            row[3].append(event)
-        else:
-            row = self._open[stream] = [*stream, [event], 0]
-            self._rows.append(row)
-        return self._committed()
-
-    def _committed(self) -> asyncio.Future[None]:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name="postgres queue flush")
-        return waiter
-
-    async def wait_idle(self) -> None:
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
-
-    async def _flush(self) -> None:
-        waiters: list[asyncio.Future[None]] = []
-        try:
-            while self._waiters:
-                rows, waiters = self._rows, self._waiters
-                self._rows, self._waiters, self._open = [], [], {}
-                for row in rows:
-                    if isinstance(row[3], list):
-                        row[3] = pack_array(row[3])
-                    row[4] = len(row[3])
-                try:
-                    await self._adapter.insert(rows)
-                except Exception as exc:  # loop boundary: fail this round's callers, go on
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
-                    continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            waiters = []
-        except BaseException:
-            for waiter in (*waiters, *self._waiters):
-                waiter.cancel()
-            self._rows, self._waiters, self._open = [], [], {}
-            raise
-        finally:
-            self._flusher = None
 
 
 @final
@@ -318,7 +239,7 @@ class PostgresQueueAdapter(QueueAdapter):
         self.client = PostgresClient(url, "queues", MIGRATIONS)
         self.retention = float(retention)
         self.receivers: dict[str, set[PostgresQueueReceiver]] = {}
-        self._writer = _Writer(self)
+        self._writer = Writer(self.client, self._committed)
         self._codec = Codec()
         self._state = "new"
         self._fence: Any = None
@@ -404,15 +325,12 @@ class PostgresQueueAdapter(QueueAdapter):
                 await asyncio.wait_for(listener.close(), 5.0)
         await self.client.close()
 
-    async def insert(self, rows: list[list[Any]]) -> None:
-        """Insert ``rows`` (queue, namespace, key, events, size) in one transaction, under
-        their queues' locks, and notify the queues' readers at commit."""
-        queues = sorted({row[0] for row in rows})
-        columns = [list(column) for column in zip(*rows, strict=True)]
-        await self.client.run("enqueue", lambda c: c.fetchval(
-            _INSERT, queues, *columns, self.client.schema), idempotent=False)
-        for queue in queues:  # this adapter's readers need not wait for the notification
-            for receiver in self.receivers.get(queue, ()):
+    def _committed(self, queues: Collection[str]) -> None:
+        """Rows of ``queues`` committed: this adapter's readers need not wait for a
+        notification."""
+        receivers = self.receivers
+        for queue in queues:
+            for receiver in receivers.get(queue, ()):
                 receiver.notified()
 
     async def acknowledge(self, queue: QueueId, seqs: list[int]) -> None:
@@ -445,7 +363,7 @@ class PostgresQueueAdapter(QueueAdapter):
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))  # one row, even of one event
         await self._writer.add([str(queue), stream_id.namespace,
-                                self._codec.packb(stream_id.key), payload, len(payload)])
+                                self._codec.packb(stream_id.key), payload])
 
     def sender(self, queue: QueueId, stream_id: StreamId
                ) -> Callable[[Sequence[Any]], Awaitable[None]]:
@@ -466,7 +384,7 @@ class PostgresQueueAdapter(QueueAdapter):
         if not events:
             raise ValueError(f"cannot enqueue an empty batch on stream {stream_id}")
         payload = self._codec.packb(list(events))
-        return self._writer.add([*stream, payload, len(payload)])
+        return self._writer.add([*stream, payload])
 
     def fence_with(self, fence: Any) -> bool:
         """With leases in the same database and schema (``PostgresQueueLeaseStore``), an
