@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import final
+from typing import Any, final
 
 from orleanspy.cluster.directory import grain_hash
 from orleanspy.grains.interface import PlacementStrategy
 from orleanspy.ids import GrainId, SiloAddress
 from orleanspy.runtime.identity import SiloIdentity
 
-__all__ = ["PlacementDirector", "PlacementStrategy"]
+__all__ = ["PlacementDirector", "PlacementStrategy", "system_target_silo"]
 
 
 @final
@@ -77,3 +77,15 @@ class PlacementDirector:
         # between two load reports; one per placement is exact for this silo's own choices).
         self.loads[chosen] = self.loads.get(chosen, 0) + 1
         return chosen
+
+
+def system_target_silo(key: Any) -> SiloAddress | None:
+    """The silo named by the last element of a system target's key, if any (a system target
+    whose key ends with a silo's address, ``host:port@generation``, lives on that silo)."""
+    if type(key) is not tuple or not key or type(key[-1]) is not str:
+        return None
+    host, sep, rest = key[-1].rpartition(":")
+    port, at, generation = rest.partition("@")
+    if not sep or not at or not port.isdigit() or not generation.isdigit():
+        return None
+    return SiloAddress(host, int(port), int(generation))

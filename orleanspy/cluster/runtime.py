@@ -38,7 +38,7 @@ from orleanspy.cluster.membership.entry import SiloStatus
 from orleanspy.cluster.membership.service import MembershipService
 from orleanspy.cluster.membership.snapshot import MembershipSnapshot
 from orleanspy.cluster.membership.table import MembershipTable
-from orleanspy.cluster.placement import PlacementDirector
+from orleanspy.cluster.placement import PlacementDirector, system_target_silo
 from orleanspy.cluster.registrations import UNREGISTER_WAIT, DirectoryRegistrations
 from orleanspy.cluster.transport import SiloTransport, encode_silo
 from orleanspy.cluster.view import ClusterView
@@ -342,7 +342,7 @@ class ClusterRuntime:
         if info is not None and info.is_system_target:
             # A system target whose key ends with a silo's address lives on that silo (e.g. a
             # pulling agent, told of new subscriptions by a rendezvous on another silo).
-            target = self._system_target_silo(gid.key)
+            target = system_target_silo(gid.key)
             if target is None or target == self.me:
                 self._deliver_local(msg, local_origin)
             elif target in self.snapshot.active_silos:
@@ -381,18 +381,6 @@ class ClusterRuntime:
         if silo is None or silo == self.me:
             return None
         return self.transport.writable(silo)
-
-    @staticmethod
-    def _system_target_silo(key: Any) -> SiloAddress | None:
-        """The silo named by the last element of a system target's key, if any."""
-        if type(key) is not tuple or not key or type(key[-1]) is not str:
-            return None
-        text = key[-1]
-        host, sep, rest = text.rpartition(":")
-        port, at, generation = rest.partition("@")
-        if not sep or not at or not port.isdigit() or not generation.isdigit():
-            return None
-        return SiloAddress(host, int(port), int(generation))
 
     def _addressed(self, gid: GrainId, fut: asyncio.Future[SiloAddress]) -> None:
         if self._addressing.get(gid) is fut:

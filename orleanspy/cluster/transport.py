@@ -356,12 +356,9 @@ class SiloTransport:
 
     # -- sending --------------------------------------------------------------------------
     def writable(self, silo: SiloAddress) -> SiloConnection | None:
-        """The connection to ``silo`` if a frame can be written to it now (open, its peer
-        reading), else None."""
+        """The connection to ``silo`` if a frame can be written to it now, else None."""
         conn = self._conns.get(silo)
-        if conn is not None and not conn.closed and not conn.write_paused:
-            return conn
-        return None
+        return conn if conn is not None and not conn.closed and not conn.write_paused else None
 
     def send_message(self, silo: SiloAddress, msg: Message) -> None:
         """Send ``msg`` to ``silo``; failures (and the response) go to ``msg.reply``."""
@@ -496,8 +493,6 @@ def _fail(msg: Message, exc: BaseException, log: Any) -> None:
     else:
         log.warning("one_way_call_failed", grain=str(msg.target), method=msg.method,
                     error=repr(exc))
-
-
 
 
 def _ignore(msg: Message) -> None:
