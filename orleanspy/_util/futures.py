@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["reply_to"]
+__all__ = ["reply_to", "settle"]
 
 
 def reply_to(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -22,3 +23,14 @@ def reply_to(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
         fut.set_result(value)
     else:
         fut.set_exception(value)
+
+
+def settle(waiters: Iterable[asyncio.Future[None]], error: BaseException | None = None) -> None:
+    """Resolve the futures of the callers a group commit wrote for (``error``: it failed),
+    but those that stopped waiting."""
+    for waiter in waiters:
+        if not waiter.done():
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)

@@ -40,6 +40,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from orleanspy._util.clock import Clock
+from orleanspy._util.futures import settle
 from orleanspy.errors import ConfigurationError, StreamError
 from orleanspy.logging import get_logger
 from orleanspy.messaging.codec import Codec, pack_array
@@ -384,13 +385,9 @@ class Writer:
                 try:
                     await self.link.publish(items, self.timeout)
                 except Exception as exc:  # fail this round's callers, go on with the next
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
+                    settle(waiters, exc)
                     continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                settle(waiters)
         finally:
             self.flusher = None
 

@@ -29,6 +29,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
+from orleanspy._util.futures import settle
 from orleanspy._util.postgres import PostgresClient
 from orleanspy.messaging.codec import pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX
@@ -141,13 +142,9 @@ class Writer:
                 try:
                     await self._insert(rows)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
+                    settle(waiters, exc)
                     continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                settle(waiters)
                 if not self._waiters:
                     # One loop pass: the callers just resumed add their next rows (under a
                     # steady load the flusher goes on rather than a new one starting).

@@ -37,6 +37,7 @@ from functools import partial
 from typing import Any, Final, final
 
 from orleanspy._util.clock import Clock, SystemClock
+from orleanspy._util.futures import settle
 from orleanspy._util.redis import RedisClient
 from orleanspy.errors import ConfigurationError, LeaseLostError
 from orleanspy.messaging.codec import Codec, pack_array
@@ -154,13 +155,9 @@ class _Writer:
                 try:
                     await self.adapter._append(pending)
                 except Exception as exc:  # fail this round's callers, go on with the next
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
+                    settle(waiters, exc)
                     continue
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                settle(waiters)
         finally:
             self.flusher = None
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from orleanspy._util.futures import settle
 from orleanspy._util.sqlite import SqliteDatabase
 from orleanspy.messaging.codec import pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX
@@ -167,16 +168,12 @@ class GroupCommit:
                     await self._db.transaction(_write, inserts, deletes, self._now(),
                                                self.keep)
                 except Exception as exc:  # loop boundary: fail this round's callers, go on
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
+                    settle(waiters, exc)
                     continue
                 self.commits += 1
                 self.inserted += len(inserts) // COLUMNS
                 self.deleted += sum(map(len, deletes.values()))
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                settle(waiters)
             waiters = []
         except BaseException:
             for waiter in (*waiters, *self._waiters):
