@@ -73,8 +73,10 @@ class Mailbox(Admission):
         try:
             waiting = self.waiting
             while waiting and self.state is ActivationState.VALID:
-                if self.blocking is not None and not self.special_waiting and self.running:
-                    break
+                if (self.blocking is not None and not self.special_waiting and self.running
+                        and not self.info.reentrant):
+                    break  # (a reentrant class's requests all start: those that queued
+                    # while it activated or deactivated too)
                 msg: Message | None = None
                 deadlocked = False
                 for i, candidate in enumerate(waiting):

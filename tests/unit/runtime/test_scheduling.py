@@ -47,6 +47,12 @@ class ReentrantTurns(Turns):
     pass
 
 
+@reentrant
+class SlowlyActivatedReentrantTurns(Turns):
+    async def on_activate(self) -> None:
+        await self.silo.probe.gate("activated").wait()
+
+
 # -- call chains --------------------------------------------------------------------------
 class ChainA(Grain):
     async def call_b(self, b_key: str, suspend: bool = False) -> str:
@@ -132,7 +138,7 @@ class ChainC(Grain):
         return await self.get_grain(ChainB, b_key).back()
 
 
-GRAINS = (Turns, ReentrantTurns, ChainA, CcrA, ReentrantA, InterleavingEchoA, ChainB, ChainC)
+GRAINS = (Turns, ReentrantTurns, SlowlyActivatedReentrantTurns, ChainA, CcrA, ReentrantA, InterleavingEchoA, ChainB, ChainC)
 
 
 def starts(log: list) -> list[str]:
@@ -195,6 +201,27 @@ async def test_turn_reentrant_class_interleaves_requests(make_silo, probe):
     await probe.wait_logged("start", "a")
 
     second = asyncio.create_task(ref.work("b"))
+    await probe.wait_logged("start", "b")
+    probe.open("b")
+    async with asyncio.timeout(WAIT):
+        assert await second == "b"
+    assert not first.done()
+
+    probe.open("a")
+    async with asyncio.timeout(WAIT):
+        assert await first == "a"
+    assert probe.log == [("start", "a"), ("start", "b"), ("end", "b"), ("end", "a")]
+
+
+async def test_turn_reentrant_class_interleaves_requests_queued_while_it_activated(
+        make_silo, probe):
+    silo = await make_silo(*GRAINS)
+    ref = silo.get_grain(SlowlyActivatedReentrantTurns, 1)
+    first = asyncio.create_task(ref.work("a"))
+    second = asyncio.create_task(ref.work("b"))
+    await queued(probe, silo, ref, 2)
+
+    probe.open("activated")
     await probe.wait_logged("start", "b")
     probe.open("b")
     async with asyncio.timeout(WAIT):
