@@ -138,7 +138,8 @@ class ChainC(Grain):
         return await self.get_grain(ChainB, b_key).back()
 
 
-GRAINS = (Turns, ReentrantTurns, SlowlyActivatedReentrantTurns, ChainA, CcrA, ReentrantA, InterleavingEchoA, ChainB, ChainC)
+GRAINS = (Turns, ReentrantTurns, SlowlyActivatedReentrantTurns, ChainA, CcrA, ReentrantA,
+          InterleavingEchoA, ChainB, ChainC)
 
 
 def starts(log: list) -> list[str]:
