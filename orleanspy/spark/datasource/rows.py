@@ -12,8 +12,8 @@ maps; a missing field is null).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
 from json import encoder as _encoder
 from typing import Any, Final
 
@@ -29,27 +29,31 @@ METADATA: Final = frozenset({"namespace", "key", "sequence", "index", "time"})
 BATCH_ROWS: Final = 8192
 
 
-def _json_encoder() -> Callable[[Any], str | bytes]:
-    """Compact JSON, non-JSON values as their ``str``: orjson when installed (the ``spark``
-    extra brings it; about five times faster), else the json module's C encoder, made once
-    (``json.dumps`` builds an encoder per call, which would be most of the source's time;
-    msgpack-decoded values hold no cycles, so no cycle check). orjson's UTF-8 bytes go into
-    the Arrow string column as they are."""
+def _json_encoder() -> Callable[[Iterable[Any]], Iterator[str | bytes]]:
+    """Each value as compact JSON, non-JSON values as their ``str``: orjson when installed
+    (the ``spark`` extra brings it; about five times faster), else the json module's C
+    encoder, made once (``json.dumps`` builds an encoder per call, which would be most of the
+    source's time; msgpack-decoded values hold no cycles, so no cycle check). orjson's UTF-8
+    bytes go into the Arrow string column as they are; its arguments go positionally (keyword
+    arguments, or a ``partial`` that holds them, cost as much again per event)."""
     try:
         import orjson
     except ImportError:
         pass
     else:
-        return partial(orjson.dumps, default=str, option=orjson.OPT_NON_STR_KEYS)
+        dumps, option = orjson.dumps, orjson.OPT_NON_STR_KEYS
+        return lambda values: map(dumps, values, repeat(str), repeat(option))
     make = getattr(_encoder, "c_make_encoder", None)
     if make is None:
-        return json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+        encode = json.JSONEncoder(separators=(",", ":"), default=str,
+                                  ensure_ascii=False).encode
+        return lambda values: map(encode, values)
     chunks = make(None, str, _encoder.encode_basestring, None, ":", ",", False, False, True)
     join = "".join
-    return lambda value: join(chunks(value, 0))
+    return lambda values: (join(chunks(value, 0)) for value in values)
 
 
-_json: Final = _json_encoder()
+_json_each: Final = _json_encoder()
 
 
 class RowBuilder:
@@ -98,7 +102,7 @@ class RowBuilder:
         self._counts.append(count)
         cols = self._columns
         if self._default:
-            cols["event"].extend(map(_json, events))
+            cols["event"].extend(_json_each(events))
         else:
             for name in self._fields:
                 cols[name].extend(e.get(name) if isinstance(e, dict) else None
