@@ -47,10 +47,14 @@ class ReentrantTurns(Turns):
     pass
 
 
-@reentrant
-class SlowlyActivatedReentrantTurns(Turns):
+class SlowlyActivatedTurns(Turns):
     async def on_activate(self) -> None:
         await self.silo.probe.gate("activated").wait()
+
+
+@reentrant
+class SlowlyActivatedReentrantTurns(SlowlyActivatedTurns):
+    pass
 
 
 # -- call chains --------------------------------------------------------------------------
@@ -138,7 +142,8 @@ class ChainC(Grain):
         return await self.get_grain(ChainB, b_key).back()
 
 
-GRAINS = (Turns, ReentrantTurns, SlowlyActivatedReentrantTurns, ChainA, CcrA, ReentrantA,
+GRAINS = (Turns, ReentrantTurns, SlowlyActivatedTurns, SlowlyActivatedReentrantTurns,
+          ChainA, CcrA, ReentrantA,
           InterleavingEchoA, ChainB, ChainC)
 
 
@@ -233,6 +238,29 @@ async def test_turn_reentrant_class_interleaves_requests_queued_while_it_activat
     async with asyncio.timeout(WAIT):
         assert await first == "a"
     assert probe.log == [("start", "a"), ("start", "b"), ("end", "b"), ("end", "a")]
+
+
+async def test_turn_requests_queued_while_it_activated_start_by_the_same_rules(
+        make_silo, probe):
+    silo = await make_silo(*GRAINS)
+    ref = silo.get_grain(SlowlyActivatedTurns, 1)
+    first = asyncio.create_task(ref.work("a"))
+    second = asyncio.create_task(ref.work("b"))
+    peek = asyncio.create_task(ref.peek("p"))
+    await queued(probe, silo, ref, 3)
+
+    probe.open("activated")
+    await probe.wait_logged("start", "p")  # always-interleave passes the queued "b"
+    probe.open("p")
+    probe.open("b")
+    async with asyncio.timeout(WAIT):
+        assert await peek == "p"
+    assert ("start", "b") not in probe.log
+
+    probe.open("a")
+    async with asyncio.timeout(WAIT):
+        assert await asyncio.gather(first, second) == ["a", "b"]
+    assert starts(probe.log) == ["a", "p", "b"]
 
 
 async def test_turn_always_interleave_method_runs_during_blocked_request(make_silo, probe):
