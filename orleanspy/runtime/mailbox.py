@@ -75,8 +75,8 @@ class Mailbox(Admission):
             while waiting and self.state is ActivationState.VALID:
                 if (self.blocking is not None and not self.special_waiting and self.running
                         and not self.info.reentrant):
-                    break  # (a reentrant class's requests all start: those that queued
-                    # while it activated or deactivated too)
+                    break  # (a reentrant class starts every request, those that queued
+                    # while it activated too)
                 msg: Message | None = None
                 deadlocked = False
                 for i, candidate in enumerate(waiting):
