@@ -11,6 +11,7 @@ get the same rows.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from orleanspy.errors import ReplayUnavailableError
@@ -19,6 +20,7 @@ from orleanspy.spark.datasource.options import SourceOptions
 from orleanspy.spark.datasource.rows import RowBuilder
 from orleanspy.spark.datasource.store import Store
 from orleanspy.spark.errors import SparkError
+from orleanspy.streams.adapters.base import BatchContainer
 from orleanspy.streams.ids import QueueId
 from orleanspy.streams.tokens import SequenceToken
 
@@ -85,19 +87,22 @@ def queue_rows(store: Store, opts: SourceOptions, builder: RowBuilder, queue: Qu
     """Record batches of the events of ``queue``'s containers ``start`` <= seq < ``end``.
     The next page is read while this one becomes rows."""
     wanted = _wanted(opts)
+
+    def page_from(seq: int) -> Future[list[BatchContainer]] | None:
+        return store.read_soon(queue, SequenceToken(seq), opts.page) if seq < end else None
+
     pos = start
-    ahead = store.read_soon(queue, SequenceToken(pos), opts.page) if pos < end else None
+    ahead = page_from(pos)
     while ahead is not None:
         try:
             containers = store.result(ahead)
         except ReplayUnavailableError as exc:
             pos = max(pos + 1, _lost(opts, queue, pos, exc))
-            ahead = store.read_soon(queue, SequenceToken(pos), opts.page) if pos < end else None
+            ahead = page_from(pos)
             continue
         ahead = None
-        if len(containers) == opts.page and containers[-1].token.sequence + 1 < end:
-            ahead = store.read_soon(queue, SequenceToken(containers[-1].token.sequence + 1),
-                                    opts.page)
+        if len(containers) == opts.page:
+            ahead = page_from(containers[-1].token.sequence + 1)
         for container in containers:
             seq = container.token.sequence
             if seq >= end:

@@ -159,6 +159,19 @@ async def queued(probe, silo, ref, n: int) -> None:
     )
 
 
+async def b_ends_inside_a(probe, first: asyncio.Task, second: asyncio.Task) -> None:
+    """Both turns started ("a" first): "b" ends while "a" still waits, then "a" ends."""
+    probe.open("b")
+    async with asyncio.timeout(WAIT):
+        assert await second == "b"
+    assert not first.done()
+
+    probe.open("a")
+    async with asyncio.timeout(WAIT):
+        assert await first == "a"
+    assert probe.log == [("start", "a"), ("start", "b"), ("end", "b"), ("end", "a")]
+
+
 # -- one turn at a time -------------------------------------------------------------------
 async def test_turn_second_call_waits_until_first_finishes(make_silo, probe):
     silo = await make_silo(*GRAINS)
@@ -208,15 +221,7 @@ async def test_turn_reentrant_class_interleaves_requests(make_silo, probe):
 
     second = asyncio.create_task(ref.work("b"))
     await probe.wait_logged("start", "b")
-    probe.open("b")
-    async with asyncio.timeout(WAIT):
-        assert await second == "b"
-    assert not first.done()
-
-    probe.open("a")
-    async with asyncio.timeout(WAIT):
-        assert await first == "a"
-    assert probe.log == [("start", "a"), ("start", "b"), ("end", "b"), ("end", "a")]
+    await b_ends_inside_a(probe, first, second)
 
 
 async def test_turn_reentrant_class_interleaves_requests_queued_while_it_activated(
@@ -229,15 +234,7 @@ async def test_turn_reentrant_class_interleaves_requests_queued_while_it_activat
 
     probe.open("activated")
     await probe.wait_logged("start", "b")
-    probe.open("b")
-    async with asyncio.timeout(WAIT):
-        assert await second == "b"
-    assert not first.done()
-
-    probe.open("a")
-    async with asyncio.timeout(WAIT):
-        assert await first == "a"
-    assert probe.log == [("start", "a"), ("start", "b"), ("end", "b"), ("end", "a")]
+    await b_ends_inside_a(probe, first, second)
 
 
 async def test_turn_requests_queued_while_it_activated_start_by_the_same_rules(
