@@ -22,7 +22,12 @@ async def test_a_database_dropped_without_close_closes_its_connection(tmp_path) 
         await db.execute("CREATE TABLE t (a)")
         conn = db._conn
         assert conn is not None
+        worker = db._executor
         del db
+        # The worker thread may still hold the last reference (its finished work item), so
+        # the database may be dropped there: wait for that thread to end before touching
+        # the connection, which is never used from two threads at once.
+        worker.shutdown(wait=True)
         gc.collect()
         with pytest.raises(Exception, match="closed"):
             conn.execute("SELECT 1")
