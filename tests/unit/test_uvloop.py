@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-import uvloop
+import pytest
 
 from orleanspy import Grain, placement
 from orleanspy.grains.interface import type_name_of
 from orleanspy.ids import GrainId
 from orleanspy.testing import TestCluster
+
+uvloop = pytest.importorskip("uvloop", reason="uvloop (the dev extra) is not installed")
 
 
 @placement("random")
