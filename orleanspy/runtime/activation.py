@@ -43,6 +43,10 @@ __all__ = [
     "DeactivationReason",
 ]
 
+# Enum members read on every call: as module constants (see runtime/turns.py).
+_VALID: Final = ActivationState.VALID
+_INVALID: Final = ActivationState.INVALID
+
 
 class _Catalog(Protocol):
     def remove(self, act: Activation) -> None: ...
@@ -309,7 +313,7 @@ class Activation(Turns):
         and ``DeadlockError`` for a request that would wait on itself.
         """
         state = self.state
-        if state is ActivationState.INVALID:
+        if state is _INVALID:
             if self.error is not None:  # activation failed: its callers get the error
                 self._deliver(msg, False, self.error)
             elif msg.invoke is not None:
@@ -319,7 +323,7 @@ class Activation(Turns):
             return None
         self.received += 1
         # An idle activation admits anything: the common case, decided without the rules.
-        if (not self.running and not self.waiting and state is ActivationState.VALID
+        if (not self.running and not self.waiting and state is _VALID
                 ) or self._admissible_now(msg):
             self._start(msg, False)
             return None

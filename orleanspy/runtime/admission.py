@@ -41,6 +41,10 @@ from orleanspy.runtime.activation_state import ActivationState
 
 __all__ = ["Admission"]
 
+# Enum members read per message: as module constants (see runtime/turns.py).
+_VALID: Final = ActivationState.VALID
+_DEACTIVATING: Final = ActivationState.DEACTIVATING
+
 _INTERLEAVE_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_READ_ONLY | FLAG_MAY_INTERLEAVE
 #: flags that admit a message whatever runs
 _ADMIT_MASK: Final = FLAG_ALWAYS_INTERLEAVE | FLAG_MAY_INTERLEAVE
@@ -115,11 +119,11 @@ class Admission:
         what the class's interleave predicate raised.)"""
         if self.info.may_interleave is not None and not msg.flags & _DECIDED_MASK:
             self._ask_predicate(msg)
-        if self.state is not ActivationState.VALID:
+        if self.state is not _VALID:
             # While deactivating, calls made by a running request (reentrant, always-
             # interleave or call-chain) still get in; fresh requests wait for redispatch.
             if (
-                self.state is ActivationState.DEACTIVATING
+                self.state is _DEACTIVATING
                 and self.running
                 and any(e[1] in self.running for e in msg.chain)
             ):

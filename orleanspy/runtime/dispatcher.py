@@ -54,6 +54,7 @@ __all__ = ["Dispatcher"]
 
 
 _REQUEST = Direction.REQUEST
+_ONE_WAY = Direction.ONE_WAY
 _Future = asyncio.Future  # exactly this type: a Task awaits it on its C fast path
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
@@ -323,7 +324,7 @@ class Dispatcher:
             kwargs = self.copy_value(kwargs)
         # The sender does not wait for a one-way call: its chain must not make the receiver's
         # calls back look like a cycle. Only "to myself" is kept (never held back).
-        msg = Message(Direction.ONE_WAY, grain_id, method, args, kwargs, ())
+        msg = Message(_ONE_WAY, grain_id, method, args, kwargs, ())
         msg.rc = _get_context()
         turn = current_turn.get()
         if turn is not None and turn.activation.grain_id == grain_id:

@@ -27,6 +27,10 @@ from orleanspy.runtime.host import SiloHost
 
 __all__ = ["MAX_FORWARDED_BLOCKED", "Mailbox"]
 
+# Enum members read per message: as module constants (see runtime/turns.py).
+_VALID: Final = ActivationState.VALID
+_ONE_WAY: Final = Direction.ONE_WAY
+
 #: Requests that may wait for room in one mailbox before a client's request forwarded by
 #: another silo is refused instead of waiting.
 MAX_FORWARDED_BLOCKED: Final = 1000
@@ -72,7 +76,7 @@ class Mailbox(Admission):
         self._pumping = True
         try:
             waiting = self.waiting
-            while waiting and self.state is ActivationState.VALID:
+            while waiting and self.state is _VALID:
                 if (self.blocking is not None and not self.special_waiting and self.running
                         and not self.info.reentrant):
                     break  # (a reentrant class starts every request, those that queued
@@ -114,7 +118,7 @@ class Mailbox(Admission):
 
     def _overflow(self, msg: Message, wait: bool) -> asyncio.Future[None] | None:
         """Apply the overflow policy to a message that finds the mailbox full."""
-        if msg.direction is Direction.ONE_WAY:
+        if msg.direction is _ONE_WAY:
             policy = self.policy
             if policy is OverflowPolicy.REJECT:
                 self.rejected += 1

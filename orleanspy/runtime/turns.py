@@ -21,7 +21,7 @@ from contextvars import Context, copy_context
 from functools import partial
 from time import perf_counter
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
 from orleanspy._util.futures import reply_to
@@ -60,6 +60,11 @@ if TYPE_CHECKING:
     from orleanspy._util.carrier import Carrier
 
 __all__ = ["TurnHost", "Turns"]
+
+# Enum members read on every call: as module constants (a class attribute of an enum costs
+# several times a global lookup on Python 3.11).
+_VALID: Final = ActivationState.VALID
+_DEACTIVATING: Final = ActivationState.DEACTIVATING
 
 
 _Generator = GeneratorType
@@ -132,7 +137,7 @@ class Turns(Mailbox):
         """
         if inline:
             if (
-                self.running or self.waiting or self.state is not ActivationState.VALID
+                self.running or self.waiting or self.state is not _VALID
             ) and not self._admissible_now(msg):
                 return NOT_NOW
             self.received += 1
@@ -262,7 +267,7 @@ class Turns(Mailbox):
             exc = _cancelled(self, msg)
         else:
             exc = value
-        if self.waiting or self.state is not ActivationState.VALID:
+        if self.waiting or self.state is not _VALID:
             # What starts now (a waiting turn, the teardown) must not inherit its context.
             Context().run(self._reply, msg, exc, value)
         else:
@@ -276,7 +281,7 @@ class Turns(Mailbox):
             self.silo.dispatcher.unwatch(msg)
         if exc is not None and isinstance(exc, asyncio.CancelledError):
             exc = _cancelled(self, msg)
-        if self.waiting or self.state is not ActivationState.VALID:
+        if self.waiting or self.state is not _VALID:
             Context().run(self._finish, msg, exc)
         else:
             self._finish(msg, exc)
@@ -354,7 +359,7 @@ class Turns(Mailbox):
             self.last_active = self._now()
         if self.waiting:
             self._pump()
-        if self.state is ActivationState.DEACTIVATING and not running:
+        if self.state is _DEACTIVATING and not running:
             self._maybe_teardown()
 
     def _method_stats(self, method: str) -> MethodStats:
