@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orleanspy._util.eager import eager_start
 from orleanspy._util.futures import reply_to
+from orleanspy._util.histogram import SAMPLE_MASK as _SAMPLE_MASK
+from orleanspy._util.histogram import TIME_ALL as _TIME_ALL
 from orleanspy.diagnostics import CallFailed
 from orleanspy.errors import (
     GrainCallTimeoutError,
@@ -152,7 +154,18 @@ class Turns(Mailbox):
             stats = calls.get(msg.method)
             if stats is None:
                 stats = self._method_stats(msg.method)
-            msg.started = perf_counter() if stats.due() else 0.0
+            # ``stats.due()`` inlined but for its rare branch (a window's roll): a Python
+            # call less per call, about 2 % of a suspending call (``benchmarks/grain_calls.py``
+            # row ``suspending_100``).
+            n = stats.seen
+            stats.seen = n + 1
+            if n < _TIME_ALL:
+                msg.started = perf_counter()
+            elif n & _SAMPLE_MASK:
+                msg.started = 0.0
+            else:
+                stats.seen = n
+                msg.started = perf_counter() if stats.due() else 0.0
         blocking = self.blocking
         if not msg.flags & FLAG_ALWAYS_INTERLEAVE and (
             blocking is None
