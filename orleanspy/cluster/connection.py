@@ -43,7 +43,7 @@ from orleanspy.errors import (
 )
 from orleanspy.ids import SiloAddress
 from orleanspy.messaging.bodies import Encoded, encode_body, read_value, reply_frame
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import Codec, unpack_plain_bounded
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     CANCEL,
@@ -63,7 +63,6 @@ from orleanspy.messaging.frames import (
     Response,
     decode_or_reject,
     raw_header,
-    unpack_plain,
 )
 from orleanspy.messaging.guard import HandshakeGuard
 from orleanspy.messaging.message import FLAG_FROM_CLIENT, Direction, Message
@@ -183,7 +182,7 @@ class SiloConnection(FramedConnection):
     # -- receiving ------------------------------------------------------------------------
     def frame_received(self, payload: bytes | bytearray) -> None:
         if self.ready and payload.startswith(RESPONSE_HEAD):
-            obj = unpack_plain(payload)  # the body stays bytes: no codec needed
+            obj = unpack_plain_bounded(payload)  # the body stays bytes: no codec needed
             Response.check(obj)
             pending = self.pending
             entry = pending.pop(obj[1], None)

@@ -378,7 +378,7 @@ class ClusterRuntime:
         if info is None or info.is_system_target or info.stateless_worker:
             return None
         silo = self.directory.cache.get(gid)
-        if silo is None or silo == self.me:
+        if silo is None or silo is self._identity.address:  # (interned: ``me``, inline)
             return None
         return self.transport.writable(silo)
 
@@ -445,7 +445,8 @@ class ClusterRuntime:
     def deliver_remote(self, msg: Message, sender: SiloAddress | None) -> None:
         """A request or one-way message from another silo, addressed to this one."""
         silo = self.silo
-        if self.fenced():
+        membership = self.membership  # (``fenced``, inline: this runs for every request)
+        if membership is not None and membership.fenced():
             self._fail(msg, fenced_error(silo.name))
             return
         gid = msg.target

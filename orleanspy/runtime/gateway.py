@@ -150,8 +150,8 @@ class GatewayConnection(FramedConnection):
                 return
             if type(obj) is list and obj and obj[0] == CANCEL:  # the client gave up on one
                 msg = self.calls.get(Cancel.decode(obj).id)
-                if isinstance(msg, SentOn):
-                    msg.connection.send_cancel(msg.id)
+                if isinstance(msg, tuple):  # sent on: (connection, its id there)
+                    msg[0].send_cancel(msg[1])
                 elif msg is not None:
                     self.dispatcher.cancel(msg)
                 return
@@ -244,8 +244,8 @@ class GatewayConnection(FramedConnection):
         calls = self.calls
         if corr in calls:  # its answer could not tell the two apart
             raise ProtocolError(f"request id {corr} is already in flight")
-        calls[corr] = SentOn(conn, conn.send_request(partial(self._answer, corr), obj[2], key,
-                                                     obj[4], obj[5], obj[9]))
+        calls[corr] = (conn, conn.send_request(partial(self._answer, corr), obj[2], key, obj[4],
+                                               obj[5], obj[9]))
         self.requests += 1  # (as the message path counts it)
         if self.shared:
             self.load.requests += 1
@@ -329,7 +329,8 @@ class GatewayConnection(FramedConnection):
             self.requests -= 1
             if self.shared or self.closed or self.load.paused:
                 self._released()
-        self._reply(corr, ok, value)
+        if not self.closed:  # ``_reply``, inline
+            self.send(reply_frame(self.codec, corr, ok, value))
         if self.draining and not calls and self.goaway_acked:
             self.close()
 

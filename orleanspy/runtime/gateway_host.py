@@ -5,7 +5,7 @@ gateway sent straight on to another silo."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from orleanspy._util.clock import Clock
 from orleanspy.ids import GrainId
@@ -54,12 +54,9 @@ class GatewayDeliverer(Protocol):
     def connection_for(self, grain_id: GrainId) -> RequestForwarder | None: ...
 
 
-class SentOn(NamedTuple):
-    """A client's request sent straight on to another silo: its connection and its id
-    there (where a cancel follows it)."""
-
-    connection: RequestForwarder
-    id: int
+#: A client's request sent straight on to another silo: its connection and its id there
+#: (where a cancel follows it). A plain tuple: one is made for every such request.
+SentOn = tuple[RequestForwarder, int]
 
 
 class GatewayHost(Protocol):
