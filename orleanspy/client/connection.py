@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from orleanspy.errors import ProtocolError, SiloUnavailableError
 from orleanspy.messaging.bodies import read_value
-from orleanspy.messaging.codec import Codec
+from orleanspy.messaging.codec import Codec, unpack_plain_bounded
 from orleanspy.messaging.connection import FramedConnection
-from orleanspy.messaging.frames import GOAWAY, GOAWAY_FRAME, RESPONSE, Response, unpack_plain
+from orleanspy.messaging.frames import GOAWAY, GOAWAY_FRAME, RESPONSE, Response
 
 __all__ = ["ConnectionOwner", "GatewayConnection"]
 
@@ -50,8 +50,8 @@ class GatewayConnection(FramedConnection):
     def frame_received(self, payload: bytes | bytearray) -> None:
         # No frame from a gateway holds an ext value outside a response's body: plain msgpack
         # reads it, and only the body is decoded with the codec (and its type policy).
-        obj = unpack_plain(payload)
-        if not self.handshake.done():
+        obj = unpack_plain_bounded(payload)
+        if not self.ready and not self.handshake.done():
             if isinstance(obj, dict) and obj.get("ok"):
                 self.mark_ready()  # responses may be as large as max_frame_size
             self.handshake.set_result(obj)
