@@ -155,7 +155,7 @@ class Turns(Mailbox):
             if stats is None:
                 stats = self._method_stats(msg.method)
             # ``stats.due()`` inlined but for its rare branch (a window's roll): a Python
-            # call less per call, about 2 % of a suspending call (``benchmarks/grain_calls.py``
+            # call less per call, about 4 % of a suspending call (``benchmarks/grain_calls.py``
             # row ``suspending_100``).
             n = stats.seen
             stats.seen = n + 1
