@@ -43,7 +43,7 @@ from orleanspy.errors import (
 )
 from orleanspy.ids import SiloAddress
 from orleanspy.messaging.bodies import Encoded, encode_body, read_value, reply_frame
-from orleanspy.messaging.codec import UNCOUNTED_FRAME, Codec, unpack_plain_bounded
+from orleanspy.messaging.codec import Codec, unpack_plain_bounded
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     CANCEL,
@@ -152,7 +152,6 @@ class SiloConnection(FramedConnection):
         super().__init__(hub.max_frame_size, hub.log, None if peer is not None else hub.guard)
         self.hub = hub
         self.codec = hub.codec
-        self._unpackb = hub.codec.unpackb
         self.clock = hub.clock
         self.opener = opener
         self.peer_silo = peer
@@ -195,13 +194,7 @@ class SiloConnection(FramedConnection):
                 if not pending:
                     self._no_pending()
             return
-        if self.ready and len(payload) <= UNCOUNTED_FRAME:
-            try:  # (``decode_or_reject``'s common case, a call less)
-                obj = self._unpackb(payload)
-            except Exception:
-                obj = decode_or_reject(self.codec, payload, True, self._reject_one)
-        else:
-            obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
+        obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
         if not self.ready:

@@ -54,7 +54,6 @@ from orleanspy.grains.request_context import check_context
 from orleanspy.ids import GrainId, grain_id
 from orleanspy.messaging.bodies import reply_frame
 from orleanspy.messaging.client_identity import check_client
-from orleanspy.messaging.codec import UNCOUNTED_FRAME
 from orleanspy.messaging.connection import FramedConnection
 from orleanspy.messaging.frames import (
     CANCEL,
@@ -98,7 +97,6 @@ class GatewayConnection(FramedConnection):
         self.gateway = gateway
         self.silo = silo
         self.codec = silo.codec
-        self._unpackb = silo.codec.unpackb
         self.dispatcher = silo.dispatcher
         self._monotonic = silo.clock.monotonic
         self.client = "?"
@@ -138,13 +136,7 @@ class GatewayConnection(FramedConnection):
         self.log.debug("gateway_client_disconnected", peer=self.peer, client=self.client)
 
     def frame_received(self, payload: bytes | bytearray) -> None:
-        if self.ready and len(payload) <= UNCOUNTED_FRAME:
-            try:  # (``decode_or_reject``'s common case, a call less)
-                obj = self._unpackb(payload)
-            except Exception:
-                obj = decode_or_reject(self.codec, payload, True, self._reject_one)
-        else:
-            obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
+        obj = decode_or_reject(self.codec, payload, self.ready, self._reject_one)
         if obj is REJECTED:
             return
         if not self.ready:
