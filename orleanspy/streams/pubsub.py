@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orleanspy.errors import MessageRejectedError, SiloUnavailableError
+from orleanspy.errors import InconsistentStateError, MessageRejectedError, SiloUnavailableError
 from orleanspy.grains.grain import Grain
 from orleanspy.grains.interface import grain_type, runtime_grain
 from orleanspy.grains.state import persistent_state
@@ -68,69 +68,109 @@ class PubSubRendezvous(Grain):
 
     state = persistent_state(PubSubState, storage="pubsub")
 
-    async def _write_or_undo(self, undo: Callable[[], None]) -> None:
-        """Write the state; if the write fails, undo the change in memory and raise: a change
-        that is not stored never takes effect (nor is it told to the agents)."""
-        try:
-            await self.state.write()
-        except BaseException:
-            undo()
-            raise
+    async def _store(self, change: Callable[[PubSubState], Callable[[], None] | None]) -> bool:
+        """Apply ``change`` to the state and store it; ``change`` returns its undo, or None
+        when there is nothing to change (then nothing is written and this returns False).
+
+        A change that is not stored never takes effect (nor is it told to the agents): a
+        failed write undoes it in memory and raises. A write that finds the stored state
+        moved on (during a membership change a second activation of this rendezvous can run
+        for a moment, until the directory deactivates one) reads the state again and applies
+        the change to what is stored: each change is a function of the state and its
+        arguments, so applying it again is what one activation would have done."""
+        for attempt in range(STALE_WRITE_ATTEMPTS):
+            undo = change(self.state.value)
+            if undo is None:
+                return False
+            try:
+                await self.state.write()
+                return True
+            except InconsistentStateError:
+                undo()
+                if attempt == STALE_WRITE_ATTEMPTS - 1:
+                    raise
+                log.info("pubsub_state_reread", grain=str(self.grain_id), attempt=attempt + 1)
+                await self.state.read()
+            except BaseException:
+                undo()
+                raise
+        raise AssertionError("unreachable")
 
     async def register_producer(self, agent: tuple[Any, ...]) -> list[SubscriptionRecord]:
         agent = _agent_key(agent)
-        producers = self.state.value.producers
-        if agent not in producers:
-            producers.append(agent)
-            await self._write_or_undo(lambda: producers.remove(agent))
+
+        def change(state: PubSubState) -> Callable[[], None] | None:
+            if agent in state.producers:
+                return None
+            state.producers.append(agent)
+            return lambda: state.producers.remove(agent)
+
+        await self._store(change)
         return [r for r in self.state.value.subscriptions.values() if not r.faulted]
 
     async def unregister_producer(self, agent: tuple[Any, ...]) -> None:
         agent = _agent_key(agent)
-        producers = self.state.value.producers
-        if agent in producers:
-            at = producers.index(agent)
-            producers.remove(agent)
-            await self._write_or_undo(lambda: producers.insert(at, agent))
+
+        def change(state: PubSubState) -> Callable[[], None] | None:
+            if agent not in state.producers:
+                return None
+            at = state.producers.index(agent)
+            del state.producers[at]
+            return lambda: state.producers.insert(at, agent)
+
+        await self._store(change)
 
     async def add_subscription(self, record: SubscriptionRecord) -> None:
-        subscriptions = self.state.value.subscriptions
-        previous = subscriptions.get(record.sub_id)
-        subscriptions[record.sub_id] = record
+        def change(state: PubSubState) -> Callable[[], None]:
+            subscriptions = state.subscriptions
+            previous = subscriptions.get(record.sub_id)
+            subscriptions[record.sub_id] = record
 
-        def undo() -> None:
-            if previous is None:
-                subscriptions.pop(record.sub_id, None)
-            else:
-                subscriptions[record.sub_id] = previous
+            def undo() -> None:
+                if previous is None:
+                    subscriptions.pop(record.sub_id, None)
+                else:
+                    subscriptions[record.sub_id] = previous
 
-        await self._write_or_undo(undo)
+            return undo
+
+        await self._store(change)
         await self._tell_agents("add_subscriber", record)
 
     async def update_subscription(self, sub_id: str, token: SequenceToken | None,
                                   handshake: str | None = None) -> bool:
-        record = self.state.value.subscriptions.get(sub_id)
-        if record is None:
+        def change(state: PubSubState) -> Callable[[], None] | None:
+            record = state.subscriptions.get(sub_id)
+            if record is None:
+                return None
+            before = (record.token, record.faulted, record.handshake)
+            record.token = token
+            record.faulted = False
+            record.handshake = handshake
+
+            def undo() -> None:
+                record.token, record.faulted, record.handshake = before
+
+            return undo
+
+        if not await self._store(change):
             return False
-        before = (record.token, record.faulted, record.handshake)
-        record.token = token
-        record.faulted = False
-        record.handshake = handshake
-
-        def undo() -> None:
-            record.token, record.faulted, record.handshake = before
-
-        await self._write_or_undo(undo)
-        await self._tell_agents("add_subscriber", record)
+        await self._tell_agents("add_subscriber", self.state.value.subscriptions[sub_id])
         return True
 
     async def remove_subscription(self, sub_id: str) -> bool:
-        subscriptions = self.state.value.subscriptions
-        record = subscriptions.pop(sub_id, None)
-        if record is None:
+        removed: list[SubscriptionRecord] = []
+
+        def change(state: PubSubState) -> Callable[[], None] | None:
+            record = state.subscriptions.pop(sub_id, None)
+            if record is None:
+                return None
+            removed[:] = [record]
+            return lambda: state.subscriptions.__setitem__(sub_id, record)
+
+        if not await self._store(change):
             return False
-        await self._write_or_undo(lambda: subscriptions.__setitem__(sub_id, record))
-        await self._tell_agents("remove_subscriber", record)
+        await self._tell_agents("remove_subscriber", removed[0])
         return True
 
     async def resume_implicit(self, record: SubscriptionRecord) -> None:
@@ -143,10 +183,14 @@ class PubSubRendezvous(Grain):
         await self._tell_agents("add_subscriber", record)
 
     async def fault_subscription(self, sub_id: str) -> None:
-        record = self.state.value.subscriptions.get(sub_id)
-        if record is not None and not record.faulted:
+        def change(state: PubSubState) -> Callable[[], None] | None:
+            record = state.subscriptions.get(sub_id)
+            if record is None or record.faulted:
+                return None
             record.faulted = True
-            await self._write_or_undo(lambda: setattr(record, "faulted", False))
+            return lambda: setattr(record, "faulted", False)
+
+        await self._store(change)
 
     async def subscriptions_of(
         self, consumer_type: str, consumer_key: Any
@@ -177,10 +221,19 @@ class PubSubRendezvous(Grain):
                     raise
                 gone.append(agent)  # that agent stopped: it re-registers when it restarts
         if gone:
-            for agent in gone:
-                self.state.value.producers.remove(agent)
-            await self.state.write()
+            def change(state: PubSubState) -> Callable[[], None] | None:
+                before = list(state.producers)
+                state.producers[:] = [a for a in before if a not in gone]
+                if len(state.producers) == len(before):
+                    return None
+                return lambda: state.producers.__setitem__(slice(None), before)
 
+            await self._store(change)
+
+
+#: How many times a change is applied to a state that another activation of the same
+#: rendezvous moved on (each time read again) before the conflict is raised to the caller.
+STALE_WRITE_ATTEMPTS = 3
 
 #: The grain type of the pulling agents (``orleanspy.streams.pulling.agent``), which the
 #: rendezvous calls by name: the agents register here, so this module sits below them.

@@ -1,6 +1,6 @@
 """The rendezvous changes its memory only when its write succeeds: a subscribe whose write
-failed is not live, and an unsubscribe whose write failed still tells the agents when it is
-retried."""
+failed is not live, an unsubscribe whose write failed still tells the agents when it is
+retried, and a change that finds the stored state moved on applies to what is stored."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from orleanspy import Grain, Silo, SiloOptions
+from orleanspy.ids import GrainId
 from orleanspy.streams import PersistentStreamProvider, StreamProviderOptions
 from orleanspy.streams.adapters import MemoryAdapterFactory
 from orleanspy.streams.pubsub import PubSubRendezvous
@@ -31,6 +32,7 @@ class Watcher(Grain):
     async def _got(self, item: Any, token: Any = None) -> None:
         GOT.append(item)
         ARRIVED.setdefault(item, asyncio.Event()).set()
+        ARRIVED.setdefault((self.key, item), asyncio.Event()).set()
 
 
 async def arrival(item: Any) -> None:
@@ -97,3 +99,26 @@ async def test_an_unsubscribe_whose_write_failed_still_tells_the_agent_on_retry(
     await stream.on_next(3)
     assert GOT == [1]
     assert agent.failures == failures
+
+
+async def test_a_change_applies_to_the_stored_state_when_another_activation_wrote_first(
+    setup: Any,
+) -> None:
+    """During a membership change a second activation of the rendezvous can run for a moment:
+    a write that finds the stored state moved on reads it again and applies the change to
+    it, so the subscribe succeeds and keeps what the other activation stored."""
+    silo, storage, provider = setup
+    stream = provider.get_stream("ns", "k")
+    await silo.get_grain(Watcher, "w").join()
+    rendezvous_id = GrainId("orleanspy.PubSubRendezvous", ("s", "ns", "k"))
+    stored = await storage.read(rendezvous_id, "state")
+    assert stored is not None
+    # the other activation writes what it holds: the stored etag moves on
+    await storage.write(rendezvous_id, "state", stored.data, stored.etag)
+    await silo.get_grain(Watcher, "w2").join()
+    rendezvous = silo.get_grain(PubSubRendezvous, ("s", "ns", "k"))
+    consumers = {r.consumer_key for r in await rendezvous.all_subscriptions()}
+    assert consumers == {"w", "w2"}
+    await stream.on_next("both")
+    await arrival(("w", "both"))
+    await arrival(("w2", "both"))
