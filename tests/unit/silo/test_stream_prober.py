@@ -73,7 +73,10 @@ async def test_the_probes_delivery_figure_moves_when_a_consumer_is_slowed() -> N
     assert count >= 10 and total >= sum(slowed)  # 10 here, and the prober's own first one
     within = next(s.value for s in delivery.samples
                   if s.name.endswith("_bucket") and s.labels["le"] == "0.01")
-    assert within <= count - 3  # most slowed probes fall in the buckets above 10 ms
+    # each probe measured over 10 ms is counted above that bucket (how many of the slowed
+    # probes wait behind a delivery depends on where in the hog's cycle each one lands)
+    above = sum(1 for s in slowed if s > 0.01)
+    assert above >= 1 and within <= count - above
     assert "orleanspy_probe_subscribe_seconds" in families
 
 
