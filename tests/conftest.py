@@ -57,6 +57,23 @@ def _no_freeze() -> None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _each_test_leaves_the_logging_configuration_as_it_found_it() -> Iterator[None]:
+    """A test that runs the CLI or a silo host in process configures structlog for the
+    whole process (level, renderer, cached loggers); the next test's captured logs must not
+    depend on which test ran before it."""
+    import structlog
+
+    configured = structlog.is_configured()
+    saved = structlog.get_config()
+    saved["processors"] = list(saved["processors"])
+    yield
+    if configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) a file's tests stay
     on one worker, so its module fixtures start once, and every Spark test shares one worker
