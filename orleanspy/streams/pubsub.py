@@ -159,18 +159,18 @@ class PubSubRendezvous(Grain):
         return True
 
     async def remove_subscription(self, sub_id: str) -> bool:
-        removed: list[SubscriptionRecord] = []
+        removed: SubscriptionRecord | None = None
 
         def change(state: PubSubState) -> Callable[[], None] | None:
-            record = state.subscriptions.pop(sub_id, None)
+            nonlocal removed
+            removed = record = state.subscriptions.pop(sub_id, None)
             if record is None:
                 return None
-            removed[:] = [record]
             return lambda: state.subscriptions.__setitem__(sub_id, record)
 
-        if not await self._store(change):
+        if not await self._store(change) or removed is None:
             return False
-        await self._tell_agents("remove_subscriber", removed[0])
+        await self._tell_agents("remove_subscriber", removed)
         return True
 
     async def resume_implicit(self, record: SubscriptionRecord) -> None:
