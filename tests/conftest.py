@@ -8,6 +8,12 @@ Unreachable Redis skips the test with the reason, except when ``CI`` is set: the
 In-process silos leave the garbage collector alone (``gc_freeze``): the suite runs hundreds of
 silos in one process, and a freeze's full collection at each start walks the runner's whole
 heap. A test marked ``gc_freeze`` gets the real freeze.
+
+Every JVM the run starts (the shared SparkSession, the drivers of silo and client processes, a
+standalone master, worker and executors, a Connect server) lives seconds, so it runs with the
+client compiler alone and the serial collector (``JAVA_TOOL_OPTIONS``, unless already set): a
+local session and its first query then cost about half the CPU, 9 core-seconds instead of 17,
+which on two cores is time the rest of the test has.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
 _reachable: list[bool] = []

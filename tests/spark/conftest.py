@@ -3,7 +3,9 @@
 ``spark_manager`` (session scope) starts it once (about 6 s, plus a warm-up query) with test
 settings: ``local[2]``, UI off, 2 shuffle partitions, the worker Python = this interpreter.
 Each test's silo gets it through ``install_spark(silo, manager)`` (shared: the silo does not
-stop it). Tests skip when Java or pyspark is missing.
+stop it). ``spark_connect_server`` (session scope) is one Spark Connect server for every test
+that reads or runs jobs over Connect: each such JVM costs seconds of both cores to start.
+Tests skip when Java or pyspark is missing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
 from orleanspy.testing import TestCluster
+from tests.spark.clusters import ConnectServer
 from tests.integration.conftest import silo_launcher  # noqa: F401  (the sink kill -9 test)
 
 # Upper bound for anything a test awaits.
@@ -53,6 +56,19 @@ def spark_manager() -> Iterator[SparkSessionManager]:
     manager.session_nowait().range(4).count()  # warm-up: the first query is ~10x slower
     yield manager
     asyncio.run(manager.stop())
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    pytest.importorskip("pyspark")
+    if not have_java():
+        pytest.skip("no Java: install a JDK 17 to run the Spark tests")
+    pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]'s grpcio")
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 class Probe:

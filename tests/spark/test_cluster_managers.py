@@ -36,12 +36,10 @@ def cluster(
     pytest.importorskip("pyspark")
     if not have_java():
         pytest.skip("no Java: install a JDK 17 to run the Spark tests")
-    if request.param == "connect":
-        pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]'s grpcio")
-    run_dir = tmp_path_factory.mktemp(f"spark-{request.param}")
-    manager: StandaloneCluster | ConnectServer = (
-        StandaloneCluster(run_dir) if request.param == "standalone" else ConnectServer(run_dir)
-    )
+    if request.param == "connect":  # the test run's one Connect server
+        yield request.getfixturevalue("spark_connect_server")
+        return
+    manager = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
     try:
         yield manager.start()
     finally:

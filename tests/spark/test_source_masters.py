@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +22,6 @@ from .conftest import have_java
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 CLIENT_WAIT = 180.0  # a JVM (or a Connect session) and two queries, on 2 busy cores
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]'s grpcio")
-    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 async def queue_file(folder: Path) -> Path:
@@ -72,7 +61,7 @@ async def test_the_source_on_local_star(tmp_path: Path) -> None:
     assert await client("local[*]", await queue_file(tmp_path)) == {"batch": 60, "stream": 60}
 
 
-async def test_the_source_over_spark_connect(connect_server: ConnectServer,
+async def test_the_source_over_spark_connect(spark_connect_server: ConnectServer,
                                              tmp_path: Path) -> None:
-    assert await client(connect_server.url, await queue_file(tmp_path)) == {
+    assert await client(spark_connect_server.url, await queue_file(tmp_path)) == {
         "batch": 60, "stream": 60}
