@@ -3,7 +3,9 @@
 #   make test   installs into .venv (and Debian's chromium, if missing and apt-get can), then
 #               runs ruff, import-linter (packages import downward only), mypy --strict (the
 #               packages and the typing test's correct module, with orleanspy.mypy_plugin)
-#               and the whole test suite
+#               and the whole test suite: every test not marked timing on TEST_WORKERS
+#               pytest-xdist workers (cores + 1, at most 6), then the timing tests alone
+#               (docs/testing.md)
 #   make test PYTHON=python3.13   the same on another interpreter, in a venv of its own
 #               (.venv-3.13); PYTHON is found on PATH or, if only installed, through pyenv
 #   make layers checks that packages import downward only (import-linter contracts)
@@ -17,6 +19,9 @@ else
 VENV   ?= .venv-$(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo unknown)
 endif
 PY     := $(VENV)/bin/python
+# the first step's pytest-xdist workers: one per core plus one, since much of a test waits on
+# another process (0: in one process)
+TEST_WORKERS ?= $(shell $(PYTHON_EXE) -c 'import os; print(min(6, (os.cpu_count() or 1) + 1))' 2>/dev/null || echo 0)
 STAMP  := $(VENV)/.installed
 # mypy checks the code paths of the interpreter the venv runs (turns differ on 3.11)
 MYPY   = $(VENV)/bin/mypy --python-version $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -60,7 +65,10 @@ test: $(STAMP) browser
 	@# not each compile the sources (PYTHONDONTWRITEBYTECODE would otherwise keep them from
 	@# caching it)
 	$(PY) -m compileall -q orleanspy silo tests examples >/dev/null
-	$(PY) -m pytest -q
+	@# the timing tests run after the rest, alone on the machine; both steps always run
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not timing"; rest=$$?; \
+	$(PY) -m pytest -q -m timing; timing=$$?; \
+	test $$rest = 0 && test $$timing = 0
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports

@@ -83,7 +83,7 @@ def _each_test_leaves_the_logging_configuration_as_it_found_it() -> Iterator[Non
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) a file's tests stay
+    """Under pytest-xdist (``make test``'s first step runs ``--dist loadgroup``) a file's tests stay
     on one worker, so its module fixtures start once, and every Spark test shares one worker
     and its one SparkSession."""
     for item in items:

@@ -13,10 +13,14 @@ Bounds stated by these tests:
 * ``CAP_RSS_BOUND`` (16 MiB): the growth of the silo's peak RSS while a flood of one-way
   calls is held at the cap: 100,000 calls to as many grains (1,000 activations with a call in
   flight) or 200,000 to one grain (1,000 queued calls); measured 5.1 MiB and 0.7 MiB.
-* another client's p99 latency stays within twice its p99 without the flood once the flood
-  is held at the cap. No floor: each figure is the median p99 of ``BATCHES`` batches of
-  ``SAMPLES`` calls (so that one burst of machine noise, a collection or another process,
-  does not decide it), and the unloaded one is taken after the same warm-up.
+* another client's p99 latency stays within twice its p99 without the flood, plus
+  ``NOISE_SLACK`` (5 ms), once the flood is held at the cap. Each figure is the median p99 of
+  ``BATCHES`` batches of ``SAMPLES`` calls (so that one burst of machine noise, a collection
+  or another process, does not decide it), and the unloaded one is taken after the same
+  warm-up. The slack is the machine's, not the silo's: a sub-millisecond p99 on two busy
+  cores moves several times over between two runs of the same batch, while a call that waited
+  behind the held calls would wait for the gate (seconds). Measured on an idle machine: 0.85x
+  to 1.2x; with the cores shared with other tests' processes, 0.1x to 14x.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ CLIENT_CAP = 2000
 CAP_RSS_BOUND = 16 * 1024 * 1024
 SAMPLES = 400
 BATCHES = 9
+NOISE_SLACK = 0.005
 WAIT = 30.0
 
 
@@ -183,6 +188,7 @@ async def _flood_line(proc: asyncio.subprocess.Process) -> str:
 FLOODS = {"many": 100_000, "one": 200_000}
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("grains", ["many", "one"])
 async def test_a_one_way_flood_is_held_at_the_cap_and_others_keep_their_latency(
     silo_launcher: SiloLauncher, grains: str,
@@ -228,7 +234,7 @@ async def test_a_one_way_flood_is_held_at_the_cap_and_others_keep_their_latency(
           f"({loaded / unloaded:.2f}x)")
     assert "gateway_connection_paused" in silo.log_text()
     assert grown < CAP_RSS_BOUND, f"the silo grew by {grown / 2**20:.1f} MiB"
-    assert loaded <= 2 * unloaded, (
+    assert loaded <= 2 * unloaded + NOISE_SLACK, (
         f"p99 {loaded * 1000:.2f} ms under the flood, {unloaded * 1000:.2f} ms without"
     )
 

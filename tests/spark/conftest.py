@@ -22,8 +22,8 @@ import pytest
 
 from orleanspy.spark import SparkOptions, SparkSessionManager, install_spark
 from orleanspy.testing import TestCluster
-from tests.spark.clusters import ConnectServer
 from tests.integration.conftest import silo_launcher  # noqa: F401  (the sink kill -9 test)
+from tests.spark.clusters import ConnectServer
 
 # Upper bound for anything a test awaits.
 WAIT = 30.0

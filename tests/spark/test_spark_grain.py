@@ -225,6 +225,7 @@ async def test_spark_job_updates_iterate_to_the_final_state(
     assert states[-1] == "succeeded"
 
 
+@pytest.mark.timing
 async def test_spark_grain_calls_stay_fast_while_a_spark_job_runs(
     spark_cluster: TestCluster,
 ) -> None:

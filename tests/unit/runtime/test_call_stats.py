@@ -40,6 +40,7 @@ async def _silo(**options: object) -> Silo:
     return silo
 
 
+@pytest.mark.timing
 async def test_calls_errors_and_latency_per_method() -> None:
     silo = await _silo()
     try:

@@ -391,6 +391,7 @@ async def test_turn_queued_read_only_calls_run_together_after_normal_request(mak
 
 
 # -- call-chain reentrancy and deadlocks --------------------------------------------------
+@pytest.mark.timing
 @pytest.mark.parametrize("suspend", [False, True], ids=["inline", "after-suspension"])
 async def test_call_chain_a_b_a_raises_deadlock_error_fast(make_silo, suspend):
     silo = await make_silo(*GRAINS, response_timeout=30.0)
@@ -406,6 +407,7 @@ async def test_call_chain_a_b_a_raises_deadlock_error_fast(make_silo, suspend):
     assert "ChainA/a -> ChainB/b -> ChainA/a" in str(info.value)
 
 
+@pytest.mark.timing
 async def test_call_chain_self_call_raises_deadlock_error_fast(make_silo):
     silo = await make_silo(*GRAINS, response_timeout=30.0)
 

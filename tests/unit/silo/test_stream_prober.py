@@ -9,6 +9,7 @@ import statistics
 import time
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orleanspy import Grain, Silo, SiloOptions
@@ -40,6 +41,7 @@ async def feed(provider: Any, stop: asyncio.Event) -> None:
         await asyncio.sleep(SLOW)
 
 
+@pytest.mark.timing
 async def test_the_probes_delivery_figure_moves_when_a_consumer_is_slowed() -> None:
     provider = PersistentStreamProvider(MemoryAdapterFactory(),
                                         StreamProviderOptions(total_queues=1, pull_period=0.01))
