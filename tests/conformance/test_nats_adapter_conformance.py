@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.js.errors import ServerError
 
 from orleanspy.errors import ConfigurationError, LeaseLostError, StreamError
 from orleanspy.streams.adapters.base import QueueAdapterFactory
@@ -175,5 +176,42 @@ async def test_nats_token_at_a_time_is_the_first_container_written_since(nats_ur
         assert await adapter.token_at(Q0, second.enqueued_at - 1e-6) == second.token
         assert await adapter.token_at(Q0, third.enqueued_at + 1.0) is None
         assert await adapter.token_at(QueueId("p", 1), 0.0) is None
+    finally:
+        await adapter.close()
+
+
+async def test_nats_open_tries_a_failed_create_again_and_a_failed_open_holds_no_connection(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 500 from the server while the stream or bucket is created (its store folder raced
+    with the deletion of the account's last stream) is tried again; when every attempt fails,
+    open() raises it and leaves no connection behind (a leak fails this test), and a later
+    open() starts afresh."""
+    real = NatsQueueAdapter._create_stream_and_bucket
+    failures = [2]
+
+    async def flaky(self: NatsQueueAdapter) -> None:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ServerError(code=500, err_code=10049,
+                              description="error creating store for stream")
+        await real(self)
+
+    monkeypatch.setattr(NatsQueueAdapter, "_create_stream_and_bucket", flaky)
+    adapter = await _open(nats_url)
+    try:
+        await adapter.enqueue(Q0, StreamId("s", 1), [1])
+        assert failures == [0]
+    finally:
+        await adapter.close()
+
+    failures[0] = 3
+    adapter = NatsAdapterFactory(nats_url).create_adapter("p")
+    with pytest.raises(ServerError):
+        await adapter.open()
+    assert failures == [0] and adapter.link.nc is not None and adapter.link.nc.is_closed
+    await adapter.open()  # the server is fine again
+    try:
+        await adapter.enqueue(Q0, StreamId("s", 1), [2])
     finally:
         await adapter.close()

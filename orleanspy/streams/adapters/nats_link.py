@@ -116,6 +116,7 @@ class NatsLink:
         return self.nc
 
     async def open(self) -> None:
+        self._closing = False
         log = get_logger(__name__, server=self.server_url)
 
         async def on_error(exc: Exception) -> None:
