@@ -66,7 +66,7 @@ test: $(STAMP) browser
 	@# caching it)
 	$(PY) -m compileall -q orleanspy silo tests examples >/dev/null
 	@# the timing tests run after the rest, alone on the machine; both steps always run
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not timing"; rest=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not timing"; rest=$$?; \
 	$(PY) -m pytest -q -m timing; timing=$$?; \
 	test $$rest = 0 && test $$timing = 0
 

@@ -82,27 +82,6 @@ def _each_test_leaves_the_logging_configuration_as_it_found_it() -> Iterator[Non
         structlog.reset_defaults()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``'s first step runs ``--dist loadgroup``) a file's tests
-    stay on one worker, so its module fixtures start once; every file with a test on the
-    in-process SparkSession shares one worker and that session, and the files on the one
-    Connect server share another. The other Spark tests (drivers in processes of their own)
-    spread like any file: together on one worker they would be the run's longest."""
-    in_session = {item.path for item in items if "spark_manager" in item.fixturenames}
-    for item in items:
-        if item.path in in_session:
-            group = "spark"
-        elif item.path.name in _ON_THE_CONNECT_SERVER and "/tests/spark/" in item.path.as_posix():
-            group = "spark-connect"
-        else:
-            group = item.path.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-#: test files that use the run's one Spark Connect server (``spark_connect_server``)
-_ON_THE_CONNECT_SERVER = frozenset({"test_cluster_managers.py", "test_source_masters.py"})
-
-
 def prefix_for(tmp_path: Path) -> str:
     """A key prefix of this test's own (the same for every call in one test)."""
     return "orleanspy-test-" + hashlib.blake2b(str(tmp_path).encode(), digest_size=8).hexdigest()

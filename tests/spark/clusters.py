@@ -62,6 +62,9 @@ class _Jvm:
     def log_text(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
 
+    def logged(self, text: str) -> bool:
+        return text in self.log_path.read_text(encoding="utf-8", errors="replace")
+
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n"
@@ -152,6 +155,9 @@ class StandaloneCluster:
             jvm.stop()
 
 
+_STARTED = "Spark Connect server started at"
+
+
 class ConnectServer:
     """A Spark Connect server whose driver runs ``local[2]``."""
 
@@ -180,8 +186,10 @@ class ConnectServer:
                 "--master", "local[2]", "--name", "orleanspy-connect-tests"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
-        self.jvm = _Jvm("connect", args, self.run_dir)
-        _until("spark connect server", lambda: _accepts(self.port), [self.jvm])
+        self.jvm = jvm = _Jvm("connect", args, self.run_dir)
+        # its own line, not only an open port: a port another process took would accept too
+        _until("spark connect server",
+               lambda: jvm.logged(_STARTED) and _accepts(self.port), [jvm])
         return self
 
     def stop(self) -> None:

@@ -4,8 +4,8 @@
 settings: ``local[2]``, UI off, 2 shuffle partitions, the worker Python = this interpreter.
 Each test's silo gets it through ``install_spark(silo, manager)`` (shared: the silo does not
 stop it). ``spark_connect_server`` (session scope) is one Spark Connect server for every test
-that reads or runs jobs over Connect: each such JVM costs seconds of both cores to start.
-Tests skip when Java or pyspark is missing.
+of the test process that reads or runs jobs over Connect: each such JVM costs seconds of both
+cores to start. Tests skip when Java or pyspark is missing.
 """
 
 from __future__ import annotations
