@@ -42,36 +42,11 @@ START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 
 
-#: The ports ``free_port`` hands out lie below the kernel's ephemeral range (32768 and up on
-#: Linux), so no outgoing connection and no bind to port 0 takes one between the pick and the
-#: bind of the process it is for, and each pytest-xdist worker has a span of its own, so two
-#: workers never pick the same one.
-_PORT_BASE = 10000
-_PORT_SPAN = 2500
-_port_turn = [0]
-
-
-def _port_span() -> range:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    index = int(worker[2:]) + 1 if worker[:2] == "gw" and worker[2:].isdigit() else 0
-    start = _PORT_BASE + index % 8 * _PORT_SPAN
-    return range(start, start + _PORT_SPAN)
-
-
 def free_port() -> int:
-    """A TCP port of this process's span that nothing listens on now (bound and released)."""
-    span = _port_span()
-    for _ in span:
-        port = span[_port_turn[0] % len(span)]
-        _port_turn[0] += 1
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # a service of the machine's, or a process of an earlier test
-            return port
-    raise RuntimeError(f"no free port in {span.start}-{span.stop - 1}")
+    """A TCP port that was free a moment ago (bind to port 0, read it, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

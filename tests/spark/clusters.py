@@ -29,8 +29,6 @@ from pathlib import Path
 from tests.integration.silo_process import free_port
 
 START_TIMEOUT = 90.0  # a JVM on 2 busy cores
-CONNECT_ATTEMPTS = 3
-CONNECT_ATTEMPT_TIMEOUT = 60.0
 
 
 def spark_home() -> Path:
@@ -63,9 +61,6 @@ class _Jvm:
 
     def log_text(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
-
-    def logged(self, text: str) -> bool:
-        return text in self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -157,9 +152,6 @@ class StandaloneCluster:
             jvm.stop()
 
 
-_STARTED = "Spark Connect server started at"
-
-
 class ConnectServer:
     """A Spark Connect server whose driver runs ``local[2]``."""
 
@@ -174,28 +166,6 @@ class ConnectServer:
         return {}  # the server holds the Spark settings; a client sets SQL options only
 
     def start(self) -> ConnectServer:
-        """Start the server; one that is not serving within ``CONNECT_ATTEMPT_TIMEOUT`` is
-        killed and started again on another port, up to ``CONNECT_ATTEMPTS`` times (seen on a
-        loaded machine: a JVM that hung before its first log line, and one whose port another
-        process took between the pick and the bind)."""
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            if attempt > 1:
-                self.port = free_port()
-                self.url = f"sc://127.0.0.1:{self.port}"
-            self.jvm = jvm = _Jvm(f"connect-{attempt}", self._args(), self.run_dir)
-            try:
-                # its own line, not only an open port: a port another process took accepts too
-                _until("spark connect server",
-                       lambda jvm=jvm: jvm.logged(_STARTED) and _accepts(self.port), [jvm],
-                       timeout=CONNECT_ATTEMPT_TIMEOUT)
-                return self
-            except (TimeoutError, RuntimeError):
-                jvm.stop(timeout=5.0)
-                if attempt == CONNECT_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _args(self) -> list[str]:
         submit = str(spark_home() / "bin" / "spark-submit")
         settings = {
             "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -210,7 +180,9 @@ class ConnectServer:
                 "--master", "local[2]", "--name", "orleanspy-connect-tests"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
-        return args
+        self.jvm = _Jvm("connect", args, self.run_dir)
+        _until("spark connect server", lambda: _accepts(self.port), [self.jvm])
+        return self
 
     def stop(self) -> None:
         if self.jvm is not None:

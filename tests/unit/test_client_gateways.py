@@ -8,6 +8,7 @@ through its gateway, so ``Where.where()`` tells which gateway carried a call.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import Counter
 from typing import Any
 
@@ -17,10 +18,15 @@ from orleanspy import ClusterClient, Grain, Silo, SiloUnavailableError, one_way
 from orleanspy.errors import ConfigurationError
 from orleanspy.options import ClientOptions
 from orleanspy.testing import FakeClock
-from tests.integration.silo_process import free_port
 
 WAIT = 5.0
 KEYS = [f"k{i}" for i in range(60)]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class Where(Grain):

@@ -14,6 +14,7 @@ event-loop lag sampler, which measures the loop itself and which nothing waits f
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -30,7 +31,6 @@ from orleanspy.streams.adapters import MemoryAdapterFactory, SqliteAdapterFactor
 from orleanspy.streams.adapters.base import QueueAdapterFactory
 from orleanspy.streams.provider import implicit_subscription
 from orleanspy.testing import FakeClock
-from tests.integration.silo_process import free_port
 
 WAIT = 30.0  # real seconds: only a bound for a broken test; nothing here waits for time
 RECEIVED: dict[str, list[int]] = {}
@@ -40,6 +40,12 @@ RECEIVED: dict[str, list[int]] = {}
 class TickCounter(Grain):
     async def on_next(self, item: int, token: Any) -> None:
         RECEIVED.setdefault(str(self.key), []).append(item)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _is_lag_sampler(callback: Callable[..., Any]) -> bool:
