@@ -13,7 +13,7 @@ from nats.js.errors import ServerError
 from orleanspy.errors import ConfigurationError, LeaseLostError, StreamError
 from orleanspy.streams.adapters.base import QueueAdapterFactory
 from orleanspy.streams.adapters.nats import NatsAdapterFactory, NatsQueueAdapter
-from orleanspy.streams.adapters.nats_link import Pull
+from orleanspy.streams.adapters.nats_link import NatsLink, Pull
 from orleanspy.streams.ids import QueueId, StreamId
 from orleanspy.streams.tokens import SequenceToken
 from orleanspy.testing.stream_conformance import QueueAdapterConformance
@@ -187,17 +187,17 @@ async def test_nats_open_tries_a_failed_create_again_and_a_failed_open_holds_no_
     with the deletion of the account's last stream) is tried again; when every attempt fails,
     open() raises it and leaves no connection behind (a leak fails this test), and a later
     open() starts afresh."""
-    real = NatsQueueAdapter._create_stream_and_bucket
+    real = NatsLink._ensure_stream_and_bucket
     failures = [2]
 
-    async def flaky(self: NatsQueueAdapter) -> None:
+    async def flaky(self: NatsLink, *args: str) -> Any:
         if failures[0] > 0:
             failures[0] -= 1
             raise ServerError(code=500, err_code=10049,
                               description="error creating store for stream")
-        await real(self)
+        return await real(self, *args)
 
-    monkeypatch.setattr(NatsQueueAdapter, "_create_stream_and_bucket", flaky)
+    monkeypatch.setattr(NatsLink, "_ensure_stream_and_bucket", flaky)
     adapter = await _open(nats_url)
     try:
         await adapter.enqueue(Q0, StreamId("s", 1), [1])

@@ -57,13 +57,7 @@ from typing import Any, Final, final
 
 import msgpack
 from nats.aio.msg import Msg
-from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import (
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-    NotFoundError,
-    ServerError,
-)
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from orleanspy._util.clock import Clock, SystemClock
@@ -94,11 +88,6 @@ __all__ = ["NatsAdapterFactory", "NatsQueueAdapter", "NatsQueueReceiver"]
 _PAGE: Final = 256
 #: acknowledged containers between two purges of a queue's acknowledged prefix
 _PURGE_EVERY: Final = 256
-#: creating the stream or the bucket is tried this often when the server answers with a 500:
-#: a server whose last stream of the account is being deleted at that moment removes the
-#: account's store folder under the new stream's ("could not create storage directory")
-_CREATE_ATTEMPTS: Final = 3
-_CREATE_RETRY_DELAY: Final = 0.1
 
 
 @final
@@ -147,33 +136,12 @@ class NatsQueueAdapter(QueueAdapter):
             return
         await self.link.open()
         try:
-            for attempt in range(1, _CREATE_ATTEMPTS + 1):
-                try:
-                    await self._create_stream_and_bucket()
-                    break
-                except ServerError:
-                    if attempt == _CREATE_ATTEMPTS:
-                        raise
-                    await self.link.clock.sleep(_CREATE_RETRY_DELAY * attempt)
+            self._kv = await self.link.ensure_stream_and_bucket(
+                self.stream_name, self._subjects + ".>", self.bucket)
         except BaseException:
             await self.link.close()  # a failed open holds no connection; open() may be called again
             raise
         self._state = "open"
-
-    async def _create_stream_and_bucket(self) -> None:
-        js = self.link.js
-        try:
-            await js.stream_info(self.stream_name)
-        except NotFoundError:
-            await js.add_stream(StreamConfig(
-                name=self.stream_name, subjects=[self._subjects + ".>"],
-                retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-                duplicate_window=120.0))
-        try:
-            self._kv = await js.key_value(self.bucket)
-        except NotFoundError:
-            self._kv = await js.create_key_value(KeyValueConfig(
-                bucket=self.bucket, history=1, storage=StorageType.FILE))
 
     async def close(self) -> None:
         if self._state == "closed":

@@ -37,7 +37,17 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError, ServerError
+from nats.js.kv import KeyValue
 
 from orleanspy._util.clock import Clock
 from orleanspy._util.futures import settle
@@ -47,6 +57,11 @@ from orleanspy.messaging.codec import Codec, pack_array
 from orleanspy.streams.adapters.base import COALESCE_MAX, BatchContainer
 from orleanspy.streams.ids import StreamId
 from orleanspy.streams.tokens import container_token
+
+#: tries of a stream or bucket create that the server answers with a 500, the n-th after
+#: ``n * CREATE_RETRY_DELAY`` seconds
+CREATE_ATTEMPTS: Final = 3
+CREATE_RETRY_DELAY: Final = 0.1
 
 __all__ = [
     "DEFAULT_PREFIX", "Decoder", "NatsLink", "Pull", "Ranges", "Writer", "head_of", "meta",
@@ -140,6 +155,36 @@ class NatsLink:
         self._js = self.nc.jetstream(timeout=5.0)
         self._inbox = self.nc.new_inbox()
         await self.nc.subscribe(self._inbox + ".*", cb=self._on_ack)
+
+    async def ensure_stream_and_bucket(self, stream: str, subjects: str,
+                                       bucket: str) -> KeyValue:
+        """The stream ``stream`` over ``subjects`` and the key-value bucket ``bucket``, created
+        when missing (file storage). A create the server answers with a 500 is tried again,
+        up to ``CREATE_ATTEMPTS`` times: a server deleting an account's last stream at that
+        moment removes the account's store folder under the new one."""
+        for attempt in range(1, CREATE_ATTEMPTS + 1):
+            try:
+                return await self._ensure_stream_and_bucket(stream, subjects, bucket)
+            except ServerError:
+                if attempt == CREATE_ATTEMPTS:
+                    raise
+                await self.clock.sleep(CREATE_RETRY_DELAY * attempt)
+        raise AssertionError("unreachable")
+
+    async def _ensure_stream_and_bucket(self, stream: str, subjects: str,
+                                        bucket: str) -> KeyValue:
+        js = self.js
+        try:
+            await js.stream_info(stream)
+        except NotFoundError:
+            await js.add_stream(StreamConfig(
+                name=stream, subjects=[subjects], retention=RetentionPolicy.LIMITS,
+                storage=StorageType.FILE, duplicate_window=120.0))
+        try:
+            return await js.key_value(bucket)
+        except NotFoundError:
+            return await js.create_key_value(KeyValueConfig(
+                bucket=bucket, history=1, storage=StorageType.FILE))
 
     async def close(self) -> None:
         self._closing = True
